@@ -1,0 +1,50 @@
+# Developer entry points. `make test` is what CI runs (.ci/run).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stamp
+SYSDEPS := iproute2 nftables iperf3 tshark
+
+.PHONY: venv install sysdeps test lint demo bench
+
+venv: $(STAMP)
+
+# Re-install whenever pyproject.toml is newer than the stamp.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+install: venv
+
+# Debian packages the testbed and comparisons use; only as root with apt-get, else skipped.
+sysdeps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		missing=""; \
+		for p in $(SYSDEPS); do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" \
+				|| missing="$$missing $$p"; \
+		done; \
+		if [ -n "$$missing" ]; then \
+			echo "sysdeps: installing$$missing"; \
+			echo "wireshark-common wireshark-common/install-setuid boolean false" \
+				| debconf-set-selections 2>/dev/null || true; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; } \
+				>/dev/null || echo "sysdeps: could not install$$missing (continuing)" >&2; \
+		fi; \
+	fi
+
+test: sysdeps venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check mrc tests
+	$(VENV)/bin/mypy --strict mrc
+
+demo: sysdeps venv
+	$(VENV)/bin/mrc bench --demo
+
+bench: venv
+	$(VENV)/bin/mrc bench --demo -J > bench.json

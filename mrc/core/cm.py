@@ -1,0 +1,184 @@
+"""Connection management [ours] (WIRE.md §6): negotiation and CM packet construction.
+
+Pure functions over `SessionConfig` and the `CMH` codec: what a REQUEST, REPLY, REJECT or
+DISCONNECT holds, and which parameters two sides agree on. The handshake's state (retries,
+which planes a copy arrived on) lives in the session and the endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..wire.bth import CM_LISTEN_QPN, Opcode
+from ..wire.cm import CMH, MAX_PRIVATE_DATA, RejectReason, SecurityLevel
+from ..wire.packet import CmPacket
+from .config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
+from .errors import LocalProtocolError
+
+CM_VERSION = 1
+REPLY_PLANE = 0xFF
+
+
+def check_private_data(data: bytes) -> bytes:
+    if len(data) > MAX_PRIVATE_DATA:
+        raise LocalProtocolError(
+            f"private data is {len(data)} bytes; a CM packet carries at most {MAX_PRIVATE_DATA}"
+        )
+    return bytes(data)
+
+
+def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
+    """The responder's view of a REQUEST: the agreed config, or why to refuse it.
+
+    Negotiated values are the smaller of the two sides' and the intersection of the plane
+    masks (WIRE.md §6); the security level must match.
+    """
+    if cmh.version != CM_VERSION:
+        return RejectReason.VERSION
+    if cmh.security != SecurityLevel.NONE:
+        return RejectReason.SECURITY_POLICY
+    mask = local.plane_mask & cmh.plane_mask
+    if (
+        not MIN_PAYLOAD_MTU <= cmh.payload_mtu <= MAX_PAYLOAD_MTU
+        or cmh.mpr == 0
+        or cmh.ev_per_plane == 0
+        or cmh.max_imm == 0
+        or mask == 0
+    ):
+        return RejectReason.BAD_PARAMETERS
+    return replace(
+        local,
+        plane_mask=mask,
+        payload_mtu=min(local.payload_mtu, cmh.payload_mtu),
+        mpr=min(local.mpr, cmh.mpr),
+        ev_per_plane=min(local.ev_per_plane, cmh.ev_per_plane),
+        max_imm=min(local.max_imm, cmh.max_imm),
+    )
+
+
+def adopt_reply(local: SessionConfig, cmh: CMH) -> SessionConfig | None:
+    """The requester's view of a REPLY: the agreed config, or None if the reply is not a
+    narrowing of what we asked for (a responder may only lower values)."""
+    if (
+        cmh.version != CM_VERSION
+        or cmh.security != SecurityLevel.NONE
+        or not MIN_PAYLOAD_MTU <= cmh.payload_mtu <= local.payload_mtu
+        or not 1 <= cmh.mpr <= local.mpr
+        or not 1 <= cmh.ev_per_plane <= local.ev_per_plane
+        or not 1 <= cmh.max_imm <= local.max_imm
+        or cmh.plane_mask == 0
+        or cmh.plane_mask & ~local.plane_mask
+    ):
+        return None
+    return replace(
+        local,
+        plane_mask=cmh.plane_mask,
+        payload_mtu=cmh.payload_mtu,
+        mpr=cmh.mpr,
+        ev_per_plane=cmh.ev_per_plane,
+        max_imm=cmh.max_imm,
+    )
+
+
+def _cmh(
+    config: SessionConfig,
+    *,
+    plane: int,
+    local_qpn: int,
+    remote_qpn: int,
+    initial_psn: int,
+    nonce: bytes,
+    connection_id: int,
+    private_data: bytes = b"",
+    reject_reason: int = 0,
+) -> CMH:
+    return CMH(
+        local_qpn=local_qpn,
+        remote_qpn=remote_qpn,
+        initial_psn=initial_psn,
+        mpr=config.mpr,
+        payload_mtu=config.payload_mtu,
+        plane_count=bin(config.plane_mask).count("1"),
+        ev_per_plane=config.ev_per_plane,
+        plane_mask=config.plane_mask,
+        max_imm=config.max_imm,
+        security=SecurityLevel.NONE,
+        nonce=nonce,
+        connection_id=connection_id,
+        plane=plane,
+        reject_reason=reject_reason,
+        private_data_len=len(private_data),
+        version=CM_VERSION,
+    )
+
+
+def build_request(
+    config: SessionConfig,
+    *,
+    plane: int,
+    local_qpn: int,
+    initial_psn: int,
+    nonce: bytes,
+    connection_id: int,
+    private_data: bytes,
+) -> bytes:
+    cmh = _cmh(
+        config, plane=plane, local_qpn=local_qpn, remote_qpn=0, initial_psn=initial_psn,
+        nonce=nonce, connection_id=connection_id, private_data=private_data,
+    )
+    return CmPacket(
+        opcode=Opcode.CM_REQUEST, dest_qp=CM_LISTEN_QPN, cmh=cmh, key_block=None,
+        private_data=private_data, p_key=config.p_key,
+    ).encode()
+
+
+def build_reply(
+    config: SessionConfig,
+    *,
+    local_qpn: int,
+    remote_qpn: int,
+    initial_psn: int,
+    nonce: bytes,
+    connection_id: int,
+    private_data: bytes,
+) -> bytes:
+    cmh = _cmh(
+        config, plane=REPLY_PLANE, local_qpn=local_qpn, remote_qpn=remote_qpn,
+        initial_psn=initial_psn, nonce=nonce, connection_id=connection_id,
+        private_data=private_data,
+    )
+    return CmPacket(
+        opcode=Opcode.CM_REPLY, dest_qp=remote_qpn, cmh=cmh, key_block=None,
+        private_data=private_data, p_key=config.p_key,
+    ).encode()
+
+
+def build_reject(request: CMH, reason: RejectReason) -> bytes:
+    """A REJECT echoes the REQUEST's nonce and parameters and carries no trailer (§6)."""
+    cmh = replace(
+        request,
+        plane=REPLY_PLANE,
+        local_qpn=0,
+        remote_qpn=request.local_qpn,
+        reject_reason=int(reason),
+        private_data_len=0,
+        security=SecurityLevel.NONE,
+        version=CM_VERSION,
+    )
+    return CmPacket(
+        opcode=Opcode.CM_REJECT, dest_qp=request.local_qpn, cmh=cmh, key_block=None,
+        private_data=b"",
+    ).encode()
+
+
+def build_disconnect(
+    config: SessionConfig, *, local_qpn: int, remote_qpn: int, connection_id: int
+) -> bytes:
+    cmh = _cmh(
+        config, plane=REPLY_PLANE, local_qpn=local_qpn, remote_qpn=remote_qpn, initial_psn=0,
+        nonce=bytes(16), connection_id=connection_id,
+    )
+    return CmPacket(
+        opcode=Opcode.CM_DISCONNECT, dest_qp=remote_qpn, cmh=cmh, key_block=None,
+        private_data=b"", p_key=config.p_key,
+    ).encode()

@@ -1,0 +1,96 @@
+"""Per-connection settings and their defaults (DESIGN.md §4, §6, §10; WIRE.md §6).
+
+Only data lives here: the session reads these values, the CLI and the daemon build them. The
+negotiated subset (payload MTU, MPR, EVs per plane, plane mask, max_imm) is narrowed by the CM
+handshake and stored back as a new `SessionConfig` with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import LocalProtocolError
+
+MIN_PAYLOAD_MTU = 256
+MAX_PAYLOAD_MTU = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Settings of one connection (a QP). Times are seconds."""
+
+    #: Bit p set = plane p may carry this connection (WIRE.md §6 `plane_mask`).
+    plane_mask: int = 0b1
+    #: Payload bytes per packet (WIRE.md §3), 256…8192.
+    payload_mtu: int = 4096
+    #: Window in units of 128 PSNs (DESIGN.md §6: 8 × 128 = 1024 packets).
+    mpr: int = 8
+    #: EVs per plane in the active set (DESIGN.md §4).
+    ev_per_plane: int = 16
+    #: Most WRITE_WITH_IMM messages in flight (WIRE.md §6 `max_imm`).
+    max_imm: int = 1024
+    #: Spray policy by name (mrc.core.spray registry).
+    spray: str = "oblivious"
+    #: Congestion control by name; "none" = window only (DESIGN.md §7).
+    cc: str = "none"
+    #: In-flight packet cap below the MPR window; None = MPR × 128.
+    max_inflight: int | None = None
+    #: RFC 6298 knobs, kept per plane (DESIGN.md §6).
+    initial_rto: float = 0.1
+    min_rto: float = 0.005
+    max_rto: float = 1.0
+    #: Reordering window floor for per-EV loss inference (DESIGN.md §6).
+    reorder_min: float = 0.001
+    #: The connection closes after this many RTO expiries without progress…
+    rto_retries: int = 10
+    #: …and at least this long without progress.
+    give_up_after: float = 5.0
+    #: CM REQUEST retransmission: first interval (doubles) and number of tries.
+    cm_retry: float = 0.1
+    cm_attempts: int = 8
+    #: Probing of DOWN planes and retired EVs: first interval, doubling to the max.
+    probe_interval: float = 0.01
+    probe_max_interval: float = 1.0
+    #: Probes a DOWN plane must answer before it returns (DESIGN.md §4).
+    restore_answers: int = 3
+    p_key: int = 0xFFFF
+    #: First PSN of our sending direction; None = random (tests start near 2^24 to wrap).
+    initial_psn: int | None = None
+    #: First MSN we use (0 on a new QP; tests start near 2^16 to wrap).
+    initial_msn: int = 0
+    #: A responder closes a connection whose requester never spoke after the REPLY.
+    half_open_timeout: float = 30.0
+
+    def validate(self) -> SessionConfig:
+        """Return self, or raise LocalProtocolError naming the first bad field."""
+        if not MIN_PAYLOAD_MTU <= self.payload_mtu <= MAX_PAYLOAD_MTU:
+            raise LocalProtocolError(
+                f"payload_mtu must be {MIN_PAYLOAD_MTU}..{MAX_PAYLOAD_MTU}, got {self.payload_mtu}"
+            )
+        if not 1 <= self.mpr <= 255:
+            raise LocalProtocolError(f"mpr must be 1..255, got {self.mpr}")
+        if not 1 <= self.ev_per_plane <= 255:
+            raise LocalProtocolError(f"ev_per_plane must be 1..255, got {self.ev_per_plane}")
+        if not 0 < self.plane_mask < 1 << 32:
+            raise LocalProtocolError(f"plane_mask must name 1..32 planes, got {self.plane_mask:#x}")
+        if not 1 <= self.max_imm <= 0xFFFF:
+            raise LocalProtocolError(f"max_imm must be 1..65535, got {self.max_imm}")
+        if self.max_inflight is not None and self.max_inflight < 1:
+            raise LocalProtocolError("max_inflight must be at least 1")
+        if not 0 < self.min_rto <= self.initial_rto <= self.max_rto:
+            raise LocalProtocolError("need 0 < min_rto <= initial_rto <= max_rto")
+        if self.initial_psn is not None and not 0 <= self.initial_psn < 1 << 24:
+            raise LocalProtocolError("initial_psn must be a 24-bit value")
+        if not 0 <= self.initial_msn < 1 << 16:
+            raise LocalProtocolError("initial_msn must be a 16-bit value")
+        return self
+
+    @property
+    def window(self) -> int:
+        """PSNs the receiver accepts beyond cack_psn (MPR × 128)."""
+        return self.mpr * 128
+
+    @property
+    def planes(self) -> list[int]:
+        """The plane numbers in `plane_mask`, ascending."""
+        return [p for p in range(32) if self.plane_mask >> p & 1]

@@ -1,0 +1,173 @@
+"""The sans-I/O endpoint: routes datagrams to sessions by DestQP and answers CM REQUESTs.
+
+One endpoint per host (per set of plane sockets). It peeks at each datagram's DestQP, groups a
+receive batch per session, creates responder sessions for REQUESTs that reach the listener
+(QPN 0x1), REJECTs the ones it cannot take (WIRE.md §6), bounds half-open connections, and
+counts every datagram it cannot route. It never touches a socket: io/ and sim/ feed it and send
+what `datagrams_to_send()` and each session's `datagrams_to_send(now)` return.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from ..wire.bth import CM_LISTEN_QPN, ENDPOINT_QPN, Opcode
+from ..wire.cm import RejectReason
+from ..wire.errors import DecodeError
+from ..wire.packet import CmPacket, decode_packet, peek_dest_qp
+from . import cm
+from .config import SessionConfig
+from .errors import LocalProtocolError
+from .memory import RegionTable
+from .session import Session
+from .transmit import Addr, Transmit
+
+#: accept(request private data) → REPLY private data, or None to refuse (RESOURCES).
+AcceptFn = Callable[[bytes], bytes | None]
+
+MAX_HALF_OPEN = 64
+
+
+class Endpoint:
+    def __init__(
+        self,
+        *,
+        rng: random.Random,
+        regions: RegionTable | None = None,
+        max_half_open: int = MAX_HALF_OPEN,
+    ) -> None:
+        self.rng = rng
+        self.regions = regions if regions is not None else RegionTable(rng)
+        self.sessions: dict[int, Session] = {}
+        self.drops: Counter[str] = Counter()
+        self.max_half_open = max_half_open
+        self._listen_config: SessionConfig | None = None
+        self._accept: AcceptFn | None = None
+        self._by_nonce: dict[bytes, Session] = {}
+        self._out: list[Transmit] = []
+
+    # -- user calls ---------------------------------------------------------------------------
+
+    def listen(self, config: SessionConfig, accept: AcceptFn | None = None) -> None:
+        """Accept REQUESTs from now on, negotiating against `config`."""
+        self._listen_config = config.validate()
+        self._accept = accept
+
+    def connect(
+        self,
+        config: SessionConfig,
+        peer_addrs: dict[int, Addr],
+        private_data: bytes,
+        now: float,
+    ) -> Session:
+        session = Session.connect(
+            config, peer_addrs, private_data, qpn=self._new_qpn(), regions=self.regions,
+            rng=self.rng, now=now,
+        )
+        self.sessions[session.qpn] = session
+        return session
+
+    def discard(self, session: Session) -> None:
+        """Forget a (closed) session; its QPN then counts as unknown."""
+        self.sessions.pop(session.qpn, None)
+        if self._by_nonce.get(session.nonce) is session:
+            del self._by_nonce[session.nonce]
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def receive_datagrams(
+        self, plane: int, datagrams: Sequence[tuple[bytes | memoryview, Addr, int]], now: float
+    ) -> list[Session]:
+        """Route one receive batch; returns the sessions that got input, in first-seen order."""
+        batches: dict[int, list[tuple[bytes | memoryview, int]]] = {}
+        for data, addr, tos in datagrams:
+            try:
+                qpn = peek_dest_qp(data)
+            except DecodeError:
+                self.drops["decode_length"] += 1
+                continue
+            session = self.sessions.get(qpn)
+            if session is not None:
+                if session.is_closed:
+                    self.drops["closed_qp"] += 1
+                    continue
+                session.learn_addr(plane, addr, now)
+                batches.setdefault(qpn, []).append((data, tos))
+            elif qpn == CM_LISTEN_QPN:
+                accepted = self._handle_request(plane, data, addr, now)
+                if accepted is not None:
+                    batches.setdefault(accepted.qpn, [])
+            elif qpn == ENDPOINT_QPN:
+                self.drops["endpoint_qpn"] += 1
+            else:
+                self.drops["unknown_qp"] += 1
+        touched = []
+        for qpn, batch in batches.items():
+            session = self.sessions[qpn]
+            if batch:
+                session.receive_datagrams(plane, batch, now)
+            touched.append(session)
+        return touched
+
+    def _handle_request(
+        self, plane: int, data: bytes | memoryview, addr: Addr, now: float
+    ) -> Session | None:
+        try:
+            pkt = decode_packet(data)
+        except DecodeError as exc:
+            self.drops[f"decode_{exc.field}"] += 1
+            return None
+        if not isinstance(pkt, CmPacket) or pkt.opcode is not Opcode.CM_REQUEST:
+            self.drops["listen_not_request"] += 1
+            return None
+        cmh = pkt.cmh
+        existing = self._by_nonce.get(cmh.nonce)
+        if existing is not None and not existing.is_closed:
+            # Another plane's copy, or a retry: the session answers with the same REPLY bytes.
+            existing.learn_addr(plane, addr, now)
+            existing.receive_datagrams(plane, [(data, 0)], now)
+            return existing
+        if self._listen_config is None:
+            return self._reject(plane, addr, pkt, RejectReason.NO_LISTENER)
+        agreed = cm.negotiate(self._listen_config, cmh)
+        if isinstance(agreed, RejectReason):
+            return self._reject(plane, addr, pkt, agreed)
+        half_open = sum(1 for s in self.sessions.values() if s.half_open and not s.is_closed)
+        if half_open >= self.max_half_open:
+            return self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+        reply_data = b""
+        if self._accept is not None:
+            answer = self._accept(bytes(pkt.private_data))
+            if answer is None:
+                return self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+            reply_data = answer
+        try:
+            session = Session.accept(
+                agreed, pkt, plane, addr, reply_data, qpn=self._new_qpn(),
+                regions=self.regions, rng=self.rng, now=now,
+            )
+        except LocalProtocolError:
+            return self._reject(plane, addr, pkt, RejectReason.BAD_PARAMETERS)
+        self.sessions[session.qpn] = session
+        self._by_nonce[cmh.nonce] = session
+        return session
+
+    def _reject(self, plane: int, addr: Addr, pkt: CmPacket, reason: RejectReason) -> None:
+        self.drops[f"rejected_{reason.name.lower()}"] += 1
+        self._out.append(Transmit(plane=plane, addr=addr, data=cm.build_reject(pkt.cmh, reason)))
+        return None
+
+    # -- outputs ------------------------------------------------------------------------------
+
+    def datagrams_to_send(self) -> list[Transmit]:
+        """Endpoint-level packets (REJECTs); sessions have their own outputs."""
+        out, self._out = self._out, []
+        return out
+
+    def _new_qpn(self) -> int:
+        while True:
+            qpn = self.rng.randrange(0x10, 1 << 24)
+            if qpn not in self.sessions:
+                return qpn

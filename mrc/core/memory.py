@@ -1,0 +1,84 @@
+"""Registered memory regions: R_Keys, virtual addresses, bounds, pre-faulting.
+
+A region is a writable buffer the peer may WRITE into, named on the wire by a random 32-bit
+R_Key and a base virtual address (WIRE.md §3 RETH). This module checks bounds and resolves a
+(VA, R_Key, length) triple to a slice of the buffer; it never decides *whether* a packet may be
+placed (the receiver's checks of DESIGN.md §6 do that) and never touches the OS. The VA is an
+opaque 64-bit number chosen here, page-aligned, so a peer learns nothing about our process.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from .errors import LocalProtocolError
+
+PAGE = 4096
+
+
+def prefault(view: memoryview) -> None:
+    """Touch one byte per page so first-touch faults never stall the receive path (§11)."""
+    n = len(view)
+    if n:
+        view[::PAGE] = bytes(len(range(0, n, PAGE)))
+
+
+@dataclass(eq=False, slots=True)
+class Region:
+    """One registered buffer."""
+
+    rkey: int
+    base_va: int
+    view: memoryview = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.view)
+
+    def contains(self, va: int, length: int) -> bool:
+        """DESIGN.md §6: base ≤ VA and VA + len ≤ base + size."""
+        return self.base_va <= va and va + length <= self.base_va + len(self.view)
+
+    def local_slice(self, offset: int, length: int) -> memoryview:
+        """The bytes at `offset` (relative to the region start), checked."""
+        if offset < 0 or length < 0 or offset + length > len(self.view):
+            raise LocalProtocolError(
+                f"offset {offset} + length {length} outside region of {len(self.view)} bytes"
+            )
+        return self.view[offset : offset + length]
+
+
+class RegionTable:
+    """The regions of one endpoint, by R_Key."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._by_rkey: dict[int, Region] = {}
+
+    def register(self, buffer: bytearray | memoryview, *, prefault_pages: bool = True) -> Region:
+        """Register a writable buffer; returns its Region with a fresh random R_Key and VA."""
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise LocalProtocolError("a registered region must be writable")
+        if prefault_pages:
+            prefault(view)
+        rkey = self._rng.getrandbits(32)
+        while rkey == 0 or rkey in self._by_rkey:
+            rkey = self._rng.getrandbits(32)
+        # A page-aligned VA well inside the 64-bit space, so VA + size never wraps.
+        base_va = self._rng.randrange(1 << 20, 1 << 47) * PAGE
+        region = Region(rkey=rkey, base_va=base_va, view=view)
+        self._by_rkey[rkey] = region
+        return region
+
+    def deregister(self, region: Region) -> None:
+        if self._by_rkey.get(region.rkey) is not region:
+            raise LocalProtocolError(f"R_Key {region.rkey:#010x} is not registered")
+        del self._by_rkey[region.rkey]
+
+    def lookup(self, rkey: int) -> Region | None:
+        return self._by_rkey.get(rkey)
+
+    def __len__(self) -> int:
+        return len(self._by_rkey)

@@ -1,0 +1,315 @@
+"""The responder half of a session: checks, placement, scoreboard, SACK/NACK/AETH.
+
+Every data packet goes through the checks of DESIGN.md §6 in order — trimmed?, PSN class,
+R_Key and bounds — and only then is copied into its region at its own VA and marked in the
+scoreboard; a failed step stops the packet and counts it by reason. SACKs are produced per
+receive batch (one per 64-PSN block the batch touched) plus one for each packet that asks for an
+immediate answer (duplicate, A bit, ECN-CE, probe). Message outcomes (AETH) and immediates are
+released in PSN order, which is MSN order, as `cack_psn` passes each message's LAST.
+
+What it leaves to others: decoding (wire/), choosing planes and reverse EVs (paths.py), and the
+sending half (sender.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from ..wire.ack import AETH, SETH, CCState, NackReason, NETH, SackMark
+from ..wire.bth import PSN_MOD, Opcode
+from ..wire.packet import AckPacket, DataPacket, NackPacket, ProbePacket, SackPacket
+from .config import SessionConfig
+from .events import Event, ImmediateReceived
+from .memory import RegionTable
+from .paths import PathTable
+from .stats import SessionStats
+from .transmit import Addr, Transmit
+
+PSN_MASK = PSN_MOD - 1
+HALF = PSN_MOD >> 1
+#: DSCP a switch writes on a packet it trimmed at the last hop (WIRE.md §5).
+DSCP_TRIMMED_LASTHOP = 21
+#: Completed outcomes kept for duplicate LASTs beyond what RQMSN already released.
+MAX_OUTCOMES = 4096
+
+_FULL = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE})
+_LAST = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
+_ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
+
+
+def serial(d: int) -> int:
+    """A PSN difference modulo 2^24 as a signed number (serial-number arithmetic)."""
+    d &= PSN_MASK
+    return d - PSN_MOD if d >= HALF else d
+
+
+@dataclass(slots=True)
+class _Trigger:
+    """The packet a SACK answers: its PSN and EV are echoed, its timestamp too."""
+
+    psn: int
+    ev: int
+    plane: int
+    tx_ts: int | None
+    ce: bool = False
+
+
+class Receiver:
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        regions: RegionTable,
+        paths: PathTable,
+        stats: SessionStats,
+        events: deque[Event],
+        peer_addrs: dict[int, Addr],
+        initial_psn: int,
+    ) -> None:
+        self.config = config
+        self.regions = regions
+        self.paths = paths
+        self.stats = stats
+        self.events = events
+        self.peer_addrs = peer_addrs
+        self.dest_qp = 0
+        self.cack = initial_psn  # every PSN before it is received or consumed
+        self.window = config.window
+        size = 1 << (self.window - 1).bit_length()
+        self._ring = bytearray(size)  # 1 = received/consumed, for PSNs in [cack, cack+window)
+        self._rmask = size - 1
+        self._held = 0  # ring entries set (packets received beyond cack)
+        self._lasts: dict[int, tuple[int, int | None, bool, int]] = {}  # psn → msn, imm, A, plane
+        self._errors: dict[int, int] = {}  # msn → first failing syndrome
+        self._outcomes: dict[int, int] = {}  # completed msn → syndrome, for duplicate LASTs
+        self._outcome_order: deque[int] = deque()
+        self._rqmsn = 0
+        self._rcvd_bytes = 0
+        # Per receive batch: the last trigger of each 64-PSN block, and immediate triggers.
+        self._blocks: dict[int, _Trigger] = {}
+        self._immediate: list[_Trigger] = []
+        self.out: list[Transmit] = []
+
+    # -- data -------------------------------------------------------------------------------
+
+    def _expected_length(self, pkt: DataPacket) -> int | None:
+        """WIRE.md §3: a packet's payload length follows from its opcode; None = inconsistent."""
+        mtu = self.config.payload_mtu
+        dma = pkt.dma_length
+        op = pkt.opcode
+        if op in _FULL:
+            return mtu if dma > mtu else None
+        if op in _LAST:
+            return (dma - 1) % mtu + 1 if dma > mtu else None
+        return dma if dma <= mtu else None
+
+    def on_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
+        drops = self.stats.drops_by_reason
+        expected = self._expected_length(pkt)
+        n = len(pkt.payload)
+        if expected is None:
+            drops["bad_dma_length"] += 1
+            return
+        if n > expected:
+            drops["bad_length"] += 1
+            return
+        psn = pkt.psn
+        d = (psn - self.cack) & PSN_MASK
+        in_window = d < self.window
+        fresh = in_window and not self._ring[psn & self._rmask]
+        if n < expected:
+            # Trimmed (WIRE.md §5): a hint, never written; answered only while still useful.
+            if not fresh:
+                drops["trimmed_stale"] += 1
+                return
+            self.stats.trimmed_received += 1
+            lasthop = tos >> 2 == DSCP_TRIMMED_LASTHOP
+            reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
+            self._nack(reason, pkt, plane)
+            return
+        if not fresh:
+            if in_window or d >= HALF:
+                drops["duplicate"] += 1
+                self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp))
+                if d >= HALF and pkt.opcode not in _FULL:
+                    status = self._outcomes.get(pkt.msn)
+                    if status is not None and pkt.a:
+                        self._acknowledge(status, pkt.msn, plane)
+            else:
+                drops["out_of_window"] += 1
+                self._nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
+            return
+        region = self.regions.lookup(pkt.rkey)
+        failure = None
+        if region is None:
+            failure, reason_name = NackReason.BAD_RKEY, "bad_rkey"
+        elif not region.contains(pkt.va, n):
+            failure, reason_name = NackReason.OUT_OF_BOUNDS, "out_of_bounds"
+        if failure is not None:
+            # The PSN is consumed so the window moves on; the error reaches the sender in the
+            # message's AETH (WIRE.md §4, 0x80/0x81). Nothing is written.
+            drops[reason_name] += 1
+            self._errors.setdefault(pkt.msn, int(failure))
+            self._nack(failure, pkt, plane)
+        else:
+            assert region is not None
+            start = pkt.va - region.base_va
+            region.view[start : start + n] = pkt.payload
+            self._placed(n, now)
+        self._ring[psn & self._rmask] = 1
+        self._held += 1
+        if pkt.opcode not in _FULL:
+            self._lasts[psn] = (pkt.msn, pkt.imm, pkt.a, plane)
+        self._note_rqmsn(pkt.rqmsn)
+        trig = _Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=tos & 3 == 3)
+        self._blocks[psn & ~63 & PSN_MASK] = trig
+        if pkt.a or trig.ce:
+            self._immediate.append(trig)
+
+    def _placed(self, n: int, now: float) -> None:
+        st = self.stats
+        st.bytes_placed += n
+        self._rcvd_bytes = (self._rcvd_bytes + n) & 0xFFFFFF
+        if st.last_placed_at is None:
+            st.first_placed_at = now
+        elif now - st.last_placed_at > st.longest_stall_seconds:
+            st.longest_stall_seconds = now - st.last_placed_at
+        st.last_placed_at = now
+
+    def _note_rqmsn(self, rqmsn: int) -> None:
+        """Outcomes of messages older than the requester's RQMSN are no longer needed."""
+        self._rqmsn = rqmsn
+        order = self._outcome_order
+        while order and (
+            len(order) > MAX_OUTCOMES or 0 < (rqmsn - order[0]) & 0xFFFF < 0x8000
+        ):
+            self._outcomes.pop(order.popleft(), None)
+
+    # -- end of a receive batch -------------------------------------------------------------
+
+    def end_batch(self, now: float) -> None:
+        """Advance cack_psn, release outcomes, and answer the batch (DESIGN.md §6)."""
+        ring, rmask = self._ring, self._rmask
+        cack = self.cack
+        while ring[cack & rmask]:
+            ring[cack & rmask] = 0
+            self._held -= 1
+            last = self._lasts.pop(cack, None)
+            cack = (cack + 1) & PSN_MASK
+            if last is not None:
+                self.cack = cack
+                self._complete(*last)
+        self.cack = cack
+        sent = set()
+        for trig in self._immediate:
+            self._sack(trig)
+            sent.add(id(trig))
+        for trig in self._blocks.values():
+            if id(trig) not in sent:
+                self._sack(trig)
+        self._blocks.clear()
+        self._immediate.clear()
+
+    def _complete(self, msn: int, imm: int | None, a: bool, plane: int) -> None:
+        status = self._errors.pop(msn, 0)
+        self._outcomes[msn] = status
+        self._outcome_order.append(msn)
+        self._note_rqmsn(self._rqmsn)
+        if a:
+            self._acknowledge(status, msn, plane)
+        if imm is not None and status == 0:
+            self.events.append(ImmediateReceived(msn=msn, imm=imm))
+
+    # -- probes -----------------------------------------------------------------------------
+
+    def on_probe(self, pkt: ProbePacket, plane: int) -> None:
+        """Answer a RELIABILITY_PROBE at once with a PR SACK on the plane it came in on."""
+        trig = _Trigger(self.cack, pkt.ev, plane, pkt.peth.tx_timestamp)
+        self._sack(trig, probe_id=pkt.peth.probe_id, force_plane=True)
+
+    # -- output -----------------------------------------------------------------------------
+
+    def _route(self, plane: int, force: bool) -> tuple[int, int] | None:
+        out_plane = plane if force else self.paths.reverse_plane(plane)
+        if out_plane is None or out_plane not in self.peer_addrs:
+            return None
+        return out_plane, self.paths.planes[out_plane].reverse_ev()
+
+    def _sack(self, trig: _Trigger, *, probe_id: int | None = None, force_plane: bool = False) -> None:
+        route = self._route(trig.plane, force_plane)
+        if route is None:
+            return
+        plane, ev = route
+        cack = self.cack
+        tx_ts = trig.tx_ts
+        offset = serial(trig.psn - cack)
+        psn = trig.psn
+        if not -0x8000 <= offset < 0x8000 or probe_id is not None:
+            psn, tx_ts = cack, (tx_ts if probe_id is not None else None)
+            offset = 0
+        block = psn & ~63 & PSN_MASK
+        sack_offset = serial(block - cack)
+        bitmap = 0
+        ring, rmask, window = self._ring, self._rmask, self.window
+        for i in range(64):
+            d = (block + i - cack) & PSN_MASK
+            bit = 1 if d >= HALF else (ring[(block + i) & rmask] if d < window else 0)
+            bitmap = bitmap << 1 | bit
+        if probe_id is not None:
+            offset = probe_id - 0x10000 if probe_id >= 0x8000 else probe_id
+        seth = SETH(
+            ack_psn_offset=offset,
+            entropy=trig.ev,
+            cack_psn=cack,
+            sack_offset=sack_offset,
+            sack_bitmap=bitmap,
+            m=SackMark.SKIP_ONCE if trig.ce else SackMark.NONE,
+            pr=probe_id is not None,
+            mpr=self.config.mpr,
+        )
+        cc = CCState(
+            tx_timestamp=tx_ts or 0,
+            valid=tx_ts is not None,
+            ooo_count=min(self._held, 0x7FFF),
+            rcvd_bytes=self._rcvd_bytes,
+        )
+        data = SackPacket(
+            dest_qp=self.dest_qp, cack_psn=cack, ev=ev, seth=seth, cc=cc, port_state=None,
+            p_key=self.config.p_key,
+        ).encode()
+        self._emit(plane, ev, data)
+
+    def _nack(self, reason: NackReason, pkt: DataPacket, plane: int) -> None:
+        route = self._route(plane, False)
+        if route is None:
+            return
+        out_plane, ev = route
+        neth = NETH(
+            nack_reason=reason,
+            entropy=pkt.ev,
+            nack_psn=pkt.psn,
+            tx_timestamp=pkt.tx_timestamp or 0,
+        )
+        data = NackPacket(
+            dest_qp=self.dest_qp, psn=pkt.psn, ev=ev, neth=neth, p_key=self.config.p_key
+        ).encode()
+        self.stats.nacks_sent += 1
+        self._emit(out_plane, ev, data)
+
+    def _acknowledge(self, status: int, msn: int, plane: int) -> None:
+        route = self._route(plane, False)
+        if route is None:
+            return
+        out_plane, ev = route
+        data = AckPacket(
+            dest_qp=self.dest_qp, psn=self.cack, ev=ev, aeth=AETH(syndrome=status, msn=msn),
+            p_key=self.config.p_key,
+        ).encode()
+        self._emit(out_plane, ev, data)
+
+    def _emit(self, plane: int, ev: int, data: bytes) -> None:
+        ps = self.stats.plane(plane)
+        ps.packets_sent += 1
+        ps.bytes_sent += len(data)
+        self.out.append(Transmit(plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev))

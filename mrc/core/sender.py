@@ -1,0 +1,521 @@
+"""The requester half of a session: posted WRITEs, send records, loss inference, completion.
+
+Holds the message queue, one send record per transmission, the cumulative scoreboard built from
+SACKs, per-EV RACK loss inference and the per-plane RFC 6298 RTO (DESIGN.md §6), and raises
+`WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It does not decide
+plane states or answer the peer: it reports a plane it suspects through `on_plane_suspect`, and
+the session owns the plane table's transitions, probing and the receive half.
+
+Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
+record in `inflight` (INFLIGHT, or LOST while it waits in the retransmit queue); nothing
+acknowledged is ever retransmitted; PSNs of one message are consecutive and messages take PSNs
+in MSN order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..wire.bth import MSN_MOD, PSN_MOD, Opcode
+from ..wire.packet import AckPacket, NackPacket, SackPacket, encode_data_header
+from ..wire.ack import NackReason
+from .config import SessionConfig
+from .errors import LocalProtocolError
+from .events import Event, WriteCompleted
+from .memory import Region
+from .paths import PathTable, ev_plane
+from .spray import SprayPolicy
+from .stats import SessionStats
+from .timers import Timer, TimerTable
+from .transmit import Addr, Transmit
+
+PSN_MASK = PSN_MOD - 1
+MSN_MASK = MSN_MOD - 1
+#: Messages posted and not yet completed; MSNs are compared modulo 2^16.
+MAX_OUTSTANDING_MESSAGES = 1 << 15
+
+INFLIGHT, ACKED, LOST = 0, 1, 2
+
+
+def tx_timestamp(now: float) -> int:
+    """WIRE.md §3 TSETH: the sender's clock in microseconds modulo 2^16."""
+    return int(now * 1e6) & 0xFFFF
+
+
+@dataclass(eq=False, slots=True)
+class OutMessage:
+    msn: int
+    src: memoryview
+    remote_va: int
+    rkey: int
+    imm: int | None
+    npkts: int
+    first_psn: int = -1
+    last_psn: int = -1
+    #: Packets handed out so far (new transmissions only).
+    sent: int = 0
+    #: Packets acknowledged so far.
+    acked: int = 0
+    #: AETH syndrome once the outcome arrived.
+    status: int | None = None
+    #: When to resend the LAST to fetch a missing AETH, and the interval in force.
+    completion_deadline: float | None = None
+    completion_interval: float = 0.0
+
+    @property
+    def length(self) -> int:
+        return len(self.src)
+
+
+@dataclass(eq=False, slots=True)
+class SentPacket:
+    psn: int
+    msg: OutMessage
+    index: int
+    length: int
+    ev: int
+    plane: int
+    sent_at: float
+    #: Send order across the whole session; orders packets sent at the same `now`.
+    seq: int
+    tx_ts: int
+    rtx: bool
+    state: int = INFLIGHT
+    #: Acted on one TRIMMED NACK already (WIRE.md §4: at most one per send record).
+    trim_nacked: bool = False
+
+
+@dataclass(slots=True)
+class _Rack:
+    """RFC 8985 state of one EV: the most recently sent packet known delivered."""
+
+    seq: int
+    rtt: float
+
+
+@dataclass(slots=True)
+class SenderSignals:
+    """What one sender step asks of the session."""
+
+    suspect_planes: list[int] = field(default_factory=list)
+    give_up: bool = False
+
+
+class Sender:
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        paths: PathTable,
+        spray: SprayPolicy,
+        stats: SessionStats,
+        timers: TimerTable,
+        events: deque[Event],
+        peer_addrs: dict[int, Addr],
+        initial_psn: int,
+        now: float,
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.spray = spray
+        self.stats = stats
+        self.timers = timers
+        self.events = events
+        self.peer_addrs = peer_addrs
+        self.dest_qp = 0
+        self.next_psn = initial_psn  # next new PSN
+        self.una = initial_psn  # every PSN before it is acknowledged
+        self.next_msn = config.initial_msn
+        self.inflight: dict[int, SentPacket] = {}
+        self.rtx_queue: deque[tuple[int, str, int | None]] = deque()
+        self.pending: deque[OutMessage] = deque()  # not fully sent, MSN order
+        self.outstanding: deque[OutMessage] = deque()  # not completed, MSN order
+        self.by_msn: dict[int, OutMessage] = {}
+        self.awaiting_aeth: deque[OutMessage] = deque()
+        self._ev_fifo: dict[int, deque[SentPacket]] = {}
+        self._plane_fifo: dict[int, deque[SentPacket]] = {}
+        self._rack: dict[int, _Rack] = {}
+        self._rack_pending: set[int] = set()
+        #: Highest send seq acknowledged per plane: tells a dead plane from a stalled peer.
+        self._acked_seq: dict[int, int] = {}
+        self._seq = 0
+        self.last_progress = now
+        self.rto_expiries = 0  # consecutive, without progress anywhere
+        self.drops: Counter[str] = stats.drops_by_reason
+
+    # -- user calls -------------------------------------------------------------------------
+
+    def post_write(
+        self,
+        region: Region,
+        offset: int,
+        length: int,
+        remote_va: int,
+        rkey: int,
+        imm: int | None,
+    ) -> int:
+        if not 1 <= length <= 1 << 31:
+            raise LocalProtocolError(f"a WRITE moves 1..2^31 bytes, not {length}")
+        if not 0 <= remote_va and remote_va + length <= 1 << 64:
+            raise LocalProtocolError(f"remote VA {remote_va:#x} + {length} does not fit 64 bits")
+        if not 0 <= rkey < 1 << 32:
+            raise LocalProtocolError(f"R_Key {rkey} is not a 32-bit value")
+        if imm is not None and not 0 <= imm < 1 << 32:
+            raise LocalProtocolError(f"immediate {imm} is not a 32-bit value")
+        if len(self.outstanding) >= MAX_OUTSTANDING_MESSAGES:
+            raise LocalProtocolError("too many WRITEs outstanding (2^15); wait for completions")
+        src = region.local_slice(offset, length)
+        mtu = self.config.payload_mtu
+        msg = OutMessage(
+            msn=self.next_msn,
+            src=src,
+            remote_va=remote_va,
+            rkey=rkey,
+            imm=imm,
+            npkts=(length + mtu - 1) // mtu,
+        )
+        self.next_msn = (self.next_msn + 1) & MSN_MASK
+        self.pending.append(msg)
+        self.outstanding.append(msg)
+        self.by_msn[msg.msn] = msg
+        return msg.msn
+
+    @property
+    def idle(self) -> bool:
+        """Nothing posted is still waiting for its outcome."""
+        return not self.outstanding
+
+    # -- output -----------------------------------------------------------------------------
+
+    def datagrams(self, now: float) -> list[Transmit]:
+        out: list[Transmit] = []
+        self._send_retransmissions(now, out)
+        self._send_new(now, out)
+        self._send_completion_probes(now, out)
+        self._arm_timers()
+        return out
+
+    def _window_open(self) -> bool:
+        span = (self.next_psn - self.una) & PSN_MASK
+        cap = self.config.max_inflight or self.config.window
+        return span < self.config.window and len(self.inflight) < cap
+
+    def _send_new(self, now: float, out: list[Transmit]) -> None:
+        while self.pending and self._window_open():
+            ev = self.spray.next_ev()
+            if ev is None:
+                return
+            msg = self.pending[0]
+            psn = self.next_psn
+            if msg.sent == 0:
+                msg.first_psn = psn
+            index = msg.sent
+            msg.sent += 1
+            if msg.sent == msg.npkts:
+                msg.last_psn = psn
+                self.pending.popleft()
+            self.next_psn = (psn + 1) & PSN_MASK
+            out.append(self._transmit(msg, index, psn, ev, now, rtx=False))
+
+    def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
+        while self.rtx_queue:
+            psn, cause, avoid_plane = self.rtx_queue[0]
+            rec = self.inflight.get(psn)
+            if rec is None or rec.state != LOST:
+                self.rtx_queue.popleft()
+                continue
+            ev = self.spray.other_ev(rec.ev, avoid_plane)
+            if ev is None:
+                return
+            self.rtx_queue.popleft()
+            out.append(self._transmit(rec.msg, rec.index, psn, ev, now, rtx=True))
+            self.stats.retransmits_by_cause[cause] += 1
+            self.stats.plane(ev_plane(ev)).retransmits += 1
+
+    def _send_completion_probes(self, now: float, out: list[Transmit]) -> None:
+        """Resend the LAST of a message whose PSNs are all acked but whose AETH is missing.
+
+        The receiver answers a duplicate LAST by repeating the AETH (WIRE.md §4), so a lost
+        ACKNOWLEDGE costs one such resend. The resend gets no send record: its PSN is
+        already acknowledged and must never count as in flight again.
+        """
+        for msg in self.awaiting_aeth:
+            if msg.status is not None or msg.completion_deadline is None:
+                continue
+            if msg.completion_deadline > now:
+                continue
+            ev = self.spray.next_ev()
+            if ev is None:
+                return
+            out.append(self._build(msg, msg.npkts - 1, msg.last_psn, ev, now, rtx=True))
+            self.stats.retransmits_by_cause["completion"] += 1
+            msg.completion_interval = min(self.config.max_rto, msg.completion_interval * 2)
+            msg.completion_deadline = now + msg.completion_interval
+
+    def _opcode(self, msg: OutMessage, index: int) -> Opcode:
+        last = index == msg.npkts - 1
+        if msg.npkts == 1:
+            return Opcode.WRITE_ONLY if msg.imm is None else Opcode.WRITE_ONLY_IMM
+        if index == 0:
+            return Opcode.WRITE_FIRST
+        if last:
+            return Opcode.WRITE_LAST if msg.imm is None else Opcode.WRITE_LAST_IMM
+        return Opcode.WRITE_MIDDLE
+
+    def _build(
+        self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
+    ) -> Transmit:
+        mtu = self.config.payload_mtu
+        offset = index * mtu
+        payload = msg.src[offset : offset + mtu]
+        last = index == msg.npkts - 1
+        rqmsn = self.outstanding[0].msn if self.outstanding else msg.msn
+        header = encode_data_header(
+            opcode=self._opcode(msg, index),
+            dest_qp=self.dest_qp,
+            psn=psn,
+            ev=ev,
+            a=last,
+            rtx=rtx,
+            rqmsn=rqmsn,
+            msn=msg.msn,
+            va=msg.remote_va + offset,
+            rkey=msg.rkey,
+            dma_length=msg.length,
+            tx_timestamp=tx_timestamp(now),
+            imm=msg.imm if last else None,
+            p_key=self.config.p_key,
+        )
+        plane = ev_plane(ev)
+        data = b"".join((header, payload))
+        ps = self.stats.plane(plane)
+        ps.packets_sent += 1
+        ps.bytes_sent += len(data)
+        return Transmit(plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev)
+
+    def _transmit(
+        self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
+    ) -> Transmit:
+        t = self._build(msg, index, psn, ev, now, rtx=rtx)
+        mtu = self.config.payload_mtu
+        self._seq += 1
+        rec = SentPacket(
+            psn=psn,
+            msg=msg,
+            index=index,
+            length=min(mtu, msg.length - index * mtu),
+            ev=ev,
+            plane=t.plane,
+            sent_at=now,
+            seq=self._seq,
+            tx_ts=tx_timestamp(now),
+            rtx=rtx,
+        )
+        self.inflight[psn] = rec
+        self._ev_fifo.setdefault(ev, deque()).append(rec)
+        self._plane_fifo.setdefault(t.plane, deque()).append(rec)
+        return t
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def _arm_timers(self) -> None:
+        for plane, fifo in self._plane_fifo.items():
+            while fifo and fifo[0].state != INFLIGHT:
+                fifo.popleft()
+            if fifo:
+                rto = self.paths.planes[plane].rtt.current
+                self.timers.set(Timer.RETRANSMIT, fifo[0].sent_at + rto, plane)
+            else:
+                self.timers.cancel(Timer.RETRANSMIT, plane)
+        deadline = min(
+            (m.completion_deadline for m in self.awaiting_aeth
+             if m.status is None and m.completion_deadline is not None),
+            default=None,
+        )
+        if deadline is None:
+            self.timers.cancel(Timer.COMPLETION)
+        else:
+            self.timers.set(Timer.COMPLETION, deadline)
+
+    def on_retransmit_timer(self, plane: int, now: float) -> SenderSignals:
+        """The RTO of `plane` expired (DESIGN.md §6)."""
+        signals = SenderSignals()
+        fifo = self._plane_fifo.get(plane)
+        if not fifo:
+            return signals
+        est = self.paths.planes[plane].rtt
+        rto = est.current
+        oldest = next((r for r in fifo if r.state == INFLIGHT), None)
+        if oldest is None:
+            return signals
+        # A later packet acknowledged on another plane means this plane, not the peer, failed.
+        others = any(seq > oldest.seq for p, seq in self._acked_seq.items() if p != plane)
+        for rec in list(fifo):
+            if rec.state == INFLIGHT and rec.sent_at + rto <= now:
+                self._declare_lost(rec, "rto", avoid_plane=plane)
+        est.backoff = min(est.backoff + 1, 16)
+        self.rto_expiries += 1
+        if others:
+            signals.suspect_planes.append(plane)
+        if (
+            self.rto_expiries >= self.config.rto_retries
+            and now - self.last_progress >= self.config.give_up_after
+        ):
+            signals.give_up = True
+        return signals
+
+    def on_reorder_timer(self, now: float) -> None:
+        pending, self._rack_pending = self._rack_pending, set()
+        for ev in pending:
+            self._detect_losses(ev, now)
+
+    def on_plane_down(self, plane: int) -> None:
+        """Every packet in flight on a DOWN plane is lost at once (DESIGN.md §4)."""
+        for rec in self._plane_fifo.get(plane, ()):
+            if rec.state == INFLIGHT:
+                self._declare_lost(rec, "plane_down", avoid_plane=plane)
+
+    # -- input ------------------------------------------------------------------------------
+
+    def on_sack(self, pkt: SackPacket, now: float) -> None:
+        cack = pkt.cack_psn
+        sent_span = (self.next_psn - self.una) & PSN_MASK
+        if (cack - self.una) & PSN_MASK > sent_span:
+            # Older than what we know (a late SACK) or beyond what we sent (a bad peer).
+            if (self.una - cack) & PSN_MASK > self.config.window * 4:
+                self.drops["sack_out_of_range"] += 1
+                return
+            cack = self.una
+        seth = pkt.seth
+        trig = (pkt.cack_psn + seth.ack_psn_offset) & PSN_MASK
+        if pkt.cc.valid and not seth.pr:
+            rec = self.inflight.get(trig)
+            # Karn's rule: only a first transmission whose own timestamp came back.
+            if rec is not None and not rec.rtx and rec.tx_ts == pkt.cc.tx_timestamp:
+                self.paths.planes[rec.plane].rtt.sample(max(0.0, now - rec.sent_at))
+        touched: set[int] = set()
+        while self.una != cack:
+            self._ack(self.una, now, touched)
+            self.una = (self.una + 1) & PSN_MASK
+        base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
+        bitmap = seth.sack_bitmap
+        while bitmap:
+            top = bitmap.bit_length() - 1
+            bitmap ^= 1 << top
+            psn = (base + 63 - top) & PSN_MASK
+            if (psn - self.una) & PSN_MASK < sent_span:
+                self._ack(psn, now, touched)
+        self._advance_una()
+        for ev in touched:
+            self._detect_losses(ev, now)
+
+    def on_acknowledge(self, pkt: AckPacket, now: float) -> None:
+        msg = self.by_msn.get(pkt.aeth.msn)
+        if msg is None or msg.last_psn < 0:
+            self.drops["unexpected_aeth"] += 1
+            return
+        if msg.status is None:
+            # The AETH says every PSN of the message arrived or was consumed.
+            psn = msg.first_psn
+            touched: set[int] = set()
+            for _ in range(msg.npkts):
+                if (psn - self.una) & PSN_MASK < (self.next_psn - self.una) & PSN_MASK:
+                    self._ack(psn, now, touched)
+                psn = (psn + 1) & PSN_MASK
+            self._advance_una()
+            msg.status = pkt.aeth.syndrome
+        while self.outstanding and self.outstanding[0].status is not None:
+            done = self.outstanding.popleft()
+            del self.by_msn[done.msn]
+            self.stats.messages_completed += 1
+            self.events.append(WriteCompleted(msn=done.msn, status=done.status or 0))
+        while self.awaiting_aeth and self.awaiting_aeth[0].status is not None:
+            self.awaiting_aeth.popleft()
+
+    def on_nack(self, pkt: NackPacket, now: float) -> None:
+        self.stats.nacks_received += 1
+        neth = pkt.neth
+        rec = self.inflight.get(neth.nack_psn)
+        reason = neth.nack_reason
+        if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
+            # At most one TRIMMED NACK per send record, matched by PSN and timestamp (WIRE.md §4).
+            if rec is None or rec.state != INFLIGHT or rec.trim_nacked:
+                return
+            if rec.tx_ts != neth.tx_timestamp:
+                return
+            rec.trim_nacked = True
+            self._declare_lost(rec, "nack_trimmed", avoid_plane=None, front=True)
+        elif reason is NackReason.PSN_OOR_WINDOW:
+            if rec is not None and rec.state == INFLIGHT:
+                self._declare_lost(rec, "nack_other", avoid_plane=None)
+        # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:
+        # an early warning only; the outcome arrives in the message's AETH.
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _ack(self, psn: int, now: float, touched: set[int]) -> None:
+        rec = self.inflight.pop(psn, None)
+        if rec is None:
+            return
+        rec.state = ACKED
+        self.stats.bytes_acked += rec.length
+        self.last_progress = now
+        self.rto_expiries = 0
+        self.paths.planes[rec.plane].rtt.backoff = 0
+        if rec.seq > self._acked_seq.get(rec.plane, 0):
+            self._acked_seq[rec.plane] = rec.seq
+        rack = self._rack.get(rec.ev)
+        if rack is None or rec.seq > rack.seq:
+            self._rack[rec.ev] = _Rack(seq=rec.seq, rtt=max(0.0, now - rec.sent_at))
+        touched.add(rec.ev)
+        msg = rec.msg
+        msg.acked += 1
+        if msg.acked == msg.npkts and msg.status is None:
+            interval = max(self.paths.planes[p].rtt.current for p in self.paths.planes)
+            msg.completion_interval = interval
+            msg.completion_deadline = now + interval
+            self.awaiting_aeth.append(msg)
+
+    def _advance_una(self) -> None:
+        while self.una != self.next_psn and self.una not in self.inflight:
+            self.una = (self.una + 1) & PSN_MASK
+
+    def _reorder_window(self, plane: int) -> float:
+        srtt = self.paths.planes[plane].rtt.srtt
+        return max(self.config.reorder_min, (srtt or 0.0) / 4)
+
+    def _detect_losses(self, ev: int, now: float) -> None:
+        """RFC 8985 on one EV: an EV is one path and a path is a FIFO (DESIGN.md §6)."""
+        fifo = self._ev_fifo.get(ev)
+        rack = self._rack.get(ev)
+        if not fifo or rack is None:
+            return
+        reo = self._reorder_window(ev_plane(ev))
+        while fifo:
+            rec = fifo[0]
+            if rec.state != INFLIGHT:
+                fifo.popleft()
+                continue
+            if rec.seq > rack.seq:
+                return
+            deadline = rec.sent_at + rack.rtt + reo
+            if deadline > now:
+                self._rack_pending.add(ev)
+                current = self.timers.get(Timer.REORDER)
+                if current is None or deadline < current:
+                    self.timers.set(Timer.REORDER, deadline)
+                return
+            fifo.popleft()
+            self._declare_lost(rec, "rack", avoid_plane=None)
+
+    def _declare_lost(
+        self, rec: SentPacket, cause: str, *, avoid_plane: int | None, front: bool = False
+    ) -> None:
+        rec.state = LOST
+        entry = (rec.psn, cause, avoid_plane)
+        if front:
+            self.rtx_queue.appendleft(entry)
+        else:
+            self.rtx_queue.append(entry)

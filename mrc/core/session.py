@@ -1,0 +1,565 @@
+"""A `Session` is one MRC connection (a QP): the sans-I/O protocol object.
+
+Theory of operation
+-------------------
+The session never touches a socket, a clock or an event loop (DESIGN.md §3). It is driven by:
+
+* inputs: `receive_datagrams(plane, datagrams, now)` (one receive batch; the `Endpoint` routes
+  datagrams here by DestQP), `plane_status(plane, up, now)`, `handle_timer(now)`, and user calls
+  (`post_write`, `close`);
+* outputs, pulled once after every input, in this order: `datagrams_to_send(now)`,
+  `get_timer()`, then `next_event()` until it returns None.
+
+Inside, the work is split by concern: `Sender` (posted WRITEs, send records, loss inference,
+completions), `Receiver` (checks, placement, SACK/NACK/AETH), `PathTable` (planes, EVs, RTTs),
+a spray policy, and the CM handshake helpers in `cm.py`. This module holds the handshake state,
+routes decoded packets to their handler (`_handle_<kind>`), owns plane transitions and plane
+probing, and collects outputs. Time always arrives as `now` (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+from enum import Enum
+from typing import Any
+
+from ..wire.bth import Opcode
+from ..wire.cm import CMH, RejectReason
+from ..wire.errors import DecodeError
+from ..wire.packet import (
+    AckPacket,
+    CmPacket,
+    DataPacket,
+    EndpointPacket,
+    NackPacket,
+    Packet,
+    ProbePacket,
+    SackPacket,
+    decode_packet,
+)
+from ..wire.probe import EETH, ERTH, PETH, EndpointOp
+from . import cm
+from .config import SessionConfig
+from .errors import LocalProtocolError
+from .events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    Event,
+    PlaneDown,
+    PlaneUp,
+)
+from .memory import Region, RegionTable
+from .paths import PathTable, PlaneState
+from .receiver import Receiver
+from .sender import Sender, tx_timestamp
+from .spray import make_spray
+from .stats import SessionStats
+from .timers import Timer, TimerTable
+from .transmit import Addr, Transmit
+
+
+class SessionState(Enum):
+    CONNECTING = "connecting"  # requester: REQUEST sent, waiting for REPLY/REJECT
+    ESTABLISHED = "established"
+    CLOSED = "closed"
+
+
+Datagram = tuple[bytes | memoryview, int]  # (bytes, TOS byte of the IP header)
+
+
+class Session:
+    """One connection. Build it with `Session.connect` or `Session.accept` (the Endpoint does)."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        qpn: int,
+        regions: RegionTable,
+        rng: random.Random,
+        peer_addrs: dict[int, Addr],
+        now: float,
+    ) -> None:
+        self.config = config.validate()
+        self.qpn = qpn
+        self.peer_qpn = 0
+        self.regions = regions
+        self.rng = rng
+        self.peer_addrs = peer_addrs
+        self.state = SessionState.CONNECTING
+        self.close_reason = ""
+        self.stats = SessionStats()
+        self.timers = TimerTable()
+        self.connection_id = 0
+        self.nonce = b""
+        self.initial_psn = (
+            config.initial_psn if config.initial_psn is not None else rng.getrandbits(24)
+        )
+        self.half_open = False
+        self._events: deque[Event] = deque()
+        self._out: list[Transmit] = []
+        self._created = now
+        # Requester: the REQUEST per plane and retry state. Responder: the REPLY bytes.
+        self._private_data = b""
+        self._cm_attempts = 0
+        self._cm_interval = config.cm_retry
+        self._reply = b""
+        # Plane probing: probe_id → (plane, sent_at); per-plane probe interval.
+        self._probe_id = 0
+        self._probes: dict[int, tuple[int, float]] = {}
+        self._probe_interval: dict[int, float] = {}
+        self.peer_port_mask = config.plane_mask
+        self.paths = PathTable(config)
+        self.spray = make_spray(config.spray, self.paths, rng)
+        self.sender: Sender | None = None
+        self.receiver: Receiver | None = None
+        self._handlers: dict[type[Any], Callable[[Any, int, int, float], None]] = {
+            DataPacket: self._handle_data,
+            SackPacket: self._handle_sack,
+            NackPacket: self._handle_nack,
+            AckPacket: self._handle_acknowledge,
+            ProbePacket: self._handle_probe,
+            EndpointPacket: self._handle_endpoint,
+            CmPacket: self._handle_cm,
+        }
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        config: SessionConfig,
+        peer_addrs: dict[int, Addr],
+        private_data: bytes,
+        *,
+        qpn: int,
+        regions: RegionTable,
+        rng: random.Random,
+        now: float,
+    ) -> Session:
+        """A requester: sends a REQUEST on every plane of `config.plane_mask` it has an address
+        for, and repeats them on a backoff until a REPLY or REJECT arrives (WIRE.md §6)."""
+        config = config.validate()
+        missing = [p for p in config.planes if p not in peer_addrs]
+        if missing:
+            raise LocalProtocolError(f"no peer address for plane(s) {missing}")
+        s = cls(config, qpn=qpn, regions=regions, rng=rng, peer_addrs=dict(peer_addrs), now=now)
+        s._private_data = cm.check_private_data(private_data)
+        s.nonce = rng.randbytes(16)
+        s.connection_id = rng.getrandbits(64)
+        s._send_requests(now)
+        return s
+
+    @classmethod
+    def accept(
+        cls,
+        config: SessionConfig,
+        request: CmPacket,
+        plane: int,
+        addr: Addr,
+        reply_private_data: bytes,
+        *,
+        qpn: int,
+        regions: RegionTable,
+        rng: random.Random,
+        now: float,
+    ) -> Session:
+        """A responder for a REQUEST, with `config` already negotiated (`cm.negotiate`)."""
+        s = cls(config, qpn=qpn, regions=regions, rng=rng, peer_addrs={plane: addr}, now=now)
+        req = request.cmh
+        s.peer_qpn = req.local_qpn
+        s.nonce = req.nonce
+        s.connection_id = req.connection_id
+        s._reply = cm.build_reply(
+            s.config,
+            local_qpn=qpn,
+            remote_qpn=req.local_qpn,
+            initial_psn=s.initial_psn,
+            nonce=rng.randbytes(16),
+            connection_id=req.connection_id,
+            private_data=cm.check_private_data(reply_private_data),
+        )
+        s._establish(peer_initial_psn=req.initial_psn, now=now)
+        s.half_open = True
+        s.timers.set(Timer.HALF_OPEN, now + config.half_open_timeout)
+        # Planes the REQUEST has not reached us on yet wait for their address (learn_addr).
+        for p in s.paths.planes:
+            if p not in s.peer_addrs:
+                s.paths.set_state(p, PlaneState.DOWN, "no address")
+        s._cm_send(plane, s._reply)
+        s._events.append(s._established_event(bytes(request.private_data)))
+        return s
+
+    def _established_event(self, private_data: bytes) -> ConnectionEstablished:
+        c = self.config
+        return ConnectionEstablished(
+            peer_qpn=self.peer_qpn,
+            private_data=private_data,
+            payload_mtu=c.payload_mtu,
+            mpr=c.mpr,
+            ev_per_plane=c.ev_per_plane,
+            plane_mask=c.plane_mask,
+            connection_id=self.connection_id,
+        )
+
+    def _establish(self, *, peer_initial_psn: int, now: float) -> None:
+        self.state = SessionState.ESTABLISHED
+        self.paths = PathTable(self.config)
+        self.spray = make_spray(self.config.spray, self.paths, self.rng)
+        self.sender = Sender(
+            self.config,
+            paths=self.paths,
+            spray=self.spray,
+            stats=self.stats,
+            timers=self.timers,
+            events=self._events,
+            peer_addrs=self.peer_addrs,
+            initial_psn=self.initial_psn,
+            now=now,
+        )
+        self.sender.dest_qp = self.peer_qpn
+        self.receiver = Receiver(
+            self.config,
+            regions=self.regions,
+            paths=self.paths,
+            stats=self.stats,
+            events=self._events,
+            peer_addrs=self.peer_addrs,
+            initial_psn=peer_initial_psn,
+        )
+        self.receiver.dest_qp = self.peer_qpn
+        self.timers.cancel(Timer.CM_RETRY)
+
+    # -- user calls ---------------------------------------------------------------------------
+
+    def post_write(
+        self,
+        region: Region,
+        offset: int,
+        length: int,
+        remote_va: int,
+        rkey: int,
+        imm: int | None = None,
+    ) -> int:
+        """Queue a WRITE of `region[offset:offset+length]` to the peer's `remote_va` under
+        `rkey`, as WRITE_WITH_IMM when `imm` is given. Returns its MSN; `WriteCompleted(msn,
+        status)` follows in MSN order. The bytes must stay unchanged until then."""
+        if self.state is not SessionState.ESTABLISHED or self.sender is None:
+            raise LocalProtocolError(f"cannot post a WRITE on a {self.state.value} session")
+        return self.sender.post_write(region, offset, length, remote_va, rkey, imm)
+
+    def close(self, now: float) -> None:
+        """Send CM_DISCONNECT on every plane and end the session at once."""
+        if self.state is SessionState.CLOSED:
+            return
+        if self.state is SessionState.ESTABLISHED:
+            data = cm.build_disconnect(
+                self.config, local_qpn=self.qpn, remote_qpn=self.peer_qpn,
+                connection_id=self.connection_id,
+            )
+            for plane in sorted(self.peer_addrs):
+                self._cm_send(plane, data)
+        self._close("closed")
+
+    def plane_status(self, plane: int, up: bool, now: float) -> None:
+        """io/ or sim/ report a local plane change (a send error such as ENETUNREACH = down)."""
+        if plane not in self.paths.planes or self.state is not SessionState.ESTABLISHED:
+            return
+        if not up:
+            self._plane_down(plane, "local", now)
+        elif not self.paths.is_up(plane):
+            # Probe at once; an answer brings it back (DESIGN.md §4).
+            self._probe_interval[plane] = self.config.probe_interval
+            self.timers.set(Timer.PLANE_PROBE, now, plane)
+
+    def learn_addr(self, plane: int, addr: Addr, now: float) -> None:
+        """The endpoint saw the peer on `plane` at `addr` (responder: a late REQUEST copy)."""
+        if plane in self.peer_addrs or plane not in self.paths.planes:
+            return
+        self.peer_addrs[plane] = addr
+        if self.state is SessionState.ESTABLISHED and not self.paths.is_up(plane):
+            if self.paths.planes[plane].down_reason == "no address":
+                self.paths.set_state(plane, PlaneState.UP)
+
+    # -- state for callers ------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is SessionState.CLOSED
+
+    @property
+    def idle(self) -> bool:
+        """Every posted WRITE has completed."""
+        return self.sender is None or self.sender.idle
+
+    def plane_state(self, plane: int) -> str:
+        pl = self.paths.planes.get(plane)
+        return pl.state.value if pl is not None else "absent"
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def receive_datagrams(self, plane: int, datagrams: Iterable[Datagram], now: float) -> None:
+        """One receive batch from `plane`: each datagram with the TOS byte it arrived with."""
+        if self.state is SessionState.CLOSED:
+            return
+        drops = self.stats.drops_by_reason
+        ps = self.stats.plane(plane)
+        for data, tos in datagrams:
+            ps.packets_received += 1
+            ps.bytes_received += len(data)
+            try:
+                pkt: Packet = decode_packet(data)
+            except DecodeError as exc:
+                drops[f"decode_{exc.field}"] += 1
+                continue
+            if pkt.p_key != self.config.p_key:
+                drops["p_key"] += 1
+                continue
+            if not isinstance(pkt, CmPacket):
+                if self.state is not SessionState.ESTABLISHED:
+                    drops["not_connected"] += 1
+                    continue
+                if self.half_open:
+                    self.half_open = False
+                    self.timers.cancel(Timer.HALF_OPEN)
+            self._handlers[type(pkt)](pkt, plane, tos, now)
+            if self.state is SessionState.CLOSED:
+                return
+        if self.receiver is not None:
+            self.receiver.end_batch(now)
+
+    def handle_timer(self, now: float) -> None:
+        """Run every timer due at `now`."""
+        for timer, plane in self.timers.pop_expired(now):
+            if self.state is SessionState.CLOSED:
+                return
+            if timer is Timer.RETRANSMIT and self.sender is not None and plane is not None:
+                signals = self.sender.on_retransmit_timer(plane, now)
+                for p in signals.suspect_planes:
+                    self._plane_down(p, "rto", now)
+                if signals.give_up:
+                    self._close("retry limit")
+            elif timer is Timer.REORDER and self.sender is not None:
+                self.sender.on_reorder_timer(now)
+            elif timer is Timer.PLANE_PROBE and plane is not None:
+                self._send_plane_probe(plane, now)
+            elif timer is Timer.CM_RETRY:
+                self._send_requests(now)
+            elif timer is Timer.HALF_OPEN:
+                self._close("half-open timeout")
+            # Timer.COMPLETION: datagrams_to_send resends the LAST whose AETH is overdue.
+
+    # -- outputs ------------------------------------------------------------------------------
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]:
+        out = self._out
+        self._out = []
+        if self.receiver is not None and self.receiver.out:
+            out.extend(self.receiver.out)
+            self.receiver.out.clear()
+        if self.sender is not None and self.state is SessionState.ESTABLISHED:
+            out.extend(self.sender.datagrams(now))
+        return out
+
+    def get_timer(self) -> float | None:
+        return None if self.state is SessionState.CLOSED else self.timers.next_deadline()
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    def _handle_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
+        assert self.receiver is not None
+        self.receiver.on_data(pkt, plane, tos, now)
+
+    def _handle_sack(self, pkt: SackPacket, plane: int, tos: int, now: float) -> None:
+        assert self.sender is not None
+        if pkt.seth.pr:
+            self._handle_probe_answer(pkt.seth.ack_psn_offset & 0xFFFF, now)
+        self.sender.on_sack(pkt, now)
+
+    def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
+        assert self.sender is not None
+        self.sender.on_nack(pkt, now)
+
+    def _handle_acknowledge(self, pkt: AckPacket, plane: int, tos: int, now: float) -> None:
+        assert self.sender is not None
+        self.sender.on_acknowledge(pkt, now)
+
+    def _handle_probe(self, pkt: ProbePacket, plane: int, tos: int, now: float) -> None:
+        assert self.receiver is not None
+        self.receiver.on_probe(pkt, plane)
+
+    def _handle_endpoint(self, pkt: EndpointPacket, plane: int, tos: int, now: float) -> None:
+        header = pkt.header
+        if isinstance(header, ERTH):
+            if header.op is EndpointOp.PORT_STATUS:
+                self.peer_port_mask = header.port_status_mask
+            # Answer on the plane it came in on: that validates the reverse path (DESIGN.md §4).
+            answer = EndpointPacket(
+                opcode=Opcode.ENDPOINT_RESPONSE,
+                dest_qp=self.peer_qpn,
+                ev=self.paths.planes[plane].reverse_ev() if plane in self.paths.planes else 0,
+                header=EETH(
+                    op=header.op,
+                    port_status_mask=self._port_mask(),
+                    probe_id=header.probe_id,
+                    tx_timestamp=header.tx_timestamp,
+                ),
+                p_key=self.config.p_key,
+            )
+            if plane in self.peer_addrs:
+                self._out.append(Transmit(plane, self.peer_addrs[plane], answer.encode(), answer.ev))
+        elif isinstance(header, EETH):
+            self.peer_port_mask = header.port_status_mask
+
+    def _handle_cm(self, pkt: CmPacket, plane: int, tos: int, now: float) -> None:
+        op = pkt.opcode
+        cmh = pkt.cmh
+        drops = self.stats.drops_by_reason
+        if op is Opcode.CM_REQUEST:
+            # Responder: a copy of the REQUEST (another plane, or a retry): same REPLY bytes.
+            if self._reply and cmh.nonce == self.nonce:
+                self._cm_send(plane, self._reply)
+            else:
+                drops["cm_unexpected"] += 1
+        elif op is Opcode.CM_REPLY:
+            if self.state is not SessionState.CONNECTING:
+                return  # a copy from another plane: the first one established us
+            if cmh.remote_qpn != self.qpn:
+                drops["cm_mismatch"] += 1
+                return
+            agreed = cm.adopt_reply(self.config, cmh)
+            if agreed is None:
+                self._close("rejected: reply with parameters we did not offer")
+                return
+            self.config = agreed
+            self.peer_qpn = cmh.local_qpn
+            self._establish(peer_initial_psn=cmh.initial_psn, now=now)
+            self._events.append(self._established_event(bytes(pkt.private_data)))
+            self._announce_ports()
+        elif op is Opcode.CM_REJECT:
+            if self.state is SessionState.CONNECTING and cmh.nonce == self.nonce:
+                self._close(f"rejected: {_reject_name(cmh)}")
+            else:
+                drops["cm_mismatch"] += 1
+        elif op is Opcode.CM_DISCONNECT:
+            if self.state is SessionState.ESTABLISHED and cmh.local_qpn == self.peer_qpn:
+                self._close("disconnect")
+            else:
+                drops["cm_mismatch"] += 1
+
+    # -- CM ---------------------------------------------------------------------------------
+
+    def _send_requests(self, now: float) -> None:
+        if self._cm_attempts >= self.config.cm_attempts:
+            self._close("no answer")
+            return
+        self._cm_attempts += 1
+        for plane in self.config.planes:
+            self._cm_send(
+                plane,
+                cm.build_request(
+                    self.config,
+                    plane=plane,
+                    local_qpn=self.qpn,
+                    initial_psn=self.initial_psn,
+                    nonce=self.nonce,
+                    connection_id=self.connection_id,
+                    private_data=self._private_data,
+                ),
+            )
+        self.timers.set(Timer.CM_RETRY, now + self._cm_interval)
+        self._cm_interval = min(self._cm_interval * 2, 2.0)
+
+    def _cm_send(self, plane: int, data: bytes) -> None:
+        if plane in self.peer_addrs:
+            self._out.append(Transmit(plane=plane, addr=self.peer_addrs[plane], data=data))
+
+    def _close(self, reason: str) -> None:
+        if self.state is SessionState.CLOSED:
+            return
+        self.state = SessionState.CLOSED
+        self.close_reason = reason
+        self.timers.clear()
+        self._events.append(ConnectionClosed(reason=reason))
+
+    # -- planes -------------------------------------------------------------------------------
+
+    def _port_mask(self) -> int:
+        """Planes we can receive on (PORTSTATE, WIRE.md §4)."""
+        return sum(1 << p for p in self.paths.planes if self.paths.planes[p].down_reason != "local")
+
+    def _announce_ports(self) -> None:
+        """PORT_STATUS to the peer's QPN; also tells a responder the requester is alive."""
+        for plane in self.paths.up_planes():
+            pkt = EndpointPacket(
+                opcode=Opcode.ENDPOINT_REQUEST,
+                dest_qp=self.peer_qpn,
+                ev=self.paths.planes[plane].reverse_ev(),
+                header=ERTH(op=EndpointOp.PORT_STATUS, port_status_mask=self._port_mask()),
+                p_key=self.config.p_key,
+            )
+            self._out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
+
+    def _plane_down(self, plane: int, reason: str, now: float) -> None:
+        if not self.paths.set_state(plane, PlaneState.DOWN, reason):
+            return
+        self._events.append(PlaneDown(plane=plane, reason=reason))
+        if self.sender is not None:
+            self.sender.on_plane_down(plane)
+        self._probe_interval[plane] = self.config.probe_interval
+        self.timers.set(Timer.PLANE_PROBE, now + self.config.probe_interval, plane)
+
+    def _send_plane_probe(self, plane: int, now: float) -> None:
+        pl = self.paths.planes[plane]
+        if pl.state is PlaneState.UP or plane not in self.peer_addrs or self.sender is None:
+            return
+        self._probe_id = (self._probe_id + 1) & 0xFFFF
+        ev = pl.evs[self._probe_id % len(pl.evs)]
+        pkt = ProbePacket(
+            dest_qp=self.peer_qpn,
+            psn=self.sender.next_psn,
+            ev=ev,
+            peth=PETH(probe_id=self._probe_id, tx_timestamp=tx_timestamp(now)),
+            p_key=self.config.p_key,
+        )
+        self._probes[self._probe_id] = (plane, now)
+        if len(self._probes) > 256:
+            self._probes.pop(next(iter(self._probes)))
+        self.stats.probes_sent += 1
+        self._out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), ev))
+        interval = self._probe_interval.get(plane, self.config.probe_interval)
+        self.timers.set(Timer.PLANE_PROBE, now + interval, plane)
+        # Unanswered probes back off, 10 ms doubling to 1 s (DESIGN.md §4).
+        self._probe_interval[plane] = min(interval * 2, self.config.probe_max_interval)
+
+    def _handle_probe_answer(self, probe_id: int, now: float) -> None:
+        entry = self._probes.pop(probe_id, None)
+        if entry is None:
+            return
+        plane, _sent_at = entry
+        self.stats.probes_answered += 1
+        pl = self.paths.planes[plane]
+        if pl.state is PlaneState.UP:
+            return
+        pl.answers += 1
+        if pl.answers >= self.config.restore_answers:
+            self.paths.set_state(plane, PlaneState.UP)
+            self.timers.cancel(Timer.PLANE_PROBE, plane)
+            self._events.append(PlaneUp(plane=plane))
+        else:
+            # Confirming probes go at the base interval (DESIGN.md §4).
+            self._probe_interval[plane] = self.config.probe_interval
+            self.timers.set(Timer.PLANE_PROBE, now + self.config.probe_interval, plane)
+
+
+def _reject_name(cmh: CMH) -> str:
+    try:
+        return RejectReason(cmh.reject_reason).name.lower().replace("_", " ")
+    except ValueError:
+        return f"reason {cmh.reject_reason}"
+

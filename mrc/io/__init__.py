@@ -1,0 +1,34 @@
+"""The I/O layer: the only part of `mrc` that touches sockets and the event loop.
+
+Holds plane sockets (`planes`), the endpoint that drives the sans-I/O core on them
+(`endpoint`) and event-loop setup (`loop`). The protocol itself lives in `mrc.core`; what to do
+with connections (benchmarks, the daemon) lives in `mrc.cli` and `mrc.daemon`.
+"""
+
+from __future__ import annotations
+
+from .endpoint import CoreEndpoint, CoreSession, Fault, IoEndpoint
+from .loop import loop_name, new_event_loop
+from .planes import (
+    DEFAULT_BUFFER_BYTES,
+    ECT0,
+    PLANE_DOWN_ERRNOS,
+    PlaneSocket,
+    SockAddr,
+    resolve_addr,
+)
+
+__all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "ECT0",
+    "PLANE_DOWN_ERRNOS",
+    "CoreEndpoint",
+    "CoreSession",
+    "Fault",
+    "IoEndpoint",
+    "PlaneSocket",
+    "SockAddr",
+    "loop_name",
+    "new_event_loop",
+    "resolve_addr",
+]

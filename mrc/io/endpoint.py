@@ -1,0 +1,309 @@
+"""`IoEndpoint`: runs a sans-I/O core endpoint on real plane sockets and an asyncio loop.
+
+Holds the glue of DESIGN.md §3 on real sockets: a reader per plane socket that drains a batch and
+hands it to the core in one call, the "flush" that pulls a session's outputs after every input
+(transmits, then its ONE timer handle, then its events), send-error reporting as plane status,
+the lab blackhole fault (`inject_plane_down`) and clean shutdown. It decides nothing about the
+protocol (that is `mrc.core`) nor about what an application does with events (the bench, the
+daemon); it only moves bytes, deadlines and events between them.
+
+Time: the core is given `now()` (time.monotonic, high resolution) rather than `loop.time()`,
+because uvloop's loop clock ticks in milliseconds, which is too coarse for RTT samples on
+loopback. Deadlines are turned into `loop.call_later` delays, so either loop works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from mrc.core.config import SessionConfig
+from mrc.core.events import Event
+from mrc.core.transmit import Transmit
+
+from .planes import PLANE_DOWN_ERRNOS, PlaneSocket, SockAddr
+
+__all__ = ["CoreEndpoint", "CoreSession", "Fault", "IoEndpoint"]
+
+log = logging.getLogger("mrc.io")
+
+
+class CoreSession(Protocol):
+    """What io/ needs from a core `Session`."""
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]: ...
+
+    def get_timer(self) -> float | None: ...
+
+    def next_event(self) -> Event | None: ...
+
+    def handle_timer(self, now: float) -> None: ...
+
+    def plane_status(self, plane: int, up: bool, now: float) -> None: ...
+
+
+S = TypeVar("S", bound=CoreSession)
+
+
+class CoreEndpoint(Protocol[S]):
+    """What io/ needs from a core `Endpoint`."""
+
+    def receive_datagrams(
+        self, plane: int, datagrams: Sequence[tuple[bytes | memoryview, Hashable, int]], now: float
+    ) -> list[S]: ...
+
+    def datagrams_to_send(self) -> list[Transmit]: ...
+
+    def listen(self, config: SessionConfig, accept: Callable[[bytes], bytes | None]) -> None: ...
+
+    def connect(
+        self,
+        config: SessionConfig,
+        peer_addrs: dict[int, Hashable],
+        private_data: bytes,
+        now: float,
+    ) -> S: ...
+
+    def discard(self, session: S) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A lab fault this io applies: from `at` (the `now()` clock) on, sends on `plane` vanish."""
+
+    plane: int
+    at: float
+    kind: str = "plane-down"
+
+
+class IoEndpoint(Generic[S]):
+    """A core endpoint bound to plane sockets and driven by an event loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        core: CoreEndpoint[S],
+        planes: Mapping[int, PlaneSocket],
+        on_event: Callable[[S, Event], None] | None = None,
+        *,
+        batch: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.core = core
+        self.planes: dict[int, PlaneSocket] = dict(planes)
+        self.on_event = on_event
+        self.batch = batch
+        self.now = clock
+        self.on_error = on_error
+        #: io-level drops and incidents: injected blackhole drops, sends to planes we lack, …
+        self.counters: Counter[str] = Counter()
+        self.faults: list[Fault] = []
+        self._blackhole: dict[int, float] = {}
+        self._timers: dict[int, tuple[float, asyncio.TimerHandle]] = {}
+        self._flushing: set[int] = set()
+        self._again: set[int] = set()
+        self._down_reported: set[tuple[int, int]] = set()
+        self._readers: list[int] = []
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Register a reader for every plane socket."""
+        for plane, sock in self.planes.items():
+            fd = sock.fileno()
+            self.loop.add_reader(fd, self._on_readable, plane)
+            self._readers.append(fd)
+
+    def close(self) -> None:
+        """Remove readers, cancel every timer, close the sockets. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for fd in self._readers:
+            self.loop.remove_reader(fd)
+        self._readers.clear()
+        for _, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for sock in self.planes.values():
+            sock.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- user calls -------------------------------------------------------------------------
+
+    def listen(self, config: SessionConfig, accept: Callable[[bytes], bytes | None]) -> None:
+        self.core.listen(config, accept)
+
+    def connect(
+        self,
+        config: SessionConfig,
+        peer_addrs: Mapping[int, SockAddr],
+        private_data: bytes,
+        *,
+        connect_sockets: bool = False,
+    ) -> S:
+        """Start a connection; with `connect_sockets`, fix each plane socket to its peer.
+
+        Connecting is faster (no address lookup per send) and lets ICMP errors from the peer show
+        up as ECONNREFUSED, but only suits an endpoint that talks to that one peer.
+        """
+        if connect_sockets:
+            for plane, addr in peer_addrs.items():
+                sock = self.planes.get(plane)
+                if sock is not None:
+                    sock.connect(addr)
+        addrs: dict[int, Hashable] = {p: a for p, a in peer_addrs.items()}
+        session = self.core.connect(config, addrs, private_data, self.now())
+        self.flush(session)
+        return session
+
+    def inject_plane_down(self, plane: int, at: float) -> Fault:
+        """From `at` (the `now()` clock) on, silently drop (and count) all our sends on `plane`.
+
+        A blackhole, not a send error: the core is told nothing and must notice by itself.
+        """
+        fault = Fault(plane, at)
+        self.faults.append(fault)
+        prev = self._blackhole.get(plane)
+        self._blackhole[plane] = at if prev is None else min(prev, at)
+        return fault
+
+    def flush(self, session: S) -> None:
+        """Pull the session's outputs: send its transmits, re-arm its timer, deliver its events.
+
+        Safe to call from inside `on_event` (the request is folded into the running flush).
+        """
+        key = id(session)
+        if key in self._flushing:
+            self._again.add(key)
+            return
+        self._flushing.add(key)
+        try:
+            for _ in range(1000):
+                self._again.discard(key)
+                self._flush_once(session, key)
+                if key not in self._again:
+                    break
+        finally:
+            self._flushing.discard(key)
+        if session.is_closed and key not in self._timers:
+            self._forget(session, key)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _flush_once(self, session: S, key: int) -> None:
+        if self._closed:
+            return
+        now = self.now()
+        down: set[int] = set()
+        up: set[int] = set()
+        for tx in session.datagrams_to_send(now):
+            err = self._send(tx, now)
+            if err is None:
+                if (key, tx.plane) in self._down_reported:
+                    up.add(tx.plane)
+            elif err in PLANE_DOWN_ERRNOS:
+                down.add(tx.plane)
+        for plane in up - down:
+            self._down_reported.discard((key, plane))
+            session.plane_status(plane, True, now)
+            self._again.add(key)
+        for plane in down:
+            if (key, plane) not in self._down_reported:
+                self._down_reported.add((key, plane))
+                session.plane_status(plane, False, now)
+                self._again.add(key)
+        self._arm(session, key, session.get_timer(), now)
+        on_event = self.on_event
+        while (event := session.next_event()) is not None:
+            if on_event is not None:
+                on_event(session, event)
+
+    def _send(self, tx: Transmit, now: float) -> int | None:
+        sock = self.planes.get(tx.plane)
+        if sock is None:
+            self.counters["no_socket"] += 1
+            return None
+        at = self._blackhole.get(tx.plane)
+        if at is not None and now >= at:
+            seg = tx.segment_size
+            self.counters["injected_plane_down"] += -(-len(tx.data) // seg) if seg else 1
+            return None
+        return sock.send(tx.data, cast(SockAddr, tx.addr), tx.segment_size)
+
+    def _arm(self, session: S, key: int, deadline: float | None, now: float) -> None:
+        current = self._timers.get(key)
+        if current is not None:
+            if current[0] == deadline:
+                return
+            current[1].cancel()
+            del self._timers[key]
+        if deadline is None:
+            return
+        handle = self.loop.call_later(max(0.0, deadline - now), self._on_timer, session)
+        self._timers[key] = (deadline, handle)
+
+    def _on_timer(self, session: S) -> None:
+        key = id(session)
+        self._timers.pop(key, None)
+        if self._closed:
+            return
+        try:
+            session.handle_timer(self.now())
+            self.flush(session)
+        except Exception as exc:  # noqa: BLE001 - one bad session must not stop the loop
+            self._internal_error("timer", exc)
+
+    def _on_readable(self, plane: int) -> None:
+        sock = self.planes[plane]
+        batch = sock.drain(self.batch)
+        if not batch or self._closed:
+            return
+        now = self.now()
+        try:
+            sessions = self.core.receive_datagrams(plane, batch, now)
+            for session in sessions:
+                self.flush(session)
+            self._send_endpoint_transmits(now)
+        except Exception as exc:  # noqa: BLE001 - bad input must never stop the loop
+            self._internal_error(f"receive on plane {plane}", exc)
+
+    def _send_endpoint_transmits(self, now: float) -> None:
+        for tx in self.core.datagrams_to_send():
+            self._send(tx, now)
+
+    def _forget(self, session: S, key: int) -> None:
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle[1].cancel()
+        self._down_reported = {k for k in self._down_reported if k[0] != key}
+        sessions: Any = getattr(self.core, "sessions", None)
+        if sessions is None or session in sessions.values():
+            self.core.discard(session)
+
+    def _internal_error(self, where: str, exc: Exception) -> None:
+        name = type(exc).__name__
+        self.counters["internal_error_" + name] += 1
+        message = f"internal error in {where}: {name}: {exc}"
+        if self.on_error is not None:
+            self.on_error(message)
+        else:
+            log.error("%s", message)
+
+    def send_totals(self) -> dict[int, tuple[int, int]]:
+        """(packets, bytes) sent per plane socket, as the kernel accepted them."""
+        return {p: (s.packets_sent, s.bytes_sent) for p, s in self.planes.items()}

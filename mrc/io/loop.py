@@ -1,0 +1,35 @@
+"""Event-loop setup for the I/O layer: uvloop when it is importable, the stdlib loop otherwise.
+
+Holds `new_event_loop()` and `loop_name()`. It sets no policy globally and runs nothing; the
+endpoint (`mrc.io.endpoint`) and the CLI decide what runs on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Callable
+from typing import cast
+
+__all__ = ["loop_name", "new_event_loop"]
+
+
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        module = importlib.import_module("uvloop")
+    except ImportError:
+        return None
+    return cast(Callable[[], asyncio.AbstractEventLoop], module.new_event_loop)
+
+
+def new_event_loop(*, prefer_uvloop: bool = True) -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when importable (and preferred), else asyncio's default."""
+    factory = _uvloop_factory() if prefer_uvloop else None
+    if factory is not None:
+        return factory()
+    return asyncio.new_event_loop()
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """"uvloop" or "asyncio" (the stdlib loop), for reports."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"

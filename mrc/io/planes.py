@@ -1,0 +1,297 @@
+"""Plane sockets: one non-blocking UDP socket per plane, with batched reads and GSO sends.
+
+Holds `PlaneSocket` (bind, socket options, `drain` into a ring of preallocated buffers, `send`
+with the errno mapping of DESIGN.md §11) and `resolve_addr` for numeric or named addresses. It
+knows nothing about MRC packets, sessions or the event loop: `mrc.io.endpoint` registers the
+sockets with the loop and feeds what `drain` returns to the core.
+
+Socket facts this module relies on (DESIGN.md §11, checked on Linux 6.x):
+
+- every datagram's TOS / traffic-class byte arrives as a control message once `IP_RECVTOS` /
+  `IPV6_RECVTCLASS` is set; we send ECN-capable (ECT(0)) through `IP_TOS` / `IPV6_TCLASS`;
+- `sendmsg` with a `(SOL_UDP, UDP_SEGMENT, u16)` control message sends one buffer as several
+  datagrams of that size (at most 64 segments and 64 KiB per call);
+- with `UDP_GRO` set, one read may return several coalesced datagrams and their size arrives as
+  a `(SOL_UDP, UDP_GRO, int)` control message; `drain` splits them again;
+- `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE` lift `net.core.rmem_max` for root only.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+import struct
+from collections import Counter
+from typing import Any
+
+__all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "ECT0",
+    "MAX_GSO_SEGMENTS",
+    "PLANE_DOWN_ERRNOS",
+    "RECV_BUFFER_BYTES",
+    "PlaneSocket",
+    "SockAddr",
+    "resolve_addr",
+]
+
+#: A socket address as the kernel reports it: (host, port) or (host, port, flowinfo, scope_id).
+SockAddr = tuple[Any, ...]
+#: One received datagram: its bytes (a view into a ring buffer), the source, the TOS byte.
+Datagram = tuple[memoryview, SockAddr, int]
+
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+
+ECT0 = 0x02
+DEFAULT_BUFFER_BYTES = 16 << 20
+RECV_BUFFER_BYTES = 64 << 10
+MAX_GSO_SEGMENTS = 64
+_ANC_SIZE = socket.CMSG_SPACE(4) * 2
+_U16 = struct.Struct("=H")
+_INT = struct.Struct("=i")
+
+#: Send errors that mean the local link of the plane is gone (reported to the core).
+PLANE_DOWN_ERRNOS = frozenset({errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH})
+_LOCAL_DROP_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
+#: Errors that say the kernel or device cannot do UDP GSO at all.
+_NO_GSO_ERRNOS = frozenset({errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP})
+
+
+def _errname(code: int) -> str:
+    return errno.errorcode.get(code, f"errno{code}").lower()
+
+
+def resolve_addr(host: str, port: int) -> tuple[int, SockAddr]:
+    """(family, sockaddr) for a numeric address or a host name; raises OSError if unresolvable."""
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        ip = None
+    if ip is not None and ip.version == 4:
+        return socket.AF_INET, (str(ip), port)
+    infos = socket.getaddrinfo(
+        host, port, type=socket.SOCK_DGRAM, flags=socket.AI_NUMERICHOST if ip else 0
+    )
+    family, _, _, _, sockaddr = infos[0]
+    return int(family), tuple(sockaddr)
+
+
+class PlaneSocket:
+    """The UDP socket of one plane, bound to a local address and port."""
+
+    def __init__(
+        self,
+        plane: int,
+        host: str,
+        port: int = 0,
+        *,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        ring_size: int = 64,
+        gro: bool = False,
+        tos: int = ECT0,
+    ) -> None:
+        self.plane = plane
+        self.family, bind_addr = resolve_addr(host, port)
+        self.counters: Counter[str] = Counter()
+        self.packets_sent = 0
+        self.bytes_sent = 0
+        self.packets_received = 0
+        self.bytes_received = 0
+        self.connected: SockAddr | None = None
+        sock = socket.socket(self.family, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            self.rcvbuf = _set_buffer(sock, socket.SO_RCVBUF, SO_RCVBUFFORCE, buffer_bytes)
+            self.sndbuf = _set_buffer(sock, socket.SO_SNDBUF, SO_SNDBUFFORCE, buffer_bytes)
+            if self.family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos)
+            else:
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            self.gro = False
+            if gro:
+                try:
+                    sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+                    self.gro = True
+                except OSError:
+                    self.counters["gro_unavailable"] += 1
+            sock.bind(bind_addr)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.local_addr: SockAddr = tuple(sock.getsockname())
+        self._gso = True
+        self._ring = [bytearray(RECV_BUFFER_BYTES) for _ in range(max(1, ring_size))]
+        self._views = [memoryview(b) for b in self._ring]
+        self._iov = [[b] for b in self._ring]
+        self._next = 0
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    @property
+    def ring_size(self) -> int:
+        return len(self._ring)
+
+    @property
+    def gso(self) -> bool:
+        """False once the kernel refused a GSO send; batches then go out one datagram at a time."""
+        return self._gso
+
+    def connect(self, addr: SockAddr) -> None:
+        """Fix the peer: sends to `addr` skip the per-packet address lookup, others still work."""
+        self.sock.connect(addr)
+        self.connected = tuple(self.sock.getpeername())
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # -- receive ----------------------------------------------------------------------------
+
+    def drain(self, limit: int = 64) -> list[Datagram]:
+        """Read until the socket is empty or `limit` datagrams were read (at most one ring).
+
+        The views point into the ring; they stay valid until the ring comes round again, so a
+        caller must consume (copy what it keeps) before the next-but-`ring_size` read.
+        """
+        out: list[Datagram] = []
+        recv = self.sock.recvmsg_into
+        iovs = self._iov
+        views = self._views
+        ring = len(iovs)
+        calls = min(limit, ring)
+        idx = self._next
+        for _ in range(calls):
+            try:
+                nbytes, anc, flags, addr = recv(iovs[idx], _ANC_SIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionRefusedError:
+                self.counters["econnrefused"] += 1
+                continue
+            except OSError as exc:
+                self.counters["recv_" + _errname(exc.errno or 0)] += 1
+                break
+            view = views[idx]
+            idx += 1
+            if idx == ring:
+                idx = 0
+            if flags & socket.MSG_TRUNC:
+                self.counters["truncated"] += 1
+                continue
+            tos = 0
+            seg = 0
+            for level, kind, cdata in anc:
+                if level == socket.IPPROTO_IP and kind == socket.IP_TOS:
+                    tos = cdata[0] if cdata else 0
+                elif level == socket.IPPROTO_IPV6 and kind == socket.IPV6_TCLASS:
+                    tos = _INT.unpack_from(cdata)[0] & 0xFF if len(cdata) >= 4 else 0
+                elif level == SOL_UDP and kind == UDP_GRO:
+                    seg = _INT.unpack_from(cdata)[0] if len(cdata) >= 4 else _U16.unpack(cdata)[0]
+            self.packets_received += 1
+            self.bytes_received += nbytes
+            if seg and seg < nbytes:
+                for start in range(0, nbytes, seg):
+                    out.append((view[start : min(start + seg, nbytes)], addr, tos))
+            else:
+                out.append((view[:nbytes], addr, tos))
+            if len(out) >= limit:
+                break
+        self._next = idx
+        return out
+
+    # -- send -------------------------------------------------------------------------------
+
+    def send(
+        self, data: bytes | bytearray | memoryview, addr: SockAddr, segment_size: int | None = None
+    ) -> int | None:
+        """Send one datagram, or a GSO batch of `segment_size` datagrams.
+
+        Returns None, or the errno of a send error that means the plane's local link is down
+        (ENETUNREACH, ENETDOWN, EHOSTUNREACH) for the caller to report. ECONNREFUSED (an ICMP
+        error from the peer) is counted and ignored; EAGAIN and ENOBUFS are counted as local
+        drops; any other error is counted by name.
+        """
+        size = len(data)
+        try:
+            if segment_size is not None and 0 < segment_size < size:
+                if not self._gso:
+                    return self._send_split(data, addr, segment_size)
+                cmsg = [(SOL_UDP, UDP_SEGMENT, _U16.pack(segment_size))]
+                if addr == self.connected:
+                    self.sock.sendmsg([data], cmsg)
+                else:
+                    self.sock.sendmsg([data], cmsg, 0, addr)
+                self.packets_sent += -(-size // segment_size)
+            else:
+                if addr == self.connected:
+                    self.sock.send(data)
+                else:
+                    self.sock.sendto(data, addr)
+                self.packets_sent += 1
+        except OSError as exc:
+            code = exc.errno or 0
+            if segment_size is not None and 0 < segment_size < size and (
+                code in _NO_GSO_ERRNOS or code in (errno.EINVAL, errno.EMSGSIZE)
+            ):
+                if code in _NO_GSO_ERRNOS:
+                    self._gso = False
+                    self.counters["gso_disabled"] += 1
+                else:
+                    self.counters["gso_split"] += 1
+                return self._send_split(data, addr, segment_size)
+            return self._send_error(code)
+        self.bytes_sent += size
+        return None
+
+    def _send_split(
+        self, data: bytes | bytearray | memoryview, addr: SockAddr, segment_size: int
+    ) -> int | None:
+        view = memoryview(data)
+        first: int | None = None
+        for start in range(0, len(view), segment_size):
+            err = self.send(view[start : start + segment_size], addr)
+            if err is not None and first is None:
+                first = err
+        return first
+
+    def _send_error(self, code: int) -> int | None:
+        if code == errno.ECONNREFUSED:
+            self.counters["econnrefused"] += 1
+            return None
+        if code in PLANE_DOWN_ERRNOS:
+            self.counters["send_" + _errname(code)] += 1
+            return code
+        if code in _LOCAL_DROP_ERRNOS:
+            self.counters["local_drop_" + _errname(code)] += 1
+            return None
+        self.counters["send_" + _errname(code)] += 1
+        return None
+
+    def __repr__(self) -> str:
+        return f"PlaneSocket(plane={self.plane}, local={self.local_addr!r})"
+
+
+def _set_buffer(sock: socket.socket, opt: int, force_opt: int, size: int) -> int:
+    """Ask for `size` bytes (forcing past the sysctl cap when allowed); return what we got."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force_opt, size)
+    except OSError:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, size)
+        except OSError:
+            pass
+    return int(sock.getsockopt(socket.SOL_SOCKET, opt))
+

@@ -1,0 +1,259 @@
+"""Acknowledgement headers (WIRE.md §4): SETH, CC_STATE, PORTSTATE, NETH and AETH.
+
+Holds the header dataclasses and their enums (`SackMark`, `NackReason`). Building SACK bitmaps,
+reacting to NACK reasons and completing messages on an AETH are `mrc.core`'s job.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar, Self
+
+from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_signed, check_type_next, need
+from mrc.wire.errors import DecodeError
+
+SETH_TYPE = 1
+NETH_TYPE = 2
+
+# 0 type 4 | next 5 | m 2 | flags 5, 2 ack_psn_offset, 4 entropy, 8 spdcid, 10 dpdcid,
+# 12 rsvd 8 | cack_psn 24, 16 cc_type 4 | cc_flags 4, 17 mpr, 18 sack_offset, 20 sack_bitmap
+SETH_STRUCT = struct.Struct(">HhIHHIBBhQ")
+# tx_timestamp 16 | V 1 | ooo_count 15 | restore_cwnd 1 | rcv_cwnd_pen 7 | rcvd_bytes 24
+CCSTATE_STRUCT = struct.Struct(">HHI")
+PORTSTATE_STRUCT = struct.Struct(">I")
+# type 4 | next 5 | rsvd 7, nack_reason, vendor, entropy, spdcid, dpdcid, rsvd 8 | nack_psn 24,
+# cc_type 4 | cc_flags 4, rsvd 8, tx_timestamp 16
+NETH_STRUCT = struct.Struct(">HBBIHHIBxH")
+AETH_STRUCT = struct.Struct(">I")  # syndrome 8 | MSN 24
+
+_PR_FLAG = 0x02  # SETH flags: rsvd 3 | PR 1 | PS 1 [ours]
+_PS_FLAG = 0x01
+_MASK24 = 0xFFFFFF
+
+
+class SackMark(IntEnum):
+    """SETH `m` field: what the sender should do with the triggering EV."""
+
+    NONE = 0
+    SKIP_ONCE = 1
+    ALWAYS_SKIP = 2
+
+
+class NackReason(IntEnum):
+    """NETH `nack_reason` codes (WIRE.md §4 table); also AETH syndromes for failed messages."""
+
+    TRIMMED = 0x01
+    TRIMMED_LASTHOP = 0x02
+    NO_BITMAP = 0x06
+    NO_PKT_BUFFER = 0x07
+    NO_RESOURCE = 0x0A
+    PSN_OOR_WINDOW = 0x0B
+    UNEXP_EVENT = 0x19
+    BAD_RKEY = 0x80
+    OUT_OF_BOUNDS = 0x81
+
+
+_SACK_MARKS = {m.value: m for m in SackMark}
+_NACK_REASONS = {r.value: r for r in NackReason}
+
+
+@dataclass(frozen=True, slots=True)
+class SETH(FixedHeader):
+    """SACK extension header, 28 bytes (type 1).
+
+    `ack_psn_offset` is the triggering PSN - `cack_psn`, or the answered probe_id when `pr` is
+    set. Bit i of `sack_bitmap` (i = 0 is the most significant bit) covers PSN
+    `cack_psn + sack_offset + i`. `ps` says a PORTSTATE follows the CC_STATE. `mpr` is in units of
+    128 PSNs. spdcid, dpdcid and cc_flags are sent as 0 and not kept.
+    """
+
+    ack_psn_offset: int
+    entropy: int
+    cack_psn: int
+    sack_offset: int
+    sack_bitmap: int
+    m: SackMark = SackMark.NONE
+    pr: bool = False
+    ps: bool = False
+    mpr: int = 8
+    cc_type: int = 0
+
+    SIZE: ClassVar[int] = 28
+    _STRUCT: ClassVar[struct.Struct] = SETH_STRUCT
+
+    def _values(self) -> tuple[int, ...]:
+        first = (
+            (SETH_TYPE << 12)
+            | (check_bits("m", int(self.m), 2) << 5)
+            | (_PR_FLAG if self.pr else 0)
+            | (_PS_FLAG if self.ps else 0)
+        )
+        return (
+            first,
+            check_signed("ack_psn_offset", self.ack_psn_offset, 16),
+            check_bits("entropy", self.entropy, 32),
+            0,
+            0,
+            check_bits("cack_psn", self.cack_psn, 24),
+            check_bits("cc_type", self.cc_type, 4) << 4,
+            check_bits("mpr", self.mpr, 8),
+            check_signed("sack_offset", self.sack_offset, 16),
+            check_bits("sack_bitmap", self.sack_bitmap, 64),
+        )
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 28, "SETH")
+        (first, ack_off, entropy, _spd, _dpd, cack, cc, mpr, sack_off, bitmap) = (
+            SETH_STRUCT.unpack_from(buf, offset)
+        )
+        check_type_next(first, SETH_TYPE, "SETH")
+        m = _SACK_MARKS.get((first >> 5) & 0x3)
+        if m is None:
+            raise DecodeError("m", "SACK mark 3 must not occur")
+        return cls(
+            ack_psn_offset=ack_off,
+            entropy=entropy,
+            cack_psn=cack & _MASK24,
+            sack_offset=sack_off,
+            sack_bitmap=bitmap,
+            m=m,
+            pr=bool(first & _PR_FLAG),
+            ps=bool(first & _PS_FLAG),
+            mpr=mpr,
+            cc_type=cc >> 4,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CCState(FixedHeader):
+    """Congestion-control state carried in every SACK, 8 bytes.
+
+    `valid` is the V bit: `tx_timestamp` echoes a TSETH. `rcv_cwnd_pen` 0 … 127 is the
+    receiver's push-back; `rcvd_bytes` counts payload bytes received, modulo 2^24.
+    """
+
+    tx_timestamp: int = 0
+    valid: bool = False
+    ooo_count: int = 0
+    restore_cwnd: bool = False
+    rcv_cwnd_pen: int = 0
+    rcvd_bytes: int = 0
+
+    SIZE: ClassVar[int] = 8
+    _STRUCT: ClassVar[struct.Struct] = CCSTATE_STRUCT
+
+    def _values(self) -> tuple[int, ...]:
+        half = (0x8000 if self.valid else 0) | check_bits("ooo_count", self.ooo_count, 15)
+        word = (
+            (0x80000000 if self.restore_cwnd else 0)
+            | (check_bits("rcv_cwnd_pen", self.rcv_cwnd_pen, 7) << 24)
+            | check_bits("rcvd_bytes", self.rcvd_bytes, 24)
+        )
+        return (check_bits("tx_timestamp", self.tx_timestamp, 16), half, word)
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 8, "CC_STATE")
+        ts, half, word = CCSTATE_STRUCT.unpack_from(buf, offset)
+        return cls(
+            tx_timestamp=ts,
+            valid=bool(half & 0x8000),
+            ooo_count=half & 0x7FFF,
+            restore_cwnd=bool(word & 0x80000000),
+            rcv_cwnd_pen=(word >> 24) & 0x7F,
+            rcvd_bytes=word & _MASK24,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PortState(FixedHeader):
+    """PORTSTATE, 4 bytes [ours]: plane p can receive iff bit `1 << p` of `mask` is set."""
+
+    mask: int
+
+    SIZE: ClassVar[int] = 4
+    _STRUCT: ClassVar[struct.Struct] = PORTSTATE_STRUCT
+
+    def _values(self) -> tuple[int, ...]:
+        return (check_bits("mask", self.mask, 32),)
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 4, "PORTSTATE")
+        return cls(PORTSTATE_STRUCT.unpack_from(buf, offset)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class NETH(FixedHeader):
+    """NACK extension header, 20 bytes (type 2). `entropy` is the EV the NACKed packet came on."""
+
+    nack_reason: NackReason
+    entropy: int
+    nack_psn: int
+    tx_timestamp: int = 0
+    vendor: int = 0
+    cc_type: int = 0
+
+    SIZE: ClassVar[int] = 20
+    _STRUCT: ClassVar[struct.Struct] = NETH_STRUCT
+
+    def _values(self) -> tuple[int, ...]:
+        return (
+            NETH_TYPE << 12,
+            check_bits("nack_reason", int(self.nack_reason), 8),
+            check_bits("vendor", self.vendor, 8),
+            check_bits("entropy", self.entropy, 32),
+            0,
+            0,
+            check_bits("nack_psn", self.nack_psn, 24),
+            check_bits("cc_type", self.cc_type, 4) << 4,
+            check_bits("tx_timestamp", self.tx_timestamp, 16),
+        )
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 20, "NETH")
+        first, reason, vendor, entropy, _spd, _dpd, psn, cc, ts = NETH_STRUCT.unpack_from(
+            buf, offset
+        )
+        check_type_next(first, NETH_TYPE, "NETH")
+        nack_reason = _NACK_REASONS.get(reason)
+        if nack_reason is None:
+            raise DecodeError("nack_reason", f"unknown NACK reason 0x{reason:02X}")
+        return cls(
+            nack_reason=nack_reason,
+            entropy=entropy,
+            nack_psn=psn & _MASK24,
+            tx_timestamp=ts,
+            vendor=vendor,
+            cc_type=cc >> 4,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AETH(FixedHeader):
+    """ACK extension header, 4 bytes: `syndrome` (0 ok, else a NackReason code) and the MSN.
+
+    The MSN is 24 bits on the wire, the 16-bit MSN zero-extended.
+    """
+
+    syndrome: int
+    msn: int
+
+    SIZE: ClassVar[int] = 4
+    _STRUCT: ClassVar[struct.Struct] = AETH_STRUCT
+
+    def _values(self) -> tuple[int, ...]:
+        return ((check_bits("syndrome", self.syndrome, 8) << 24) | check_bits("msn", self.msn, 16),)
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 4, "AETH")
+        (word,) = AETH_STRUCT.unpack_from(buf, offset)
+        msn = word & _MASK24
+        if msn >> 16:
+            raise DecodeError("msn", f"MSN 0x{msn:06X} does not fit in 16 bits")
+        return cls(syndrome=word >> 24, msn=msn)

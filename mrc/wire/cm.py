@@ -1,0 +1,166 @@
+"""Connection-management headers [ours] (WIRE.md §6): CMH and the key block.
+
+Holds `CMH` (64 bytes), `KeyBlock` (two X25519 public keys, 64 bytes), their enums and
+`MAX_PRIVATE_DATA`. The decoder accepts any `version` and `security` value: answering those with a
+REJECT, negotiating parameters and deriving keys (§7) are `mrc.core`'s job.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar, Self
+
+from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_len, need
+from mrc.wire.errors import DecodeError
+
+MAX_PRIVATE_DATA = 256
+NONCE_SIZE = 16
+KEY_SIZE = 32  # an X25519 public key
+
+# 0 version | plane | flags, 4 local_qpn 24 | rsvd, 8 remote_qpn 24 | rsvd,
+# 12 initial_psn 24 | mpr, 16 payload_mtu | plane_count | ev_per_plane, 20 plane_mask,
+# 24 max_imm | security | rsvd, 28 nonce, 44 reject_reason | private_data_len,
+# 48 connection_id, 56 rsvd 64
+CMH_STRUCT = struct.Struct(">BBHIIIHBBIHBx16sHHQ8x")
+KEYBLOCK_STRUCT = struct.Struct(">32s32s")
+
+
+class SecurityLevel(IntEnum):
+    """CMH `security`: none, authenticated, or authenticated and encrypted (§7)."""
+
+    NONE = 0
+    AUTH = 1
+    ENCRYPT = 2
+
+
+class RejectReason(IntEnum):
+    """CMH `reject_reason` in a CM_REJECT."""
+
+    NO_LISTENER = 1
+    VERSION = 2
+    SECURITY_POLICY = 3
+    UNKNOWN_PEER = 4
+    RESOURCES = 5
+    BAD_PARAMETERS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class CMH(FixedHeader):
+    """Connection-management header, 64 bytes.
+
+    `plane` is informational (REQUEST: the plane this copy went out on; otherwise 0xFF).
+    `security` is a SecurityLevel value; `reject_reason` a RejectReason value (0 outside a
+    REJECT). A 64-byte key block follows when `security` is not 0, then `private_data_len` bytes
+    of private data. `flags` is sent as 0.
+    """
+
+    local_qpn: int
+    remote_qpn: int
+    initial_psn: int
+    mpr: int
+    payload_mtu: int
+    plane_count: int
+    ev_per_plane: int
+    plane_mask: int
+    max_imm: int
+    security: int
+    nonce: bytes
+    connection_id: int
+    plane: int = 0xFF
+    reject_reason: int = 0
+    private_data_len: int = 0
+    version: int = 1
+    flags: int = 0
+
+    SIZE: ClassVar[int] = 64
+    _STRUCT: ClassVar[struct.Struct] = CMH_STRUCT
+
+    def _values(self) -> tuple[int | bytes, ...]:
+        if self.private_data_len > MAX_PRIVATE_DATA:
+            raise ValueError(f"private_data_len={self.private_data_len} exceeds {MAX_PRIVATE_DATA}")
+        return (
+            check_bits("version", self.version, 8),
+            check_bits("plane", self.plane, 8),
+            check_bits("flags", self.flags, 16),
+            check_bits("local_qpn", self.local_qpn, 24) << 8,
+            check_bits("remote_qpn", self.remote_qpn, 24) << 8,
+            (check_bits("initial_psn", self.initial_psn, 24) << 8) | check_bits("mpr", self.mpr, 8),
+            check_bits("payload_mtu", self.payload_mtu, 16),
+            check_bits("plane_count", self.plane_count, 8),
+            check_bits("ev_per_plane", self.ev_per_plane, 8),
+            check_bits("plane_mask", self.plane_mask, 32),
+            check_bits("max_imm", self.max_imm, 16),
+            check_bits("security", int(self.security), 8),
+            check_len("nonce", self.nonce, NONCE_SIZE),
+            check_bits("reject_reason", int(self.reject_reason), 16),
+            check_bits("private_data_len", self.private_data_len, 16),
+            check_bits("connection_id", self.connection_id, 64),
+        )
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 64, "CMH")
+        (
+            version,
+            plane,
+            flags,
+            local,
+            remote,
+            psn_mpr,
+            payload_mtu,
+            plane_count,
+            ev_per_plane,
+            plane_mask,
+            max_imm,
+            security,
+            nonce,
+            reject_reason,
+            private_data_len,
+            connection_id,
+        ) = CMH_STRUCT.unpack_from(buf, offset)
+        if private_data_len > MAX_PRIVATE_DATA:
+            raise DecodeError("private_data_len", f"{private_data_len} exceeds {MAX_PRIVATE_DATA}")
+        return cls(
+            local_qpn=local >> 8,
+            remote_qpn=remote >> 8,
+            initial_psn=psn_mpr >> 8,
+            mpr=psn_mpr & 0xFF,
+            payload_mtu=payload_mtu,
+            plane_count=plane_count,
+            ev_per_plane=ev_per_plane,
+            plane_mask=plane_mask,
+            max_imm=max_imm,
+            security=security,
+            nonce=nonce,
+            connection_id=connection_id,
+            plane=plane,
+            reject_reason=reject_reason,
+            private_data_len=private_data_len,
+            version=version,
+            flags=flags,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyBlock(FixedHeader):
+    """The sender's ephemeral and static X25519 public keys, 32 bytes each (§6)."""
+
+    ephemeral: bytes
+    static: bytes
+
+    SIZE: ClassVar[int] = 64
+    _STRUCT: ClassVar[struct.Struct] = KEYBLOCK_STRUCT
+
+    def _values(self) -> tuple[bytes, ...]:
+        return (
+            check_len("ephemeral", self.ephemeral, KEY_SIZE),
+            check_len("static", self.static, KEY_SIZE),
+        )
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 64, "key block")
+        ephemeral, static = KEYBLOCK_STRUCT.unpack_from(buf, offset)
+        return cls(ephemeral, static)

@@ -1,0 +1,271 @@
+"""IoEndpoint against a scripted fake core: batching, flush order, the one timer, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+from mrc.core.config import SessionConfig
+from mrc.core.events import Event, PlaneUp
+from mrc.core.transmit import Transmit
+from mrc.io.endpoint import IoEndpoint
+from mrc.io.planes import PlaneSocket
+
+
+@dataclass(eq=False)
+class FakeSession:
+    peer: tuple[str, int]
+    outbox: list[Transmit] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    deadline: float | None = None
+    timer_calls: list[float] = field(default_factory=list)
+    status: list[tuple[int, bool]] = field(default_factory=list)
+    received: list[tuple[int, list[bytes]]] = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def get_timer(self) -> float | None:
+        return self.deadline
+
+    def next_event(self) -> Event | None:
+        return self.events.pop(0) if self.events else None
+
+    def handle_timer(self, now: float) -> None:
+        self.timer_calls.append(now)
+        self.deadline = None
+
+    def plane_status(self, plane: int, up: bool, now: float) -> None:
+        self.status.append((plane, up))
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.session: FakeSession | None = None
+        self.calls: list[tuple[int, int]] = []
+        self.drops: Counter[str] = Counter()
+        self.sessions: dict[int, FakeSession] = {}
+        self.discarded: list[FakeSession] = []
+        self.endpoint_out: list[Transmit] = []
+
+    def receive_datagrams(
+        self, plane: int, datagrams: Sequence[tuple[bytes | memoryview, Hashable, int]], now: float
+    ) -> list[FakeSession]:
+        self.calls.append((plane, len(datagrams)))
+        if self.session is None:
+            return []
+        self.session.received.append((plane, [bytes(d) for d, _, _ in datagrams]))
+        # echo each datagram back on the same plane
+        for d, addr, _ in datagrams:
+            self.session.outbox.append(Transmit(plane, addr, b"echo:" + bytes(d)))
+        return [self.session]
+
+    def datagrams_to_send(self) -> list[Transmit]:
+        out, self.endpoint_out = self.endpoint_out, []
+        return out
+
+    def listen(self, config: SessionConfig, accept: Callable[[bytes], bytes | None]) -> None:
+        pass
+
+    def connect(
+        self, config: SessionConfig, peer_addrs: dict[int, Hashable], private_data: bytes, now: float
+    ) -> FakeSession:
+        addr = peer_addrs[0]
+        assert isinstance(addr, tuple)
+        self.session = FakeSession(addr)
+        self.sessions[1] = self.session
+        for plane, a in peer_addrs.items():
+            self.session.outbox.append(Transmit(plane, a, b"hello"))
+        return self.session
+
+    def discard(self, session: FakeSession) -> None:
+        self.discarded.append(session)
+        self.sessions = {k: v for k, v in self.sessions.items() if v is not session}
+
+
+def run(loop: asyncio.AbstractEventLoop, until: Callable[[], bool], timeout: float = 2.0) -> None:
+    async def waiter() -> None:
+        end = loop.time() + timeout
+        while not until():
+            assert loop.time() < end, "timed out"
+            await asyncio.sleep(0.001)
+
+    loop.run_until_complete(waiter())
+
+
+def make(n: int = 2) -> tuple[asyncio.AbstractEventLoop, FakeCore, IoEndpoint[FakeSession], list[PlaneSocket]]:
+    loop = asyncio.new_event_loop()
+    core = FakeCore()
+    planes = {p: PlaneSocket(p, f"127.0.0.{2 + p}", 0) for p in range(n)}
+    peers = [PlaneSocket(p, f"127.0.0.{10 + p}", 0) for p in range(n)]
+    io: IoEndpoint[FakeSession] = IoEndpoint(loop, core, planes)
+    io.start()
+    return loop, core, io, peers
+
+
+def test_batches_go_to_the_core_once_per_plane_and_outputs_are_flushed() -> None:
+    loop, core, io, peers = make()
+    try:
+        events: list[Event] = []
+        io.on_event = lambda s, e: events.append(e)
+        session = io.connect(SessionConfig(plane_mask=3), {p: s.local_addr for p, s in enumerate(peers)}, b"")
+        for p, peer in enumerate(peers):
+            run(loop, lambda peer=peer: bool(peer.drain(8)))  # "hello" arrived on each plane
+        session.events.append(PlaneUp(1))
+        for i in range(10):
+            peers[0].send(bytes([i]), io.planes[0].local_addr)
+        run(loop, lambda: sum(len(d) for _, d in session.received) == 10)
+        assert all(plane == 0 for plane, _ in core.calls)
+        assert len(core.calls) < 10  # batched, not one call per datagram
+        echoes: list[bytes] = []
+        run(loop, lambda: echoes.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or len(echoes) == 10)
+        assert echoes == [b"echo:" + bytes([i]) for i in range(10)]
+        assert events == [PlaneUp(1)]
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
+
+
+def test_one_timer_per_session_rearmed_and_fired() -> None:
+    loop, core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        now = io.now()
+        session.deadline = now + 10.0
+        io.flush(session)
+        session.deadline = now + 0.01  # moved earlier: the old handle is replaced
+        io.flush(session)
+        io.flush(session)  # unchanged deadline: same handle kept
+        assert len(io._timers) == 1
+        run(loop, lambda: bool(session.timer_calls))
+        assert len(session.timer_calls) == 1 and session.timer_calls[0] >= now + 0.01
+        assert io._timers == {}
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
+
+
+def test_reentrant_flush_from_on_event() -> None:
+    loop, core, io, peers = make(1)
+    try:
+        seen: list[Event] = []
+
+        def on_event(s: FakeSession, e: Event) -> None:
+            seen.append(e)
+            if len(seen) == 1:  # the application reacts by queueing more output
+                s.outbox.append(Transmit(0, peers[0].local_addr, b"reaction"))
+                s.events.append(PlaneUp(7))
+                io.flush(s)
+
+        io.on_event = on_event
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        session.events.append(PlaneUp(0))
+        io.flush(session)
+        assert seen == [PlaneUp(0), PlaneUp(7)]
+        got: list[bytes] = []
+        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(8)) or b"reaction" in got)
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
+
+
+def test_inject_plane_down_is_a_silent_blackhole() -> None:
+    loop, core, io, peers = make(2)
+    try:
+        session = io.connect(SessionConfig(plane_mask=3), {0: peers[0].local_addr, 1: peers[1].local_addr}, b"")
+        io.inject_plane_down(1, io.now())
+        for i in range(5):
+            session.outbox.append(Transmit(1, peers[1].local_addr, b"lost"))
+            session.outbox.append(Transmit(0, peers[0].local_addr, b"kept"))
+        session.outbox.append(Transmit(1, peers[1].local_addr, b"x" * 40, segment_size=10))
+        io.flush(session)
+        assert io.counters["injected_plane_down"] == 9
+        assert session.status == []  # the core is NOT told
+        got: list[bytes] = []
+        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or got.count(b"kept") == 5)
+        assert peers[1].drain(64) == [] or all(bytes(d) == b"hello" for d, _, _ in peers[1].drain(64))
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
+
+
+def test_send_errors_become_plane_status_and_recover() -> None:
+    loop, core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        sock = io.planes[0]
+        real = sock.sock
+
+        class Down:
+            def sendto(self, data: bytes, addr: object) -> int:
+                raise OSError(errno.ENETUNREACH, "down")
+
+        sock.sock = Down()  # type: ignore[assignment]
+        session.outbox.append(Transmit(0, peers[0].local_addr, b"a"))
+        session.outbox.append(Transmit(0, peers[0].local_addr, b"b"))
+        io.flush(session)
+        assert session.status == [(0, False)]  # reported once
+        sock.sock = real
+        session.outbox.append(Transmit(0, peers[0].local_addr, b"c"))
+        io.flush(session)
+        assert session.status == [(0, False), (0, True)]
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
+
+
+def test_closed_session_is_discarded_and_close_cleans_up() -> None:
+    loop, core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        session.deadline = io.now() + 100
+        io.flush(session)
+        session.closed = True
+        session.deadline = None
+        io.flush(session)
+        assert core.discarded == [session]
+        session2 = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        session2.deadline = io.now() + 100
+        io.flush(session2)
+        io.close()
+        assert io._timers == {} and io.closed
+        assert all(s.sock.fileno() == -1 for s in io.planes.values())
+        io.close()  # idempotent
+    finally:
+        loop.close()
+        peers[0].close()
+
+
+def test_core_exception_is_counted_not_raised() -> None:
+    loop, core, io, peers = make(1)
+    errors: list[str] = []
+    io.on_error = errors.append
+    try:
+        def boom(*args: object) -> list[FakeSession]:
+            raise ValueError("bad")
+
+        core.receive_datagrams = boom  # type: ignore[method-assign]
+        peers[0].send(b"junk", io.planes[0].local_addr)
+        run(loop, lambda: bool(errors))
+        assert io.counters["internal_error_ValueError"] == 1
+        assert errors[0].startswith("internal error in receive on plane 0")
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
