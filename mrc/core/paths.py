@@ -61,8 +61,13 @@ class Plane:
     rtt: RttEstimator
     state: PlaneState = PlaneState.UP
     down_reason: str = ""
-    #: DOWN planes: next probe interval, probe ids outstanding, answers in a row.
-    probe_interval: float = 0.0
+    #: UP but under suspicion (an RTO while other planes progressed): being probed.
+    suspect: bool = False
+    #: A probe went out on this plane and has not been answered yet.
+    probe_outstanding: bool = False
+    #: Probes in a row that went unanswered; three take a suspect plane DOWN.
+    unanswered: int = 0
+    #: DOWN planes: clean answers in a row toward restoration.
     answers: int = 0
     #: Rotation index into reverse_evs for SACKs / probe answers.
     reverse_next: int = 0
@@ -104,12 +109,28 @@ class PathTable:
         pl.state = state
         pl.down_reason = reason
         pl.answers = 0
+        pl.suspect = False
+        pl.unanswered = 0
+        self.version += 1
+        return True
+
+    def set_suspect(self, plane: int, suspect: bool) -> bool:
+        """Take an UP plane out of the rotation while it is probed, or put it back."""
+        pl = self.planes[plane]
+        if pl.suspect == suspect or pl.state is not PlaneState.UP:
+            return False
+        pl.suspect = suspect
+        pl.unanswered = 0
         self.version += 1
         return True
 
     def active_evs(self) -> dict[int, list[int]]:
-        """EVs in rotation, by UP plane."""
-        return {p.number: p.evs for p in self.planes.values() if p.state is PlaneState.UP}
+        """EVs in rotation, by UP plane that is not under suspicion."""
+        return {
+            p.number: p.evs
+            for p in self.planes.values()
+            if p.state is PlaneState.UP and not p.suspect
+        }
 
     def reverse_plane(self, preferred: int) -> int | None:
         """The plane to answer on: the preferred one if UP, else the first UP plane."""

@@ -350,14 +350,17 @@ class Sender:
         oldest = next((r for r in fifo if r.state == INFLIGHT), None)
         if oldest is None:
             return signals
-        # A later packet acknowledged on another plane means this plane, not the peer, failed.
-        others = any(seq > oldest.seq for p, seq in self._acked_seq.items() if p != plane)
+        # Also lost: what went out on this plane before a packet the peer received elsewhere.
+        delivered = max(
+            (seq for p, seq in self._acked_seq.items() if p != plane), default=0
+        )
         for rec in list(fifo):
-            if rec.state == INFLIGHT and rec.sent_at + rto <= now:
+            if rec.state == INFLIGHT and (rec.sent_at + rto <= now or rec.seq < delivered):
                 self._declare_lost(rec, "rto", avoid_plane=plane)
         est.backoff = min(est.backoff + 1, 16)
         self.rto_expiries += 1
-        if others:
+        # A later packet acknowledged on another plane means this plane, not the peer, failed.
+        if delivered > oldest.seq:
             signals.suspect_planes.append(plane)
         if (
             self.rto_expiries >= self.config.rto_retries
@@ -414,7 +417,7 @@ class Sender:
     def on_acknowledge(self, pkt: AckPacket, now: float) -> None:
         msg = self.by_msn.get(pkt.aeth.msn)
         if msg is None or msg.last_psn < 0:
-            self.drops["unexpected_aeth"] += 1
+            self.drops["stale_aeth"] += 1
             return
         if msg.status is None:
             # The AETH says every PSN of the message arrived or was consumed.

@@ -338,7 +338,7 @@ class Session:
             if timer is Timer.RETRANSMIT and self.sender is not None and plane is not None:
                 signals = self.sender.on_retransmit_timer(plane, now)
                 for p in signals.suspect_planes:
-                    self._plane_down(p, "rto", now)
+                    self._suspect_plane(p, now)
                 if signals.give_up:
                     self._close("retry limit")
             elif timer is Timer.REORDER and self.sender is not None:
@@ -511,13 +511,31 @@ class Session:
         self._events.append(PlaneDown(plane=plane, reason=reason))
         if self.sender is not None:
             self.sender.on_plane_down(plane)
+        self.paths.planes[plane].probe_outstanding = False
         self._probe_interval[plane] = self.config.probe_interval
         self.timers.set(Timer.PLANE_PROBE, now + self.config.probe_interval, plane)
 
+    def _suspect_plane(self, plane: int, now: float) -> None:
+        """An RTO hit this plane while others progressed: probe it before giving it up."""
+        if not self.paths.set_suspect(plane, True):
+            return
+        self.paths.planes[plane].probe_outstanding = False
+        self._probe_interval[plane] = self.config.probe_interval
+        self.timers.set(Timer.PLANE_PROBE, now, plane)
+
     def _send_plane_probe(self, plane: int, now: float) -> None:
         pl = self.paths.planes[plane]
-        if pl.state is PlaneState.UP or plane not in self.peer_addrs or self.sender is None:
+        if plane not in self.peer_addrs or self.sender is None:
             return
+        if pl.state is PlaneState.UP and not pl.suspect:
+            return
+        if pl.probe_outstanding:
+            pl.unanswered += 1
+            pl.answers = 0
+            if pl.suspect and pl.unanswered >= self.config.restore_answers:
+                # Three probes in a row unanswered: the plane is DOWN (DESIGN.md §4).
+                self._plane_down(plane, "probes unanswered", now)
+                return
         self._probe_id = (self._probe_id + 1) & 0xFFFF
         ev = pl.evs[self._probe_id % len(pl.evs)]
         pkt = ProbePacket(
@@ -530,12 +548,14 @@ class Session:
         self._probes[self._probe_id] = (plane, now)
         if len(self._probes) > 256:
             self._probes.pop(next(iter(self._probes)))
+        pl.probe_outstanding = True
         self.stats.probes_sent += 1
         self._out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), ev))
         interval = self._probe_interval.get(plane, self.config.probe_interval)
         self.timers.set(Timer.PLANE_PROBE, now + interval, plane)
-        # Unanswered probes back off, 10 ms doubling to 1 s (DESIGN.md §4).
-        self._probe_interval[plane] = min(interval * 2, self.config.probe_max_interval)
+        if pl.state is PlaneState.DOWN:
+            # Unanswered probes of a DOWN plane back off, 10 ms doubling to 1 s (DESIGN.md §4).
+            self._probe_interval[plane] = min(interval * 2, self.config.probe_max_interval)
 
     def _handle_probe_answer(self, probe_id: int, now: float) -> None:
         entry = self._probes.pop(probe_id, None)
@@ -544,7 +564,12 @@ class Session:
         plane, _sent_at = entry
         self.stats.probes_answered += 1
         pl = self.paths.planes[plane]
+        pl.probe_outstanding = False
+        pl.unanswered = 0
         if pl.state is PlaneState.UP:
+            # A suspect plane answered: it carries traffic; the RTO was the peer or a path.
+            self.paths.set_suspect(plane, False)
+            self.timers.cancel(Timer.PLANE_PROBE, plane)
             return
         pl.answers += 1
         if pl.answers >= self.config.restore_answers:
