@@ -17,7 +17,7 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.config import SessionConfig
@@ -43,6 +43,8 @@ class LinkParams:
     #: Probability a packet is held back by up to `reorder_delay` extra seconds.
     reorder: float = 0.0
     reorder_delay: float = 100e-6
+    #: Drops every packet for which it returns True (targeted losses in tests).
+    drop_if: Callable[[bytes], bool] | None = None
 
 
 @dataclass(slots=True)
@@ -200,7 +202,7 @@ class Network:
         """A full-duplex cable between `a` and `b` on `plane` (same parameters both ways)."""
         p = params or LinkParams()
         a.links[plane] = Link(a, b, plane, p)
-        b.links[plane] = Link(b, a, plane, LinkParams(**{k: getattr(p, k) for k in p.__slots__}))
+        b.links[plane] = Link(b, a, plane, replace(p))
 
     def pair(self, planes: int = 4, params: LinkParams | None = None) -> tuple[Host, Host]:
         """Two hosts "a" and "b" joined by `planes` direct planes."""
@@ -251,6 +253,9 @@ class Network:
         c["sent"] += 1
         if not link.up:
             c["dropped_down"] += 1
+            return
+        if p.drop_if is not None and p.drop_if(data):
+            c["dropped_filter"] += 1
             return
         if p.loss and self.rng.random() < p.loss:
             c["dropped_loss"] += 1

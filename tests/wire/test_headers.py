@@ -126,7 +126,9 @@ NETH_TRIM = NETH(
 NETH_TRIM_BYTES = h("2000 01 99 | 02000007 | 0000 0000 | 00 00abcd | 10 00 4321")
 PETH_ONE = PETH(probe_id=0xBEEF, tx_timestamp=0x1234, vendor=7)
 PETH_ONE_BYTES = h("3000 07 00 | beef 0000 | 0000 0000 | 1234 0000")
-ERTH_PROBE = ERTH(EndpointOp.EV_PROBE, port_status_mask=0x3, probe_id=9, tx_timestamp=0xFFFF, vendor=1)
+ERTH_PROBE = ERTH(
+    EndpointOp.EV_PROBE, port_status_mask=0x3, probe_id=9, tx_timestamp=0xFFFF, vendor=1
+)
 ERTH_PROBE_BYTES = h("4001 00 01 | 00000003 | 0009 0000 | ffff 0000")
 EETH_STATUS = EETH(EndpointOp.PORT_STATUS, port_status_mask=0xFFFFFFFF)
 EETH_STATUS_BYTES = h("5000 00 00 | ffffffff | 0000 0000 | 0000 0000")
@@ -139,11 +141,12 @@ GOLDEN: list[tuple[Any, bytes]] = [
         BTH(Opcode.WRITE_FIRST, 0x123456, 0xABCDEF, a=True, rtx=True, ts=True, evx=True),
         h("c6 00 ffff | 01 123456 | b0 abcdef"),
     ),
-    (BTH(Opcode.ACKNOWLEDGE, dest_qp=1, psn=0, p_key=0x8001), h("d1 00 8001 | 00 000001 | 00 000000")),
     (
-        BTH(
-            Opcode.CM_REQUEST, 1, 0, se=True, m=True, pad_cnt=3, fecn=True, becn=True, r=True
-        ),
+        BTH(Opcode.ACKNOWLEDGE, dest_qp=1, psn=0, p_key=0x8001),
+        h("d1 00 8001 | 00 000001 | 00 000000"),
+    ),
+    (
+        BTH(Opcode.CM_REQUEST, 1, 0, se=True, m=True, pad_cnt=3, fecn=True, becn=True, r=True),
         h("e0 f0 ffff | c0 000001 | 40 000000"),
     ),
     (BTH(Opcode.RELIABILITY_PROBE, 0xFFFFFF, 0xFFFFFF), h("de 00 ffff | 00 ffffff | 00 ffffff")),
@@ -258,7 +261,9 @@ BAD: list[tuple[type[Any], bytes, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("cls", "wire", "field"), BAD, ids=[f"{c.__name__}-{f}" for c, _, f in BAD])
+@pytest.mark.parametrize(
+    ("cls", "wire", "field"), BAD, ids=[f"{c.__name__}-{f}" for c, _, f in BAD]
+)
 def test_bad_field(cls: type[Any], wire: bytes, field: str) -> None:
     with pytest.raises(DecodeError) as info:
         cls.decode(wire)
@@ -364,7 +369,7 @@ def test_opcode_families() -> None:
     from mrc.wire import CM_OPCODES, DATA_OPCODES, FIRST_OPCODES, IMM_OPCODES, LAST_OPCODES
 
     assert {int(o) for o in DATA_OPCODES} == set(range(0xC6, 0xCC))
-    assert IMM_OPCODES == {Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM}
-    assert LAST_OPCODES == IMM_OPCODES | {Opcode.WRITE_LAST, Opcode.WRITE_ONLY}
-    assert FIRST_OPCODES == {Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM}
+    assert {Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM} == IMM_OPCODES
+    assert IMM_OPCODES | {Opcode.WRITE_LAST, Opcode.WRITE_ONLY} == LAST_OPCODES
+    assert {Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM} == FIRST_OPCODES
     assert {int(o) for o in CM_OPCODES} == set(range(0xE0, 0xE4))

@@ -130,10 +130,13 @@ DATA_LAST_IMM = DataPacket(
     imm=0xFFFFFFFF,
     payload=b"z" * 8,
 )
-DATA_LAST_IMM_BYTES = h(
-    "c9 00 ffff | 01 000001 | 80 000002 | 00000003 | 0004 0005"
-    "| 0000000000000006 00000007 00000008 | ffffffff"
-) + b"z" * 8
+DATA_LAST_IMM_BYTES = (
+    h(
+        "c9 00 ffff | 01 000001 | 80 000002 | 00000003 | 0004 0005"
+        "| 0000000000000006 00000007 00000008 | ffffffff"
+    )
+    + b"z" * 8
+)
 
 SACK_PS = SackPacket(
     dest_qp=0x10, cack_psn=0x100, ev=0x01000003, seth=SETH_PS, cc=CC_FULL, port_state=0x3
@@ -147,9 +150,7 @@ SACK_PS_BYTES = (
 SACK_PLAIN = SackPacket(
     dest_qp=0x10, cack_psn=0xFFFFFF, ev=0, seth=SETH_PLAIN, cc=CCState(), port_state=None
 )
-SACK_PLAIN_BYTES = (
-    h("dc 00 ffff | 01 000010 | 00 ffffff | 00000000") + SETH_PLAIN_BYTES + bytes(8)
-)
+SACK_PLAIN_BYTES = h("dc 00 ffff | 01 000010 | 00 ffffff | 00000000") + SETH_PLAIN_BYTES + bytes(8)
 NACK = NackPacket(dest_qp=0x10, psn=0xABCD, ev=0x02000007, neth=NETH_TRIM)
 NACK_BYTES = h("dd 00 ffff | 01 000010 | 00 00abcd | 02000007") + NETH_TRIM_BYTES
 ACK = AckPacket(dest_qp=0x20, psn=5, ev=0, aeth=AETH(0x80, 7), p_key=0x1234)
@@ -274,8 +275,7 @@ def test_imm_opcode_needs_room_for_immdt() -> None:
 
 def test_data_without_evxh() -> None:
     wire = h(
-        "c8 00 ffff | 00 000005 | 80 000009 | 0003 0004"
-        "| 0000000000002000 00000007 00000100 | ab"
+        "c8 00 ffff | 00 000005 | 80 000009 | 0003 0004| 0000000000002000 00000007 00000100 | ab"
     )
     packet = decode_packet(wire)
     assert packet == DataPacket(

@@ -1,0 +1,283 @@
+"""`mrc bench`: the command line of the benchmark (DESIGN.md §10) and its validation.
+
+Holds the argparse definition with iperf3's flags, the size/time parsers, `BenchOptions` (the
+checked options) and `run`, which hands them to `bench_run`. Bad flags end here with one line on
+stderr and exit status 2; everything after parsing (sockets, the test itself) is `bench_run`'s.
+
+Byte counts follow iperf3: `K`, `M`, `G`, `T` (and `KiB`, `MiB`, …) are powers of 1024; `kB`,
+`MB`, `GB`, `TB` are powers of 1000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+
+from mrc.core.config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
+from mrc.core.errors import LocalProtocolError
+
+from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
+
+DEFAULT_PORT = 4791
+DEFAULT_DURATION = 10.0
+DEFAULT_MSG_SIZE = 1 << 20
+DEMO_BYTES = 256 << 20
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "m": 1 << 20,
+    "g": 1 << 30,
+    "t": 1 << 40,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+
+
+class UsageError(Exception):
+    """A bad combination of flags; reported as one line with exit status 2."""
+
+
+def parse_size(text: str) -> int:
+    """'256M' → 268435456, '1GiB', '1.5K', '4096', '10MB' (10**7)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (try 256M, 1G, 64KiB)")
+    unit = m.group(2).lower()
+    if unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"unknown size suffix {m.group(2)!r} in {text!r}")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"byte count must be positive: {text!r}")
+    return value
+
+
+def parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value != value or value < 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be a finite number >= 0: {text!r}")
+    return value
+
+
+def parse_inject(text: str) -> tuple[int, float]:
+    """'plane-down=2@1.5' → (2, 1.5)."""
+    m = re.fullmatch(r"\s*plane-down\s*=\s*(\d+)\s*@\s*([0-9.]+)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"--inject wants plane-down=PLANE@SECONDS, got {text!r}")
+    try:
+        at = float(m.group(2))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad time in --inject {text!r}") from None
+    return int(m.group(1)), at
+
+
+def _addr_list(text: str) -> list[str]:
+    items = [a.strip() for a in text.split(",")]
+    if not items or any(not a for a in items):
+        raise argparse.ArgumentTypeError(f"empty address in {text!r}")
+    return items
+
+
+def _int_range(lo: int, hi: int, what: str) -> type[int]:
+    def conv(text: str) -> int:
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{what} must be {lo}..{hi}, got {value}")
+        return value
+
+    conv.__name__ = what
+    return conv  # type: ignore[return-value]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure MRC between two hosts (iperf3 roles and flags)",
+        description="Measure MRC throughput between a server (-s) and a client (-c), "
+        "iperf3-style; the number of planes is the number of addresses.",
+    )
+    role = p.add_argument_group("role")
+    role.add_argument("-s", "--server", action="store_true", help="run as the server")
+    role.add_argument(
+        "-c", "--client", metavar="ADDR[,ADDR...]", type=_addr_list,
+        help="run as a client of the server at these addresses, one per plane",
+    )
+    role.add_argument(
+        "--demo", action="store_true",
+        help="server and client in this process on 4 loopback planes: 256 MiB, --verify, "
+        "plane 2 blackholed midway",
+    )
+    p.add_argument(
+        "-B", "--bind", metavar="ADDR[,ADDR...]", type=_addr_list,
+        help="local address on each plane (same count and order as -c; required with -s)",
+    )
+    p.add_argument("-p", "--port", type=_int_range(0, 65535, "port"), default=DEFAULT_PORT,
+                   help=f"UDP port (default {DEFAULT_PORT})")
+    p.add_argument("-t", "--time", type=parse_seconds, metavar="SEC",
+                   help=f"seconds to transmit (default {DEFAULT_DURATION:g})")
+    p.add_argument("-n", "--bytes", type=parse_size, metavar="BYTES",
+                   help="bytes to transmit instead of a time (K/M/G = 1024-based, kB/MB/GB SI)")
+    p.add_argument("-l", "--length", type=parse_size, metavar="BYTES", default=DEFAULT_MSG_SIZE,
+                   help="message (WRITE) size (default 1M)")
+    p.add_argument("-i", "--interval", type=parse_seconds, metavar="SEC", default=1.0,
+                   help="seconds between interval reports, >= 0.01; 0 disables (default 1)")
+    p.add_argument("-J", "--json", action="store_true", help="one JSON document at the end")
+    p.add_argument("-1", "--one-off", action="store_true", help="server: one test, then exit")
+    p.add_argument("-R", "--reverse", action="store_true", help="reverse: the server writes")
+    p.add_argument("--payload-mtu", type=_int_range(MIN_PAYLOAD_MTU, MAX_PAYLOAD_MTU, "payload MTU"),
+                   default=4096, metavar="N", help="payload bytes per packet (default 4096)")
+    p.add_argument("--ev-per-plane", type=_int_range(1, 255, "EVs per plane"), default=16,
+                   metavar="N", help="EVs per plane (default 16)")
+    p.add_argument("--mpr", type=_int_range(1, 255, "MPR"), default=8, metavar="N",
+                   help="window in units of 128 packets (default 8)")
+    p.add_argument("--verify", action="store_true",
+                   help="check every message's bytes on the receiver")
+    p.add_argument("--inject", type=parse_inject, action="append", default=[],
+                   metavar="plane-down=P@SEC",
+                   help="lab fault: the sender's io drops everything for plane P from SEC on "
+                   "(repeatable)")
+    p.add_argument("--connect-timeout", type=parse_seconds, default=5.0, metavar="SEC",
+                   help="client: give up when the server has not answered (default 5)")
+    p.set_defaults(func=run)
+
+
+@dataclass(slots=True)
+class BenchOptions:
+    role: str
+    server: list[str] = field(default_factory=list)
+    bind: list[str] | None = None
+    port: int = DEFAULT_PORT
+    duration: float = 0.0
+    total_bytes: int = 0
+    msg_size: int = DEFAULT_MSG_SIZE
+    interval: float = 1.0
+    json: bool = False
+    one_off: bool = False
+    reverse: bool = False
+    payload_mtu: int = 4096
+    ev_per_plane: int = 16
+    mpr: int = 8
+    verify: bool = False
+    injects: list[tuple[int, float]] = field(default_factory=list)
+    connect_timeout: float = 5.0
+
+    def config(self, planes: int) -> SessionConfig:
+        return SessionConfig(
+            plane_mask=(1 << planes) - 1,
+            payload_mtu=self.payload_mtu,
+            mpr=self.mpr,
+            ev_per_plane=self.ev_per_plane,
+        ).validate()
+
+    def inject_specs(self) -> list[str]:
+        return [f"plane-down={p}@{at:g}" for p, at in self.injects]
+
+
+def options_from(ns: argparse.Namespace) -> BenchOptions:
+    """Check the flag combination; raises UsageError with a one-line message."""
+    roles = [name for name, on in (("-s", ns.server), ("-c", ns.client), ("--demo", ns.demo)) if on]
+    if len(roles) != 1:
+        raise UsageError(
+            "choose exactly one of -s, -c ADDR[,ADDR...] and --demo"
+            if roles else "missing role: -s (server), -c ADDR[,ADDR...] (client) or --demo"
+        )
+    role = {"-s": "server", "-c": "client", "--demo": "demo"}[roles[0]]
+    if ns.time is not None and ns.bytes is not None:
+        raise UsageError("-t and -n are mutually exclusive")
+    if ns.interval and ns.interval < 0.01:
+        raise UsageError(f"-i must be 0 or at least 0.01, got {ns.interval:g}")
+    if ns.time is not None and ns.time <= 0:
+        raise UsageError("-t must be more than 0 seconds")
+    if not 1 <= ns.length <= MAX_MESSAGE_SIZE:
+        raise UsageError(f"-l must be 1..{MAX_MESSAGE_SIZE} bytes, got {ns.length}")
+    if len(ns.inject) > MAX_INJECTS:
+        raise UsageError(f"at most {MAX_INJECTS} --inject faults")
+    opts = BenchOptions(
+        role=role,
+        server=list(ns.client or []),
+        bind=list(ns.bind) if ns.bind else None,
+        port=ns.port,
+        duration=ns.time or 0.0,
+        total_bytes=ns.bytes or 0,
+        msg_size=ns.length,
+        interval=ns.interval,
+        json=ns.json,
+        one_off=ns.one_off,
+        reverse=ns.reverse,
+        payload_mtu=ns.payload_mtu,
+        ev_per_plane=ns.ev_per_plane,
+        mpr=ns.mpr,
+        verify=ns.verify,
+        injects=list(ns.inject),
+        connect_timeout=ns.connect_timeout,
+    )
+    if role == "server":
+        if not opts.bind:
+            raise UsageError("-s needs -B ADDR[,ADDR...]: one local address per plane")
+        if opts.reverse:
+            raise UsageError("-R is a client flag (the client asks the server to write)")
+        if ns.time is not None or ns.bytes is not None:
+            raise UsageError("-t/-n are client flags")
+        planes = len(opts.bind)
+    elif role == "client":
+        if opts.one_off:
+            raise UsageError("-1 is a server flag")
+        if opts.bind is not None and len(opts.bind) != len(opts.server):
+            raise UsageError(
+                f"-B names {len(opts.bind)} addresses but -c names {len(opts.server)}: "
+                "give one local address per plane, in the same order"
+            )
+        if opts.port == 0:
+            raise UsageError("-p must name the server's port (1..65535)")
+        planes = len(opts.server)
+    else:
+        if ns.bind or ns.client:
+            raise UsageError("--demo picks its own loopback addresses; drop -B/-c")
+        planes = 4
+        if not opts.total_bytes and not opts.duration:
+            opts.total_bytes = DEMO_BYTES
+        opts.verify = True
+    if role != "server" and not opts.duration and not opts.total_bytes:
+        opts.duration = DEFAULT_DURATION
+    if planes > 32:
+        raise UsageError(f"at most 32 planes, got {planes}")
+    for plane, _ in opts.injects:
+        if plane >= planes:
+            raise UsageError(f"--inject names plane {plane}, but there are only {planes} planes")
+    try:
+        opts.config(planes)
+    except LocalProtocolError as exc:
+        raise UsageError(str(exc)) from None
+    return opts
+
+
+def run(ns: argparse.Namespace) -> int:
+    from . import bench_run
+
+    try:
+        opts = options_from(ns)
+    except UsageError as exc:
+        raise SystemExit(_usage_exit(str(exc))) from None
+    return bench_run.run(opts)
+
+
+def _usage_exit(message: str) -> int:
+    import sys
+
+    sys.stderr.write(f"mrc bench: error: {message}\n")
+    return 2

@@ -1,0 +1,270 @@
+"""Output of `mrc bench`: iperf3-style text lines and the `-J` JSON document (DESIGN.md §10).
+
+Holds the unit formatting (iperf3's: transfers in base 1024, rates in base 1000), the interval
+and summary lines, and `json_document`. It reads a finished `BenchTest` and the start facts the
+runner collected; it never talks to the network.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mrc
+
+from .bench_roles import RECEIVER, WRITER, BenchTest, IntervalSample
+
+STREAM_ID = 5  # iperf3's first stream id; kept so the lines look familiar
+RULE = "- " * 30
+
+
+@dataclass(slots=True)
+class StartInfo:
+    """What `start` in the JSON holds; filled by the runner."""
+
+    role: str  # "client" or "server"
+    test_start: dict[str, Any]
+    connected: list[dict[str, Any]] = field(default_factory=list)
+    connecting_to: dict[str, Any] | None = None
+    event_loop: str = ""
+    timestamp: float = field(default_factory=time.time)
+
+
+def _scaled(value: float, units: Sequence[str], base: float) -> str:
+    unit = 0
+    while value >= base * 0.99995 and unit < len(units) - 1:
+        value /= base
+        unit += 1
+    if value < 9.995:
+        num = f"{value:4.2f}"
+    elif value < 99.95:
+        num = f"{value:4.1f}"
+    else:
+        num = f"{value:4.0f}"
+    return f"{num} {units[unit]}"
+
+
+def fmt_bytes(n: float) -> str:
+    return _scaled(float(n), ("Bytes", "KBytes", "MBytes", "GBytes", "TBytes"), 1024.0)
+
+
+def fmt_rate(bits_per_second: float) -> str:
+    units = ("bits/sec", "Kbits/sec", "Mbits/sec", "Gbits/sec", "Tbits/sec")
+    return _scaled(bits_per_second, units, 1000.0)
+
+
+def _compact(n: float) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{int(n)}B"
+
+
+def interval_header(planes: Sequence[int], role: str) -> str:
+    cols = "  ".join(f"{'p' + str(p):>7}" for p in planes)
+    retr = " Retr" if role == WRITER else "     "
+    return f"[ ID] Interval           Transfer     Bitrate        {retr}  {cols}".rstrip()
+
+
+def interval_line(sample: IntervalSample, role: str) -> str:
+    secs = max(1e-9, sample.end - sample.start)
+    rate = sample.bytes * 8 / secs
+    retr = f"{sample.retransmits:5d}" if role == WRITER else "     "
+    cols = "  ".join(f"{_compact(b):>7}" for _, b, _ in sample.planes)
+    return (
+        f"[{STREAM_ID:3d}] {sample.start:6.2f}-{sample.end:<6.2f} sec  {fmt_bytes(sample.bytes):>11}"
+        f"  {fmt_rate(rate):>15} {retr}  {cols}"
+    ).rstrip()
+
+
+def _sum(side: dict[str, Any] | None, sender: bool) -> dict[str, Any]:
+    side = side or {}
+    secs = float(side.get("seconds") or 0.0)
+    nbytes = int(side.get("bytes") or 0)
+    out: dict[str, Any] = {
+        "start": 0.0,
+        "end": secs,
+        "seconds": secs,
+        "bytes": nbytes,
+        "bits_per_second": nbytes * 8 / secs if secs > 0 else 0.0,
+    }
+    if sender:
+        out["retransmits"] = int(side.get("retransmits") or 0)
+    return out
+
+
+def sides(test: BenchTest) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(sender summary, receiver summary); the remote one may be missing after a failure."""
+    local = test.build_summary()
+    if test.role == WRITER:
+        return local, test.peer_summary
+    return test.peer_summary or {}, local
+
+
+def summary_lines(test: BenchTest) -> list[str]:
+    sent, received = sides(test)
+    s_sum = _sum(sent, True)
+    r_sum = _sum(received, False)
+    lines = [RULE, "[ ID] Interval           Transfer     Bitrate         Retr"]
+    lines.append(
+        f"[{STREAM_ID:3d}] {0.0:6.2f}-{s_sum['seconds']:<6.2f} sec  {fmt_bytes(s_sum['bytes']):>11}"
+        f"  {fmt_rate(s_sum['bits_per_second']):>15} {s_sum['retransmits']:5d}"
+        "             sender"
+    )
+    if received is not None:
+        lines.append(
+            f"[{STREAM_ID:3d}] {0.0:6.2f}-{r_sum['seconds']:<6.2f} sec  "
+            f"{fmt_bytes(r_sum['bytes']):>11}  {fmt_rate(r_sum['bits_per_second']):>15}"
+            "                   receiver"
+        )
+    integrity = test.integrity()
+    verified = (received or {}).get("messages_verified", 0)
+    if integrity == "not-checked":
+        lines.append("integrity: not-checked (run with --verify)")
+    else:
+        lines.append(f"integrity: {integrity} ({verified} messages verified)")
+    errors = (sent or {}).get("write_errors") or {}
+    if errors:
+        listed = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+        lines.append(f"write errors: {listed}")
+    local = test.build_summary()
+    planes = []
+    for row in local["planes"]:
+        traffic = row["bytes_sent"] if test.role == WRITER else row["bytes_received"]
+        word = "sent" if test.role == WRITER else "received"
+        planes.append(f"p{row['plane']} {row['state']} {fmt_bytes(traffic).strip()} {word}")
+    lines.append("planes: " + ", ".join(planes))
+    causes = {k: v for k, v in local["retransmits_by_cause"].items() if v}
+    if causes:
+        lines.append(
+            "retransmits by cause: " + ", ".join(f"{k} {v}" for k, v in sorted(causes.items()))
+        )
+    drops = local["drops_by_reason"]
+    if drops:
+        lines.append("drops: " + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())))
+    for ev in _merged_events(test):
+        plane = f"plane {ev['plane']}" if ev.get("plane") is not None else ""
+        where = "" if ev.get("side", "local") == "local" else f" ({ev['side']})"
+        detail = f"  {ev['detail']}" if ev.get("detail") else ""
+        lines.append(f"event: {ev['t']:7.3f} s  {ev['event']:<13} {plane}{where}{detail}")
+    if test.error:
+        lines.append(f"error: {test.error}")
+    return lines
+
+
+def _merged_events(test: BenchTest) -> list[dict[str, Any]]:
+    events = [dict(e, side="local") for e in test.events]
+    peer = test.peer_summary or {}
+    remote = peer.get("events")
+    if isinstance(remote, list):
+        events += [dict(e, side="remote") for e in remote if isinstance(e, dict)]
+    events.sort(key=lambda e: float(e.get("t") or 0.0))
+    return events
+
+
+def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
+    sent, received = sides(test)
+    local = test.build_summary()
+    peer = test.peer_summary or {}
+    stamp = start.timestamp
+    doc_start: dict[str, Any] = {
+        "version": f"mrc {mrc.__version__}",
+        "system_info": " ".join(platform.uname()),
+        "timestamp": {
+            "time": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(stamp)),
+            "timesecs": int(stamp),
+        },
+        "connected": start.connected,
+        "event_loop": start.event_loop,
+        "role": start.role,
+        "qpn": test.session.qpn,
+        "peer_qpn": test.session.peer_qpn,
+        "connection_id": test.session.connection_id,
+        "test_start": start.test_start,
+    }
+    if start.connecting_to is not None:
+        doc_start["connecting_to"] = start.connecting_to
+    intervals = []
+    for s in test.samples:
+        secs = max(1e-9, s.end - s.start)
+        summ: dict[str, Any] = {
+            "start": round(s.start, 6),
+            "end": round(s.end, 6),
+            "seconds": round(secs, 6),
+            "bytes": s.bytes,
+            "bits_per_second": s.bytes * 8 / secs,
+            "sender": test.role == WRITER,
+        }
+        if test.role == WRITER:
+            summ["retransmits"] = s.retransmits
+        intervals.append(
+            {
+                "sum": summ,
+                "planes": [{"plane": p, "bytes": b, "packets": n} for p, b, n in s.planes],
+            }
+        )
+    cpu = dict(local["cpu_utilization_percent"])
+    remote_cpu = peer.get("cpu_utilization_percent")
+    if isinstance(remote_cpu, dict):
+        for k in ("total", "user", "system"):
+            cpu[f"remote_{k}"] = remote_cpu.get(f"host_{k}", 0.0)
+    recv = received or {}
+    mrc_end: dict[str, Any] = {
+        "integrity": test.integrity(),
+        "messages_verified": int(recv.get("messages_verified") or 0),
+        "messages": int((sent or {}).get("messages") or 0),
+        "write_errors": (sent or {}).get("write_errors") or {},
+        "planes": local["planes"],
+        "evs": _ev_rows(test),
+        "retransmits_by_cause": local["retransmits_by_cause"],
+        "drops_by_reason": local["drops_by_reason"],
+        "io_drops": dict(test.io.counters),
+        "socket_counters": {
+            str(p): dict(s.counters) for p, s in sorted(test.io.planes.items()) if s.counters
+        },
+        "trimmed_received": local["trimmed_received"],
+        "nacks_sent": local["nacks_sent"],
+        "nacks_received": local["nacks_received"],
+        "probes_sent": local["probes_sent"],
+        "probes_answered": local["probes_answered"],
+        "longest_stall_seconds": float(recv.get("longest_stall_seconds") or 0.0),
+        "events": local["events"],
+        "remote": peer,
+    }
+    doc: dict[str, Any] = {
+        "start": doc_start,
+        "intervals": intervals,
+        "end": {
+            "sum_sent": _sum(sent, True),
+            "sum_received": _sum(received, False),
+            "cpu_utilization_percent": cpu,
+            "mrc": mrc_end,
+        },
+    }
+    if test.error:
+        doc["error"] = test.error
+    return doc
+
+
+def _ev_rows(test: BenchTest) -> list[dict[str, Any]]:
+    """Per-EV rows when the core exposes them (`Session.ev_stats()`), else an empty list."""
+    getter = getattr(test.session, "ev_stats", None)
+    if getter is None:
+        return []
+    rows = getter()
+    return [dict(r) for r in rows] if isinstance(rows, list) else []
+
+
+__all__ = [
+    "RECEIVER",
+    "StartInfo",
+    "fmt_bytes",
+    "fmt_rate",
+    "interval_header",
+    "interval_line",
+    "json_document",
+    "summary_lines",
+]

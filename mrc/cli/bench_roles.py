@@ -1,0 +1,581 @@
+"""One `mrc bench` test on one session: the writer and receiver roles of `bench_proto`.
+
+Holds `TestSetup` (the regions and parameters a test needs, registered before the handshake so
+their keys can travel in the private data) and `BenchTest` (posting messages into slots,
+verifying them, interval samples, the results exchange, the watchdog, and the summary of one
+side). It prints nothing (`bench_report` does) and opens no socket (`bench_run` does); it only
+reacts to session events and calls `post_write`/`close` through the `IoEndpoint`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mrc.core.events import (
+    ConnectionClosed,
+    Event,
+    ImmediateReceived,
+    PathRestored,
+    PathRetired,
+    PlaneDown,
+    PlaneUp,
+    WriteCompleted,
+)
+from mrc.core.memory import Region, RegionTable
+from mrc.core.session import Session
+from mrc.io.endpoint import IoEndpoint
+
+from .bench_proto import (
+    IMM_END,
+    IMM_GO,
+    IMM_RESULTS,
+    MAX_MESSAGES,
+    RESULTS_BYTES,
+    BenchProtocolError,
+    Pattern,
+    RegionRef,
+    decode_summary,
+    encode_summary,
+    message_count,
+    message_length,
+)
+
+WRITER = "sender"
+RECEIVER = "receiver"
+STATUS_NAMES = {0x80: "BAD_RKEY", 0x81: "OUT_OF_BOUNDS"}
+
+
+@dataclass(frozen=True, slots=True)
+class TestParams:
+    msg_size: int
+    duration: float = 0.0
+    total_bytes: int = 0
+    verify: bool = False
+    seed: int = 0
+    interval: float = 1.0
+    #: (plane, seconds after the start): blackholes the writer's io applies.
+    injects: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(eq=False)
+class TestSetup:
+    """The regions one side registers for a test."""
+
+    role: str
+    params: TestParams
+    slots: int
+    regions: RegionTable
+    inbox: Region
+    outbox: Region
+    data: Region | None = None
+    source: Region | None = None
+    pattern: Pattern | None = None
+
+    @classmethod
+    def allocate(
+        cls, regions: RegionTable, role: str, params: TestParams, slots: int
+    ) -> TestSetup:
+        pattern = Pattern(params.seed, params.msg_size) if params.verify else None
+        inbox = regions.register(bytearray(RESULTS_BYTES))
+        outbox = regions.register(bytearray(RESULTS_BYTES))
+        setup = cls(role, params, slots, regions, inbox, outbox, pattern=pattern)
+        if role == RECEIVER:
+            setup.data = regions.register(bytearray(slots * params.msg_size))
+        elif pattern is not None:
+            setup.source = regions.register(pattern.stream, prefault_pages=False)
+        else:
+            setup.source = regions.register(bytearray(params.msg_size))
+        return setup
+
+    def ref(self, region: Region | None) -> RegionRef:
+        return RegionRef() if region is None else RegionRef(region.base_va, region.rkey, region.size)
+
+    def release(self) -> None:
+        for region in (self.inbox, self.outbox, self.data, self.source):
+            if region is not None and self.regions.lookup(region.rkey) is region:
+                self.regions.deregister(region)
+
+
+@dataclass(slots=True)
+class IntervalSample:
+    start: float
+    end: float
+    bytes: int
+    retransmits: int
+    #: (plane, bytes, packets) on the wire in this interval, this side's direction.
+    planes: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+class BenchTest:
+    """One side of one test. Feed it the session's events with `on_event`."""
+
+    def __init__(
+        self,
+        io: IoEndpoint[Session],
+        session: Session,
+        setup: TestSetup,
+        *,
+        peer_data: RegionRef,
+        peer_results: RegionRef,
+        on_done: Callable[[BenchTest], None],
+        on_interval: Callable[[BenchTest, IntervalSample], None] | None = None,
+        wait_for_go: bool = False,
+        send_go: bool = False,
+        stall_timeout: float = 15.0,
+        extra_drops: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
+        self.io = io
+        self.loop: asyncio.AbstractEventLoop = io.loop
+        self.session = session
+        self.setup = setup
+        self.params = setup.params
+        self.role = setup.role
+        self.peer_data = peer_data
+        self.peer_results = peer_results
+        self.on_done = on_done
+        self.on_interval = on_interval
+        self.wait_for_go = wait_for_go
+        self.send_go = send_go
+        self.stall_timeout = stall_timeout
+        self.extra_drops = extra_drops
+        self.state = "idle"
+        self.error: str | None = None
+        self.t0 = 0.0
+        self.t_end = 0.0
+        self.samples: list[IntervalSample] = []
+        self.events: list[dict[str, Any]] = []
+        self.peer_summary: dict[str, Any] | None = None
+        self.summary: dict[str, Any] | None = None
+        # writer
+        self.messages_posted = 0
+        self.messages_completed = 0
+        self.bytes_completed = 0
+        self.write_errors: Counter[str] = Counter()
+        self._outstanding: list[tuple[int, int, int]] = []  # (msn, n, length), MSN order
+        self._out_head = 0
+        self._stop_posting = False
+        self._end_msn: int | None = None
+        self._control_msns: set[int] = set()
+        # receiver
+        self.messages_verified = 0
+        self.mismatches = 0
+        self._next_expected = 0
+        self._end_bytes = 0
+        self._results_msn: int | None = None
+        # bookkeeping
+        self._handles: list[asyncio.TimerHandle] = []
+        self._last: dict[str, Any] = {}
+        self._progress_mark: tuple[int, ...] = ()
+        self._progress_at = 0.0
+        self._cpu0 = os.times()
+        self._cpu1 = self._cpu0
+        self._placed0 = 0
+        self.expected_messages = message_count(self.params.msg_size, self.params.total_bytes)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("done", "failed")
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    def start(self) -> None:
+        """The session is established: the receiver starts its clock, the writer its messages."""
+        now = self.io.now()
+        self._progress_at = now
+        self._watchdog()
+        if self.role == WRITER and self.wait_for_go:
+            self.state = "waiting"
+            return
+        self._begin(now)
+
+    def _begin(self, now: float) -> None:
+        self.state = "running"
+        self.t0 = now
+        self._cpu0 = os.times()
+        self._placed0 = self.session.stats.bytes_placed
+        self._last = self._snapshot()
+        if self.params.interval > 0:
+            self._schedule_interval(1)
+        if self.role == WRITER:
+            for plane, at in self.params.injects:
+                fault = self.io.inject_plane_down(plane, now + at)
+                self._record(fault.at, "fault", plane, None, f"plane-down injected at {at:g} s")
+            if self.params.duration > 0:
+                self._handles.append(self.loop.call_later(self.params.duration, self._time_up))
+            self._pump()
+        elif self.send_go:
+            self._post_control(b"GO!!", IMM_GO)
+        self.io.flush(self.session)
+
+    def fail(self, reason: str) -> None:
+        if self.done:
+            return
+        self.error = reason
+        self._finish_clock()
+        self.state = "failed"
+        self._cancel()
+        self.on_done(self)
+
+    def cancel(self) -> None:
+        """Stop timers without reporting (owner shutting down)."""
+        self._cancel()
+
+    def _cancel(self) -> None:
+        for h in self._handles:
+            h.cancel()
+        self._handles.clear()
+
+    def _complete(self) -> None:
+        self.state = "done"
+        self._cancel()
+        self.on_done(self)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        now = self.io.now()
+        if isinstance(event, WriteCompleted):
+            self._on_completed(event, now)
+        elif isinstance(event, ImmediateReceived):
+            self._on_immediate(event, now)
+        elif isinstance(event, ConnectionClosed):
+            if not self.done:
+                self.fail(f"connection closed: {event.reason}")
+        elif isinstance(event, PlaneDown):
+            self._record(now, "plane-down", event.plane, None, event.reason)
+        elif isinstance(event, PlaneUp):
+            self._record(now, "plane-up", event.plane, None, "")
+        elif isinstance(event, PathRetired):
+            self._record(now, "path-retired", event.plane, event.ev, event.reason)
+        elif isinstance(event, PathRestored):
+            self._record(now, "path-restored", event.plane, event.ev, "")
+
+    def _record(self, at: float, kind: str, plane: int | None, ev: int | None, detail: str) -> None:
+        base = self.t0 if self.t0 else at
+        self.events.append(
+            {"t": round(at - base, 3), "event": kind, "plane": plane, "ev": ev, "detail": detail}
+        )
+
+    # -- writer -----------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        if self.state != "running" or self.role != WRITER:
+            return
+        p = self.params
+        setup = self.setup
+        assert setup.source is not None
+        now = self.io.now()
+        if p.duration > 0 and now - self.t0 >= p.duration:
+            self._stop_posting = True
+        while not self._stop_posting and len(self._outstanding) - self._out_head < setup.slots:
+            n = self.messages_posted
+            length = message_length(n, p.msg_size, p.total_bytes)
+            if length <= 0 or n >= MAX_MESSAGES:
+                self._stop_posting = True
+                break
+            slot = n % setup.slots
+            src_off = setup.pattern.offset(n) if setup.pattern is not None else 0
+            msn = self.session.post_write(
+                setup.source,
+                src_off,
+                length,
+                self.peer_data.va + slot * p.msg_size,
+                self.peer_data.rkey,
+                imm=n if p.verify else None,
+            )
+            self._outstanding.append((msn, n, length))
+            self.messages_posted += 1
+        self._maybe_end()
+
+    def _time_up(self) -> None:
+        self._stop_posting = True
+        self._maybe_end()
+        self.io.flush(self.session)
+
+    def _on_completed(self, event: WriteCompleted, now: float) -> None:
+        if event.msn in self._control_msns:
+            self._control_msns.discard(event.msn)
+            if event.status:
+                self.fail(f"control write failed with status {event.status:#x}")
+            elif event.msn == self._results_msn:
+                self._complete()
+            return
+        if self._out_head >= len(self._outstanding):
+            return
+        msn, _n, length = self._outstanding[self._out_head]
+        if msn != event.msn:
+            self.fail(f"completion for MSN {event.msn}, expected {msn}")
+            return
+        self._out_head += 1
+        if self._out_head > 4096:
+            del self._outstanding[: self._out_head]
+            self._out_head = 0
+        self.messages_completed += 1
+        if event.status:
+            self.write_errors[STATUS_NAMES.get(event.status, f"{event.status:#x}")] += 1
+        else:
+            self.bytes_completed += length
+        self._pump()
+
+    def _maybe_end(self) -> None:
+        if (
+            self.state == "running"
+            and self.role == WRITER
+            and self._stop_posting
+            and self._out_head >= len(self._outstanding)
+            and self._end_msn is None
+        ):
+            self._finish_clock()
+            self.state = "finishing"
+            summary = self.build_summary()
+            self._end_msn = self._post_control(
+                encode_summary(summary, min(RESULTS_BYTES, self.peer_results.length)), IMM_END
+            )
+
+    def _post_control(self, data: bytes, imm: int) -> int:
+        out = self.setup.outbox
+        out.view[: len(data)] = data
+        msn = self.session.post_write(
+            out, 0, len(data), self.peer_results.va, self.peer_results.rkey, imm=imm
+        )
+        self._control_msns.add(msn)
+        return msn
+
+    # -- receiver ---------------------------------------------------------------------------
+
+    def _on_immediate(self, event: ImmediateReceived, now: float) -> None:
+        imm = event.imm
+        if imm == IMM_GO:
+            if self.state == "waiting":
+                self._begin(now)
+            return
+        if imm == IMM_END:
+            self._on_end(now)
+            return
+        if imm == IMM_RESULTS:
+            self._read_peer_summary()
+            if self.role == WRITER and not self.done:
+                self._complete()
+            return
+        if self.role != RECEIVER or self.state != "running":
+            return
+        setup = self.setup
+        p = self.params
+        if imm != self._next_expected:
+            self.mismatches += 1
+        self._next_expected = imm + 1
+        if setup.pattern is None or setup.data is None:
+            return
+        length = message_length(imm, p.msg_size, p.total_bytes)
+        slot = imm % setup.slots
+        view = setup.data.view[slot * p.msg_size : slot * p.msg_size + length]
+        if length > 0 and setup.pattern.matches(view, imm):
+            self.messages_verified += 1
+        else:
+            self.mismatches += 1
+
+    def _on_end(self, now: float) -> None:
+        if self.role != RECEIVER or self.state != "running":
+            return
+        self._read_peer_summary()
+        # The END write itself landed in our inbox: 4-byte length + its JSON.
+        self._end_bytes = 4 + int.from_bytes(self.setup.inbox.view[:4], "big")
+        self._finish_clock()
+        self.state = "finishing"
+        summary = self.build_summary()
+        self._results_msn = self._post_control(
+            encode_summary(summary, min(RESULTS_BYTES, self.peer_results.length)), IMM_RESULTS
+        )
+
+    def _read_peer_summary(self) -> None:
+        try:
+            self.peer_summary = decode_summary(self.setup.inbox.view)
+        except BenchProtocolError as exc:
+            self.peer_summary = {"error": str(exc)}
+
+    # -- measurements -----------------------------------------------------------------------
+
+    def _finish_clock(self) -> None:
+        if not self.t_end:
+            self.t_end = self.io.now()
+            self._cpu1 = os.times()
+
+    def _snapshot(self) -> dict[str, Any]:
+        st = self.session.stats
+        planes: dict[int, tuple[int, int]] = {}
+        for p, ps in st.planes.items():
+            if self.role == WRITER:
+                planes[p] = (ps.bytes_sent, ps.packets_sent)
+            else:
+                planes[p] = (ps.bytes_received, ps.packets_received)
+        return {
+            "bytes": st.bytes_acked if self.role == WRITER else st.bytes_placed,
+            "retransmits": st.retransmits,
+            "planes": planes,
+        }
+
+    def _schedule_interval(self, k: int) -> None:
+        delay = self.t0 + k * self.params.interval - self.io.now()
+        self._handles.append(self.loop.call_later(max(0.0, delay), self._tick, k))
+
+    def _tick(self, k: int) -> None:
+        if self.state not in ("running", "waiting"):
+            return
+        self._sample(self.io.now())
+        self._schedule_interval(k + 1)
+
+    def _sample(self, now: float) -> None:
+        snap = self._snapshot()
+        last = self._last
+        start = self.samples[-1].end if self.samples else 0.0
+        planes = []
+        for p in sorted(snap["planes"]):
+            b, n = snap["planes"][p]
+            b0, n0 = last["planes"].get(p, (0, 0))
+            planes.append((p, b - b0, n - n0))
+        sample = IntervalSample(
+            start=start,
+            end=now - self.t0,
+            bytes=snap["bytes"] - last["bytes"],
+            retransmits=snap["retransmits"] - last["retransmits"],
+            planes=planes,
+        )
+        self._last = snap
+        self.samples.append(sample)
+        if self.on_interval is not None:
+            self.on_interval(self, sample)
+
+    def final_sample(self) -> None:
+        """The last, partial interval (called once the test is over)."""
+        if self.params.interval > 0 and self.t_end and self.t0:
+            end = self.t_end - self.t0
+            start = self.samples[-1].end if self.samples else 0.0
+            if end - start > 1e-3:
+                self._sample(self.t_end)
+
+    def _watchdog(self) -> None:
+        if self.done:
+            return
+        st = self.session.stats
+        mark = (st.bytes_acked, st.bytes_placed, st.messages_completed, len(self.events))
+        now = self.io.now()
+        if mark != self._progress_mark:
+            self._progress_mark = mark
+            self._progress_at = now
+        elif now - self._progress_at > self.stall_timeout:
+            self.fail(f"no progress for {self.stall_timeout:g} s")
+            self.session.close(now)
+            self.io.flush(self.session)
+            return
+        self._handles.append(self.loop.call_later(1.0, self._watchdog))
+
+    @property
+    def seconds(self) -> float:
+        end = self.t_end or self.io.now()
+        return max(0.0, end - self.t0) if self.t0 else 0.0
+
+    @property
+    def data_bytes(self) -> int:
+        if self.role == WRITER:
+            return self.bytes_completed
+        return max(0, self.session.stats.bytes_placed - self._placed0 - self._end_bytes)
+
+    def integrity(self) -> str:
+        if not self.params.verify:
+            return "not-checked"
+        if self.role == WRITER:
+            peer = self.peer_summary or {}
+            value = peer.get("integrity")
+            return value if isinstance(value, str) else "unknown"
+        expected = _summary_int(self.peer_summary, "messages") if self.peer_summary else None
+        if self.mismatches or (expected is not None and self.messages_verified != expected):
+            return "mismatch"
+        return "ok"
+
+    def cpu(self) -> dict[str, float]:
+        c0, c1 = self._cpu0, self._cpu1
+        wall = max(1e-9, c1.elapsed - c0.elapsed)
+        user = (c1.user - c0.user) / wall * 100
+        system = (c1.system - c0.system) / wall * 100
+        return {
+            "host_total": round(user + system, 2),
+            "host_user": round(user, 2),
+            "host_system": round(system, 2),
+        }
+
+    def plane_rows(self) -> list[dict[str, Any]]:
+        st = self.session.stats
+        rows = []
+        for p in sorted(set(st.planes) | set(self.io.planes)):
+            ps = st.plane(p)
+            sock = self.io.planes.get(p)
+            remote = self.session.peer_addrs.get(p)
+            rows.append(
+                {
+                    "plane": p,
+                    "local": _fmt_addr(sock.local_addr) if sock is not None else None,
+                    "remote": _fmt_addr(remote) if isinstance(remote, tuple) else None,
+                    "state": self.session.plane_state(p),
+                    "packets_sent": ps.packets_sent,
+                    "bytes_sent": ps.bytes_sent,
+                    "packets_received": ps.packets_received,
+                    "bytes_received": ps.bytes_received,
+                    "retransmits": ps.retransmits,
+                }
+            )
+        return rows
+
+    def build_summary(self) -> dict[str, Any]:
+        """This side's results: what travels to the peer and feeds `end` in the report."""
+        st = self.session.stats
+        core_drops: Counter[str] = Counter(st.drops_by_reason)
+        if self.extra_drops is not None:
+            core_drops.update(self.extra_drops())
+        summary: dict[str, Any] = {
+            "role": self.role,
+            "seconds": round(self.seconds, 6),
+            "bytes": self.data_bytes,
+            "retransmits": st.retransmits,
+            "messages": self.messages_completed if self.role == WRITER else self._next_expected,
+            "messages_verified": self.messages_verified,
+            "mismatches": self.mismatches,
+            "integrity": self.integrity() if self.role == RECEIVER else "pending",
+            "write_errors": dict(self.write_errors),
+            "cpu_utilization_percent": self.cpu(),
+            "planes": self.plane_rows(),
+            "retransmits_by_cause": _by_cause(st.retransmits_by_cause),
+            "drops_by_reason": dict(core_drops),
+            "trimmed_received": st.trimmed_received,
+            "nacks_sent": st.nacks_sent,
+            "nacks_received": st.nacks_received,
+            "probes_sent": st.probes_sent,
+            "probes_answered": st.probes_answered,
+            "longest_stall_seconds": round(st.longest_stall_seconds, 3),
+            "events": list(self.events),
+        }
+        return summary
+
+
+def _by_cause(counter: Counter[str]) -> dict[str, int]:
+    out = {"rack": 0, "rto": 0, "nack_trimmed": 0, "nack_other": 0}
+    out.update(counter)
+    return out
+
+
+def _summary_int(summary: dict[str, Any] | None, key: str) -> int:
+    value = (summary or {}).get(key)
+    return value if isinstance(value, int) else 0
+
+
+def _fmt_addr(addr: tuple[Any, ...]) -> str:
+    host, port = addr[0], addr[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

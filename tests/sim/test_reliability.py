@@ -1,0 +1,222 @@
+"""Stories of one writer and one responder over four simulated planes.
+
+Each test states the fault, drives virtual time, and checks that every byte was placed exactly
+once at its own address, that WRITEs completed in MSN order with status ok, and that the
+immediates arrived in MSN order.
+"""
+
+from __future__ import annotations
+
+from mrc.core.config import SessionConfig
+from mrc.core.events import PlaneDown
+from mrc.sim import LinkParams
+from mrc.wire.bth import Opcode
+from mrc.wire.packet import DataPacket, decode_packet
+
+from sim_story import Transfer, chunks, make_transfer
+
+MiB = 1 << 20
+
+
+def assert_in_order(t: Transfer, first_msn: int = 0) -> None:
+    n = len(t.messages)
+    expected = [(first_msn + i) & 0xFFFF for i in range(n)]
+    assert [c.msn for c in t.completions] == expected
+    assert all(c.status == 0 for c in t.completions)
+    imms = [(m, imm) for m, (_, _, imm) in zip(expected, t.messages, strict=True) if imm is not None]
+    assert [(e.msn, e.imm) for e in t.immediates] == imms
+
+
+def data_packets_sent(t: Transfer) -> int:
+    return sum(link.counters["sent"] for link in t.a.links.values())
+
+
+def test_lossless_transfer_uses_every_plane_and_never_retransmits() -> None:
+    t = make_transfer(messages=chunks(8 * MiB, MiB), size=8 * MiB)
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    stats = t.a.session().stats
+    assert stats.retransmits == 0
+    # 2048 data packets sprayed equally: 512 on each plane.
+    assert [stats.planes[p].packets_sent for p in range(4)] == [512] * 4
+    assert t.b.session().stats.drops_by_reason == {}
+
+
+def test_five_percent_loss_on_every_plane_retransmits_only_holes() -> None:
+    t = make_transfer(
+        messages=chunks(8 * MiB, MiB), size=8 * MiB,
+        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.05),
+    )
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    lost = sum(link.counters["dropped_loss"] for link in t.a.links.values())
+    stats = t.a.session().stats
+    assert lost > 50
+    assert stats.retransmits_by_cause["rack"] > 0
+    # Selective: retransmissions stay close to what the network dropped (data and SACKs).
+    assert stats.retransmits <= 2 * lost
+    # Random loss is not a plane failure.
+    assert t.a.events_of(PlaneDown) == []
+
+
+def test_heavy_reordering_keeps_every_byte_once() -> None:
+    t = make_transfer(
+        messages=chunks(4 * MiB, 256 * 1024), size=4 * MiB,
+        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, reorder=0.5, reorder_delay=3e-3),
+    )
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    assert sum(link.counters["reordered"] for link in t.a.links.values()) > 400
+
+
+def test_duplicated_packets_are_counted_and_never_written_twice() -> None:
+    t = make_transfer(
+        messages=chunks(4 * MiB, MiB), size=4 * MiB,
+        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, duplicate=0.2),
+    )
+    t.run()
+    t.net.drive(t.net.now + 0.01)  # let the last duplicates land
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    duplicated = sum(link.counters["duplicated"] for link in t.a.links.values())
+    retransmitted = t.a.session().stats.retransmits
+    drops = t.b.session().stats.drops_by_reason
+    assert duplicated > 100
+    # Every duplicated data packet (and every resend) is counted once and written never; the
+    # writer's 8 control packets (4 REQUEST copies, 4 PORT_STATUS) may be among the duplicated.
+    assert duplicated - 8 <= drops["duplicate"] - retransmitted <= duplicated
+
+
+def test_cable_pull_on_one_plane_moves_its_traffic_to_the_others() -> None:
+    sent_on_2: list[int] = []
+
+    def build(net, a, b):  # type: ignore[no-untyped-def]
+        # t = 0.5 ms: plane 2's cable is pulled; both hosts see carrier loss at once.
+        net.set_link(a, 2, False, at=0.0005)
+        net.at(0.0005 + 1e-9, lambda: sent_on_2.append(a.session().stats.planes[2].packets_sent))
+
+    t = make_transfer(messages=chunks(16 * MiB, MiB), size=16 * MiB, build=build)
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    downs = t.a.events_of(PlaneDown)
+    assert downs == [PlaneDown(plane=2, reason="local")]
+    assert [round(ts, 6) for ts, _, e in t.a.events if isinstance(e, PlaneDown)] == [0.0005]
+    stats = t.a.session().stats
+    # Nothing more went into plane 2 after the pull; what was in flight there went elsewhere.
+    assert stats.planes[2].packets_sent == sent_on_2[0]
+    assert stats.retransmits_by_cause["plane_down"] > 0
+    assert t.a.session().plane_state(2) == "down"
+
+
+def test_silent_blackhole_on_one_plane_is_found_by_rto_and_probes() -> None:
+    def build(net, a, b):  # type: ignore[no-untyped-def]
+        net.set_link(a, 2, False, at=0.0005, notify=False)
+
+    t = make_transfer(messages=chunks(64 * MiB, MiB), size=64 * MiB, build=build)
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    stats = t.a.session().stats
+    assert stats.retransmits_by_cause["rto"] > 0
+    # Plane 2 left the rotation at its first RTO and is being probed every 10 ms; three
+    # probes in a row unanswered take it DOWN, even after the transfer is over.
+    t.net.drive(t.net.now + 0.05)
+    assert t.a.events_of(PlaneDown) == [PlaneDown(plane=2, reason="probes unanswered")]
+    (down_at,) = [ts for ts, _, e in t.a.events if isinstance(e, PlaneDown)]
+    assert 0.0005 + 0.030 <= down_at <= 0.0005 + 0.005 + 0.031
+    assert stats.probes_sent >= 3 and stats.probes_answered == 0
+
+
+def test_psn_wraps_around_two_to_the_24() -> None:
+    config = SessionConfig(plane_mask=0b1111, initial_psn=(1 << 24) - 700)
+    t = make_transfer(
+        messages=chunks(8 * MiB, MiB), size=8 * MiB, config=config,
+        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.02),
+    )
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    # 2048 packets from 2^24 - 700: the sender's next PSN wrapped to 1348.
+    assert t.a.session().sender.next_psn == 2048 - 700  # type: ignore[union-attr]
+    assert t.b.session().receiver.cack == 2048 - 700  # type: ignore[union-attr]
+
+
+def test_msn_wraps_around_two_to_the_16() -> None:
+    first = (1 << 16) - 40
+    config = SessionConfig(plane_mask=0b1111, initial_msn=first)
+    t = make_transfer(messages=chunks(100 * 1000, 1000), size=100 * 1000, config=config)
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t, first_msn=first)
+    assert t.completions[39].msn == 0xFFFF and t.completions[40].msn == 0
+
+
+def test_window_never_exceeds_mpr_times_128() -> None:
+    # MPR 1: 128 PSNs. 3000 packets through slow planes keep the window full for a while.
+    config = SessionConfig(plane_mask=0b11, mpr=1, payload_mtu=1024)
+    t = make_transfer(
+        messages=chunks(3000 * 1024, 64 * 1024), size=3000 * 1024, planes=2, config=config,
+        params=LinkParams(rate_bps=1e9, latency=50e-6),
+    )
+    widest = 0
+    while not t.done():
+        assert t.net.drive_bounded(50) > 0
+        sender = t.a.session().sender
+        if sender is not None:
+            widest = max(widest, (sender.next_psn - sender.una) & 0xFFFFFF)
+    assert widest == 128
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    assert t.b.session().stats.drops_by_reason["out_of_window"] == 0
+
+
+def test_many_concurrent_writes_of_mixed_sizes() -> None:
+    sizes = [1, 7, 4095, 4096, 4097, 8192, 20000, 333, 65536, 100]
+    messages = []
+    offset = 0
+    for i in range(400):
+        size = sizes[i % len(sizes)]
+        messages.append((offset, size, i if i % 3 == 0 else None))
+        offset += size + 13  # gaps between messages stay untouched
+    t = make_transfer(
+        messages=messages, size=offset,
+        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.01, reorder=0.2),
+    )
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+
+
+def test_immediates_wait_for_an_earlier_message_whose_last_packet_was_lost() -> None:
+    """Message 0's LAST_IMM is lost once; messages 1-9 arrive complete before its resend.
+    The responder must still report immediates 0, 1, …, 9 in that order."""
+    dropped: list[int] = []
+
+    def lose_first_last_of_msg0(data: bytes) -> bool:
+        if data[0] != Opcode.WRITE_LAST_IMM:
+            return False
+        pkt = decode_packet(data)
+        assert isinstance(pkt, DataPacket)
+        if pkt.msn == 0 and not dropped:
+            dropped.append(pkt.psn)
+            return True
+        return False
+
+    def build(net, a, b):  # type: ignore[no-untyped-def]
+        for link in a.links.values():
+            link.params.drop_if = lose_first_last_of_msg0
+
+    t = make_transfer(messages=chunks(10 * 64 * 1024, 64 * 1024), size=10 * 64 * 1024,
+                      build=build)
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    assert len(dropped) == 1
+    assert t.a.session().stats.retransmits == 1
+    # Immediate 0 came first even though message 9 was complete before it.
+    times = [ts for ts, _, e in t.b.events if type(e).__name__ == "ImmediateReceived"]
+    assert times == sorted(times)
