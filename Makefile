@@ -32,7 +32,7 @@ sysdeps:
 				| debconf-set-selections 2>/dev/null || true; \
 			export DEBIAN_FRONTEND=noninteractive; \
 			{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; } \
-				>/dev/null || echo "sysdeps: could not install$$missing (continuing)" >&2; \
+				>/dev/null 2>&1 || echo "sysdeps: could not install$$missing (continuing)" >&2; \
 		fi; \
 	fi
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import dataclass, field
 
 from mrc.core.config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
@@ -272,12 +273,6 @@ def run(ns: argparse.Namespace) -> int:
     try:
         opts = options_from(ns)
     except UsageError as exc:
-        raise SystemExit(_usage_exit(str(exc))) from None
+        sys.stderr.write(f"mrc bench: error: {exc}\n")
+        return 2
     return bench_run.run(opts)
-
-
-def _usage_exit(message: str) -> int:
-    import sys
-
-    sys.stderr.write(f"mrc bench: error: {message}\n")
-    return 2

@@ -213,13 +213,13 @@ class Pattern:
     STRIDE = 7_919
 
     def __init__(self, seed: int, msg_size: int) -> None:
-        self.stream = random.Random(seed).randbytes(self.PERIOD + msg_size)
+        self.stream = bytearray(random.Random(seed).randbytes(self.PERIOD + msg_size))
         self.msg_size = msg_size
 
     def offset(self, n: int) -> int:
         return (n * self.STRIDE) % self.PERIOD
 
-    def expected(self, n: int, length: int) -> bytes:
+    def expected(self, n: int, length: int) -> bytearray:
         off = self.offset(n)
         return self.stream[off : off + length]
 

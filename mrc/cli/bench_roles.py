@@ -28,7 +28,7 @@ from mrc.core.events import (
 )
 from mrc.core.memory import Region, RegionTable
 from mrc.core.session import Session
-from mrc.io.endpoint import IoEndpoint
+from mrc.io.endpoint import Fault, IoEndpoint
 
 from .bench_proto import (
     IMM_END,
@@ -127,6 +127,7 @@ class BenchTest:
         wait_for_go: bool = False,
         send_go: bool = False,
         stall_timeout: float = 15.0,
+        start_timeout: float = 15.0,
         extra_drops: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.io = io
@@ -142,6 +143,8 @@ class BenchTest:
         self.wait_for_go = wait_for_go
         self.send_go = send_go
         self.stall_timeout = stall_timeout
+        self.start_timeout = start_timeout
+        self._progressed = False
         self.extra_drops = extra_drops
         self.state = "idle"
         self.error: str | None = None
@@ -258,6 +261,21 @@ class BenchTest:
             self._record(now, "path-retired", event.plane, event.ev, event.reason)
         elif isinstance(event, PathRestored):
             self._record(now, "path-restored", event.plane, event.ev, "")
+
+    def add_fault(self, fault: Fault, detail: str) -> None:
+        """Note a fault the owner injected outside the test's own schedule."""
+        self._record(fault.at, "fault", fault.plane, None, detail)
+
+    @property
+    def started_data(self) -> bool:
+        """Did any test traffic flow? (A stray handshake that never did is not reported.)"""
+        if self.role == WRITER:
+            return self.state not in ("idle", "waiting")
+        return (
+            self.session.stats.bytes_placed > self._placed0
+            or self._next_expected > 0
+            or self.peer_summary is not None
+        )
 
     def _record(self, at: float, kind: str, plane: int | None, ev: int | None, detail: str) -> None:
         base = self.t0 if self.t0 else at
@@ -468,11 +486,13 @@ class BenchTest:
         st = self.session.stats
         mark = (st.bytes_acked, st.bytes_placed, st.messages_completed, len(self.events))
         now = self.io.now()
+        limit = self.stall_timeout if self._progressed else self.start_timeout
         if mark != self._progress_mark:
+            self._progressed = bool(self._progress_mark)
             self._progress_mark = mark
             self._progress_at = now
-        elif now - self._progress_at > self.stall_timeout:
-            self.fail(f"no progress for {self.stall_timeout:g} s")
+        elif now - self._progress_at > limit:
+            self.fail(f"no progress for {limit:g} s")
             self.session.close(now)
             self.io.flush(self.session)
             return

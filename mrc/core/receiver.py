@@ -141,17 +141,20 @@ class Receiver:
                 self._nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
             return
         region = self.regions.lookup(pkt.rkey)
-        failure = None
-        if region is None:
+        failure = self._errors.get(pkt.msn)
+        reason_name = "message_failed"
+        if failure is not None:
+            pass  # an earlier packet already showed this message bad: write none of it
+        elif region is None:
             failure, reason_name = NackReason.BAD_RKEY, "bad_rkey"
-        elif not region.contains(pkt.va, n):
+        elif not region.contains(*self._message_span(pkt, n)):
             failure, reason_name = NackReason.OUT_OF_BOUNDS, "out_of_bounds"
         if failure is not None:
             # The PSN is consumed so the window moves on; the error reaches the sender in the
             # message's AETH (WIRE.md §4, 0x80/0x81). Nothing is written.
             drops[reason_name] += 1
             self._errors.setdefault(pkt.msn, int(failure))
-            self._nack(failure, pkt, plane)
+            self._nack(NackReason(failure), pkt, plane)
         else:
             assert region is not None
             start = pkt.va - region.base_va
@@ -166,6 +169,21 @@ class Receiver:
         self._blocks[psn & ~63 & PSN_MASK] = trig
         if pkt.a or trig.ce:
             self._immediate.append(trig)
+
+    def _message_span(self, pkt: DataPacket, n: int) -> tuple[int, int]:
+        """(VA, length) that must lie inside the region for this packet to be written.
+
+        FIRST/ONLY know where the message starts and LAST where it ends, so they check the
+        whole message: an out-of-bounds WRITE is refused whole whenever one of them arrives
+        first. A MIDDLE checks its own bytes plus the packet before and the byte after it.
+        """
+        op = pkt.opcode
+        if op in _LAST:
+            return pkt.va + n - pkt.dma_length, pkt.dma_length
+        if op is Opcode.WRITE_MIDDLE:
+            mtu = self.config.payload_mtu
+            return pkt.va - mtu, 2 * mtu + 1
+        return pkt.va, pkt.dma_length
 
     def _placed(self, n: int, now: float) -> None:
         st = self.stats

@@ -201,7 +201,7 @@ class Network:
     def link(self, a: Host, b: Host, plane: int, params: LinkParams | None = None) -> None:
         """A full-duplex cable between `a` and `b` on `plane` (same parameters both ways)."""
         p = params or LinkParams()
-        a.links[plane] = Link(a, b, plane, p)
+        a.links[plane] = Link(a, b, plane, replace(p))
         b.links[plane] = Link(b, a, plane, replace(p))
 
     def pair(self, planes: int = 4, params: LinkParams | None = None) -> tuple[Host, Host]:

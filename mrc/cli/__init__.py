@@ -1,0 +1,61 @@
+"""The `mrc` command line: one entry point with argparse subcommands (DESIGN.md §10).
+
+Holds `main(argv)`, the parser whose errors are one line on stderr with exit status 2, and the
+top-level guard that turns an interrupt into an exit status instead of a traceback. Each
+subcommand lives in its own module (`bench` now; `daemon`, `ctl`, `dissect`, `plot` later) and
+registers itself with `add_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import mrc
+
+from . import bench
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `PROG: error: MESSAGE`, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mrc",
+        description="mrc: a userspace implementation of MRC (Multipath Reliable Connection).",
+    )
+    parser.add_argument("--version", action="version", version=f"mrc {mrc.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    bench.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(ns, "func", None)
+    if func is None:
+        parser.error("missing command (try: mrc bench --help)")
+    try:
+        return func(ns)
+    except KeyboardInterrupt:
+        sys.stderr.write("mrc: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 141
+    except Exception as exc:
+        if os.environ.get("MRC_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"mrc: internal error: {type(exc).__name__}: {exc} (set MRC_DEBUG=1 for details)\n"
+        )
+        return 70
