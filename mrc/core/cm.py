@@ -123,12 +123,22 @@ def build_request(
     private_data: bytes,
 ) -> bytes:
     cmh = _cmh(
-        config, plane=plane, local_qpn=local_qpn, remote_qpn=0, initial_psn=initial_psn,
-        nonce=nonce, connection_id=connection_id, private_data=private_data,
+        config,
+        plane=plane,
+        local_qpn=local_qpn,
+        remote_qpn=0,
+        initial_psn=initial_psn,
+        nonce=nonce,
+        connection_id=connection_id,
+        private_data=private_data,
     )
     return CmPacket(
-        opcode=Opcode.CM_REQUEST, dest_qp=CM_LISTEN_QPN, cmh=cmh, key_block=None,
-        private_data=private_data, p_key=config.p_key,
+        opcode=Opcode.CM_REQUEST,
+        dest_qp=CM_LISTEN_QPN,
+        cmh=cmh,
+        key_block=None,
+        private_data=private_data,
+        p_key=config.p_key,
     ).encode()
 
 
@@ -143,13 +153,22 @@ def build_reply(
     private_data: bytes,
 ) -> bytes:
     cmh = _cmh(
-        config, plane=REPLY_PLANE, local_qpn=local_qpn, remote_qpn=remote_qpn,
-        initial_psn=initial_psn, nonce=nonce, connection_id=connection_id,
+        config,
+        plane=REPLY_PLANE,
+        local_qpn=local_qpn,
+        remote_qpn=remote_qpn,
+        initial_psn=initial_psn,
+        nonce=nonce,
+        connection_id=connection_id,
         private_data=private_data,
     )
     return CmPacket(
-        opcode=Opcode.CM_REPLY, dest_qp=remote_qpn, cmh=cmh, key_block=None,
-        private_data=private_data, p_key=config.p_key,
+        opcode=Opcode.CM_REPLY,
+        dest_qp=remote_qpn,
+        cmh=cmh,
+        key_block=None,
+        private_data=private_data,
+        p_key=config.p_key,
     ).encode()
 
 
@@ -166,7 +185,10 @@ def build_reject(request: CMH, reason: RejectReason) -> bytes:
         version=CM_VERSION,
     )
     return CmPacket(
-        opcode=Opcode.CM_REJECT, dest_qp=request.local_qpn, cmh=cmh, key_block=None,
+        opcode=Opcode.CM_REJECT,
+        dest_qp=request.local_qpn,
+        cmh=cmh,
+        key_block=None,
         private_data=b"",
     ).encode()
 
@@ -175,10 +197,19 @@ def build_disconnect(
     config: SessionConfig, *, local_qpn: int, remote_qpn: int, connection_id: int
 ) -> bytes:
     cmh = _cmh(
-        config, plane=REPLY_PLANE, local_qpn=local_qpn, remote_qpn=remote_qpn, initial_psn=0,
-        nonce=bytes(16), connection_id=connection_id,
+        config,
+        plane=REPLY_PLANE,
+        local_qpn=local_qpn,
+        remote_qpn=remote_qpn,
+        initial_psn=0,
+        nonce=bytes(16),
+        connection_id=connection_id,
     )
     return CmPacket(
-        opcode=Opcode.CM_DISCONNECT, dest_qp=remote_qpn, cmh=cmh, key_block=None,
-        private_data=b"", p_key=config.p_key,
+        opcode=Opcode.CM_DISCONNECT,
+        dest_qp=remote_qpn,
+        cmh=cmh,
+        key_block=None,
+        private_data=b"",
+        p_key=config.p_key,
     ).encode()

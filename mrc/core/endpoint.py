@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..wire.bth import CM_LISTEN_QPN, ENDPOINT_QPN, Opcode
 from ..wire.cm import RejectReason
@@ -58,13 +58,18 @@ class Endpoint:
     def connect(
         self,
         config: SessionConfig,
-        peer_addrs: dict[int, Addr],
+        peer_addrs: Mapping[int, Addr],
         private_data: bytes,
         now: float,
     ) -> Session:
         session = Session.connect(
-            config, peer_addrs, private_data, qpn=self._new_qpn(), regions=self.regions,
-            rng=self.rng, now=now,
+            config,
+            peer_addrs,
+            private_data,
+            qpn=self._new_qpn(),
+            regions=self.regions,
+            rng=self.rng,
+            now=now,
         )
         self.sessions[session.qpn] = session
         return session
@@ -130,26 +135,38 @@ class Endpoint:
             existing.receive_datagrams(plane, [(data, 0)], now)
             return existing
         if self._listen_config is None:
-            return self._reject(plane, addr, pkt, RejectReason.NO_LISTENER)
+            self._reject(plane, addr, pkt, RejectReason.NO_LISTENER)
+            return None
         agreed = cm.negotiate(self._listen_config, cmh)
         if isinstance(agreed, RejectReason):
-            return self._reject(plane, addr, pkt, agreed)
+            self._reject(plane, addr, pkt, agreed)
+            return None
         half_open = sum(1 for s in self.sessions.values() if s.half_open and not s.is_closed)
         if half_open >= self.max_half_open:
-            return self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+            self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+            return None
         reply_data = b""
         if self._accept is not None:
             answer = self._accept(bytes(pkt.private_data))
             if answer is None:
-                return self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+                self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+                return None
             reply_data = answer
         try:
             session = Session.accept(
-                agreed, pkt, plane, addr, reply_data, qpn=self._new_qpn(),
-                regions=self.regions, rng=self.rng, now=now,
+                agreed,
+                pkt,
+                plane,
+                addr,
+                reply_data,
+                qpn=self._new_qpn(),
+                regions=self.regions,
+                rng=self.rng,
+                now=now,
             )
         except LocalProtocolError:
-            return self._reject(plane, addr, pkt, RejectReason.BAD_PARAMETERS)
+            self._reject(plane, addr, pkt, RejectReason.BAD_PARAMETERS)
+            return None
         self.sessions[session.qpn] = session
         self._by_nonce[cmh.nonce] = session
         return session
@@ -157,7 +174,6 @@ class Endpoint:
     def _reject(self, plane: int, addr: Addr, pkt: CmPacket, reason: RejectReason) -> None:
         self.drops[f"rejected_{reason.name.lower()}"] += 1
         self._out.append(Transmit(plane=plane, addr=addr, data=cm.build_reject(pkt.cmh, reason)))
-        return None
 
     # -- outputs ------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..wire.ack import AETH, SETH, CCState, NackReason, NETH, SackMark
+from ..wire.ack import AETH, NETH, SETH, CCState, NackReason, SackMark
 from ..wire.bth import PSN_MOD, Opcode
 from ..wire.packet import AckPacket, DataPacket, NackPacket, ProbePacket, SackPacket
 from .config import SessionConfig
@@ -199,9 +199,7 @@ class Receiver:
         """Outcomes of messages older than the requester's RQMSN are no longer needed."""
         self._rqmsn = rqmsn
         order = self._outcome_order
-        while order and (
-            len(order) > MAX_OUTCOMES or 0 < (rqmsn - order[0]) & 0xFFFF < 0x8000
-        ):
+        while order and (len(order) > MAX_OUTCOMES or 0 < (rqmsn - order[0]) & 0xFFFF < 0x8000):
             self._outcomes.pop(order.popleft(), None)
 
     # -- end of a receive batch -------------------------------------------------------------
@@ -254,7 +252,9 @@ class Receiver:
             return None
         return out_plane, self.paths.planes[out_plane].reverse_ev()
 
-    def _sack(self, trig: _Trigger, *, probe_id: int | None = None, force_plane: bool = False) -> None:
+    def _sack(
+        self, trig: _Trigger, *, probe_id: int | None = None, force_plane: bool = False
+    ) -> None:
         route = self._route(trig.plane, force_plane)
         if route is None:
             return
@@ -293,7 +293,12 @@ class Receiver:
             rcvd_bytes=self._rcvd_bytes,
         )
         data = SackPacket(
-            dest_qp=self.dest_qp, cack_psn=cack, ev=ev, seth=seth, cc=cc, port_state=None,
+            dest_qp=self.dest_qp,
+            cack_psn=cack,
+            ev=ev,
+            seth=seth,
+            cc=cc,
+            port_state=None,
             p_key=self.config.p_key,
         ).encode()
         self._emit(plane, ev, data)
@@ -321,7 +326,10 @@ class Receiver:
             return
         out_plane, ev = route
         data = AckPacket(
-            dest_qp=self.dest_qp, psn=self.cack, ev=ev, aeth=AETH(syndrome=status, msn=msn),
+            dest_qp=self.dest_qp,
+            psn=self.cack,
+            ev=ev,
+            aeth=AETH(syndrome=status, msn=msn),
             p_key=self.config.p_key,
         ).encode()
         self._emit(out_plane, ev, data)

@@ -15,12 +15,11 @@ in MSN order.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..wire.ack import NackReason
 from ..wire.bth import MSN_MOD, PSN_MOD, Opcode
 from ..wire.packet import AckPacket, NackPacket, SackPacket, encode_data_header
-from ..wire.ack import NackReason
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import Event, WriteCompleted
@@ -158,7 +157,7 @@ class Sender:
     ) -> int:
         if not 1 <= length <= 1 << 31:
             raise LocalProtocolError(f"a WRITE moves 1..2^31 bytes, not {length}")
-        if not 0 <= remote_va and remote_va + length <= 1 << 64:
+        if not remote_va >= 0 and remote_va + length <= 1 << 64:
             raise LocalProtocolError(f"remote VA {remote_va:#x} + {length} does not fit 64 bits")
         if not 0 <= rkey < 1 << 32:
             raise LocalProtocolError(f"R_Key {rkey} is not a 32-bit value")
@@ -330,8 +329,11 @@ class Sender:
             else:
                 self.timers.cancel(Timer.RETRANSMIT, plane)
         deadline = min(
-            (m.completion_deadline for m in self.awaiting_aeth
-             if m.status is None and m.completion_deadline is not None),
+            (
+                m.completion_deadline
+                for m in self.awaiting_aeth
+                if m.status is None and m.completion_deadline is not None
+            ),
             default=None,
         )
         if deadline is None:
@@ -351,9 +353,7 @@ class Sender:
         if oldest is None:
             return signals
         # Also lost: what went out on this plane before a packet the peer received elsewhere.
-        delivered = max(
-            (seq for p, seq in self._acked_seq.items() if p != plane), default=0
-        )
+        delivered = max((seq for p, seq in self._acked_seq.items() if p != plane), default=0)
         for rec in list(fifo):
             if rec.state == INFLIGHT and (rec.sent_at + rto <= now or rec.seq < delivered):
                 self._declare_lost(rec, "rto", avoid_plane=plane)
@@ -450,9 +450,8 @@ class Sender:
                 return
             rec.trim_nacked = True
             self._declare_lost(rec, "nack_trimmed", avoid_plane=None, front=True)
-        elif reason is NackReason.PSN_OOR_WINDOW:
-            if rec is not None and rec.state == INFLIGHT:
-                self._declare_lost(rec, "nack_other", avoid_plane=None)
+        elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
+            self._declare_lost(rec, "nack_other", avoid_plane=None)
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:
         # an early warning only; the outcome arrives in the message's AETH.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -131,7 +131,7 @@ class Session:
     def connect(
         cls,
         config: SessionConfig,
-        peer_addrs: dict[int, Addr],
+        peer_addrs: Mapping[int, Addr],
         private_data: bytes,
         *,
         qpn: int,
@@ -256,7 +256,9 @@ class Session:
             return
         if self.state is SessionState.ESTABLISHED:
             data = cm.build_disconnect(
-                self.config, local_qpn=self.qpn, remote_qpn=self.peer_qpn,
+                self.config,
+                local_qpn=self.qpn,
+                remote_qpn=self.peer_qpn,
                 connection_id=self.connection_id,
             )
             for plane in sorted(self.peer_addrs):
@@ -279,9 +281,9 @@ class Session:
         if plane in self.peer_addrs or plane not in self.paths.planes:
             return
         self.peer_addrs[plane] = addr
-        if self.state is SessionState.ESTABLISHED and not self.paths.is_up(plane):
-            if self.paths.planes[plane].down_reason == "no address":
-                self.paths.set_state(plane, PlaneState.UP)
+        pl = self.paths.planes[plane]
+        if pl.state is PlaneState.DOWN and pl.down_reason == "no address":
+            self.paths.set_state(plane, PlaneState.UP)
 
     # -- state for callers ------------------------------------------------------------------
 
@@ -325,7 +327,7 @@ class Session:
                     self.half_open = False
                     self.timers.cancel(Timer.HALF_OPEN)
             self._handlers[type(pkt)](pkt, plane, tos, now)
-            if self.state is SessionState.CLOSED:
+            if self.is_closed:
                 return
         if self.receiver is not None:
             self.receiver.end_batch(now)
@@ -412,7 +414,9 @@ class Session:
                 p_key=self.config.p_key,
             )
             if plane in self.peer_addrs:
-                self._out.append(Transmit(plane, self.peer_addrs[plane], answer.encode(), answer.ev))
+                self._out.append(
+                    Transmit(plane, self.peer_addrs[plane], answer.encode(), answer.ev)
+                )
         elif isinstance(header, EETH):
             self.peer_port_mask = header.port_status_mask
 
@@ -587,4 +591,3 @@ def _reject_name(cmh: CMH) -> str:
         return RejectReason(cmh.reject_reason).name.lower().replace("_", " ")
     except ValueError:
         return f"reason {cmh.reject_reason}"
-

@@ -39,8 +39,11 @@ class TimerTable:
 
     def pop_expired(self, now: float) -> list[TimerKey]:
         """Remove and return every key due at `now`, earliest first."""
-        due = sorted((d, k[0].value, k[1] if k[1] is not None else -1, k)
-                     for k, d in self._deadlines.items() if d <= now)
+        due = sorted(
+            (d, k[0].value, k[1] if k[1] is not None else -1, k)
+            for k, d in self._deadlines.items()
+            if d <= now
+        )
         for *_, key in due:
             del self._deadlines[key]
         return [key for *_, key in due]

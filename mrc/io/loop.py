@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from collections.abc import Callable
 from typing import cast
 
@@ -22,8 +23,13 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return cast(Callable[[], asyncio.AbstractEventLoop], module.new_event_loop)
 
 
-def new_event_loop(*, prefer_uvloop: bool = True) -> asyncio.AbstractEventLoop:
-    """A new event loop: uvloop's when importable (and preferred), else asyncio's default."""
+def new_event_loop(*, prefer_uvloop: bool | None = None) -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when importable (and preferred), else asyncio's default.
+
+    `prefer_uvloop=None` reads the environment: `MRC_LOOP=asyncio` asks for the stdlib loop.
+    """
+    if prefer_uvloop is None:
+        prefer_uvloop = os.environ.get("MRC_LOOP", "").lower() != "asyncio"
     factory = _uvloop_factory() if prefer_uvloop else None
     if factory is not None:
         return factory()

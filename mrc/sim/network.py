@@ -143,9 +143,7 @@ class Host:
             self._backlog.extend((plane, d, tos) for d, tos in batch)
             return
         peer = self.links[plane].dst.name
-        touched = self.endpoint.receive_datagrams(
-            plane, [(d, peer, tos) for d, tos in batch], now
-        )
+        touched = self.endpoint.receive_datagrams(plane, [(d, peer, tos) for d, tos in batch], now)
         self._flush_endpoint()
         for session in touched:
             self.flush(session)
@@ -234,8 +232,16 @@ class Network:
 
         self.at(at, change)
 
-    def flap(self, host: Host, plane: int, *, start: float, period: float, count: int,
-             notify: bool = True) -> None:
+    def flap(
+        self,
+        host: Host,
+        plane: int,
+        *,
+        start: float,
+        period: float,
+        count: int,
+        notify: bool = True,
+    ) -> None:
         """Down for half a period, up for half a period, `count` times."""
         for i in range(count):
             t = start + i * period
@@ -318,8 +324,9 @@ class Network:
             self.step()
         raise RuntimeError(f"drive({until}) did not finish within {max_steps} steps")
 
-    def drive_until(self, done: Callable[[], bool], *, timeout: float,
-                    max_steps: int = 10_000_000) -> bool:
+    def drive_until(
+        self, done: Callable[[], bool], *, timeout: float, max_steps: int = 10_000_000
+    ) -> bool:
         """Run until `done()` holds or `timeout` simulated seconds pass; returns done()."""
         deadline = self.now + timeout
         for _ in range(max_steps):

@@ -18,8 +18,9 @@ def test_requester_and_responder_agree_on_the_smaller_values_and_exchange_privat
         SessionConfig(plane_mask=0b0111, payload_mtu=4096, mpr=4, ev_per_plane=8),
         accept=lambda pd: b"reply:" + pd,
     )
-    a.connect(b, SessionConfig(plane_mask=0b1111, payload_mtu=8192, mpr=8, ev_per_plane=16),
-              b"hello")
+    a.connect(
+        b, SessionConfig(plane_mask=0b1111, payload_mtu=8192, mpr=8, ev_per_plane=16), b"hello"
+    )
     net.drive(0.001)
     (ea,) = a.events_of(ConnectionEstablished)
     (eb,) = b.events_of(ConnectionEstablished)
@@ -117,26 +118,36 @@ def test_a_peer_that_vanishes_is_given_up_after_ten_rtos_and_five_seconds() -> N
 
 
 def test_reject_reasons_for_version_and_security() -> None:
+    import random
     from dataclasses import replace
 
     from mrc.core import cm
     from mrc.core.endpoint import Endpoint
-    import random
 
     ep = Endpoint(rng=random.Random(1), regions=RegionTable(random.Random(1)))
     ep.listen(SessionConfig())
-    good = decode_packet(cm.build_request(
-        SessionConfig(), plane=0, local_qpn=77, initial_psn=5, nonce=b"n" * 16,
-        connection_id=9, private_data=b"",
-    ))
+    good = decode_packet(
+        cm.build_request(
+            SessionConfig(),
+            plane=0,
+            local_qpn=77,
+            initial_psn=5,
+            nonce=b"n" * 16,
+            connection_id=9,
+            private_data=b"",
+        )
+    )
     assert isinstance(good, CmPacket)
-    for field, value, reason in [("version", 2, RejectReason.VERSION),
-                                 ("security", 1, RejectReason.SECURITY_POLICY),
-                                 ("plane_mask", 0b10, RejectReason.BAD_PARAMETERS)]:
+    for field, value, reason in [
+        ("version", 2, RejectReason.VERSION),
+        ("security", 1, RejectReason.SECURITY_POLICY),
+        ("plane_mask", 0b10, RejectReason.BAD_PARAMETERS),
+    ]:
         cmh = replace(good.cmh, **{field: value})
         key_block = None
         if field == "security":
             from mrc.wire.cm import KeyBlock
+
             key_block = KeyBlock(ephemeral=b"e" * 32, static=b"s" * 32)
         data = replace(good, cmh=cmh, key_block=key_block).encode()
         assert ep.receive_datagrams(0, [(data, "peer", 0)], 0.0) == []

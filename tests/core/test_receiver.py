@@ -38,14 +38,31 @@ class Pair:
         self.sb: Session = self.b.session()
         assert self.a.events_of(ConnectionEstablished)
 
-    def packet(self, psn: int, payload: bytes, *, opcode: Opcode = Opcode.WRITE_ONLY,
-               va_offset: int = 0, rkey: int | None = None, dma_length: int | None = None,
-               msn: int = 0) -> bytes:
+    def packet(
+        self,
+        psn: int,
+        payload: bytes,
+        *,
+        opcode: Opcode = Opcode.WRITE_ONLY,
+        va_offset: int = 0,
+        rkey: int | None = None,
+        dma_length: int | None = None,
+        msn: int = 0,
+    ) -> bytes:
         return DataPacket(
-            opcode=opcode, dest_qp=self.sb.qpn, psn=psn, ev=7, a=True, rtx=False, rqmsn=0,
-            msn=msn, tx_timestamp=1234, va=self.region.base_va + va_offset,
+            opcode=opcode,
+            dest_qp=self.sb.qpn,
+            psn=psn,
+            ev=7,
+            a=True,
+            rtx=False,
+            rqmsn=0,
+            msn=msn,
+            tx_timestamp=1234,
+            va=self.region.base_va + va_offset,
             rkey=self.region.rkey if rkey is None else rkey,
-            dma_length=len(payload) if dma_length is None else dma_length, imm=None,
+            dma_length=len(payload) if dma_length is None else dma_length,
+            imm=None,
             payload=payload,
         ).encode()
 

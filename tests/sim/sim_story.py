@@ -80,8 +80,9 @@ def make_transfer(
         build(net, a, b)
     src = pattern(size)
     dst = bytearray(size)
-    t = Transfer(net, a, b, src, dst, a.regions.register(bytearray(src)),
-                 b.regions.register(dst), messages)
+    t = Transfer(
+        net, a, b, src, dst, a.regions.register(bytearray(src)), b.regions.register(dst), messages
+    )
     cfg = config or SessionConfig(plane_mask=(1 << planes) - 1)
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
 
@@ -99,5 +100,7 @@ def make_transfer(
 
 
 def chunks(size: int, msg: int, *, imm: bool = True) -> list[tuple[int, int, int | None]]:
-    return [(off, min(msg, size - off), (i if imm else None))
-            for i, off in enumerate(range(0, size, msg))]
+    return [
+        (off, min(msg, size - off), (i if imm else None))
+        for i, off in enumerate(range(0, size, msg))
+    ]

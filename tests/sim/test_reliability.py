@@ -7,13 +7,13 @@ immediates arrived in MSN order.
 
 from __future__ import annotations
 
+from sim_story import Transfer, chunks, make_transfer
+
 from mrc.core.config import SessionConfig
 from mrc.core.events import PlaneDown
 from mrc.sim import LinkParams
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import DataPacket, decode_packet
-
-from sim_story import Transfer, chunks, make_transfer
 
 MiB = 1 << 20
 
@@ -23,7 +23,9 @@ def assert_in_order(t: Transfer, first_msn: int = 0) -> None:
     expected = [(first_msn + i) & 0xFFFF for i in range(n)]
     assert [c.msn for c in t.completions] == expected
     assert all(c.status == 0 for c in t.completions)
-    imms = [(m, imm) for m, (_, _, imm) in zip(expected, t.messages, strict=True) if imm is not None]
+    imms = [
+        (m, imm) for m, (_, _, imm) in zip(expected, t.messages, strict=True) if imm is not None
+    ]
     assert [(e.msn, e.imm) for e in t.immediates] == imms
 
 
@@ -45,7 +47,8 @@ def test_lossless_transfer_uses_every_plane_and_never_retransmits() -> None:
 
 def test_five_percent_loss_on_every_plane_retransmits_only_holes() -> None:
     t = make_transfer(
-        messages=chunks(8 * MiB, MiB), size=8 * MiB,
+        messages=chunks(8 * MiB, MiB),
+        size=8 * MiB,
         params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.05),
     )
     t.run()
@@ -63,8 +66,11 @@ def test_five_percent_loss_on_every_plane_retransmits_only_holes() -> None:
 
 def test_heavy_reordering_keeps_every_byte_once() -> None:
     t = make_transfer(
-        messages=chunks(4 * MiB, 256 * 1024), size=4 * MiB,
-        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, reorder=0.5, reorder_delay=3e-3),
+        messages=chunks(4 * MiB, 256 * 1024),
+        size=4 * MiB,
+        params=LinkParams(
+            rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, reorder=0.5, reorder_delay=3e-3
+        ),
     )
     t.run()
     t.assert_placed_exactly_once()
@@ -74,7 +80,8 @@ def test_heavy_reordering_keeps_every_byte_once() -> None:
 
 def test_duplicated_packets_are_counted_and_never_written_twice() -> None:
     t = make_transfer(
-        messages=chunks(4 * MiB, MiB), size=4 * MiB,
+        messages=chunks(4 * MiB, MiB),
+        size=4 * MiB,
         params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, duplicate=0.2),
     )
     t.run()
@@ -134,7 +141,9 @@ def test_silent_blackhole_on_one_plane_is_found_by_rto_and_probes() -> None:
 def test_psn_wraps_around_two_to_the_24() -> None:
     config = SessionConfig(plane_mask=0b1111, initial_psn=(1 << 24) - 700)
     t = make_transfer(
-        messages=chunks(8 * MiB, MiB), size=8 * MiB, config=config,
+        messages=chunks(8 * MiB, MiB),
+        size=8 * MiB,
+        config=config,
         params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.02),
     )
     t.run()
@@ -159,7 +168,10 @@ def test_window_never_exceeds_mpr_times_128() -> None:
     # MPR 1: 128 PSNs. 3000 packets through slow planes keep the window full for a while.
     config = SessionConfig(plane_mask=0b11, mpr=1, payload_mtu=1024)
     t = make_transfer(
-        messages=chunks(3000 * 1024, 64 * 1024), size=3000 * 1024, planes=2, config=config,
+        messages=chunks(3000 * 1024, 64 * 1024),
+        size=3000 * 1024,
+        planes=2,
+        config=config,
         params=LinkParams(rate_bps=1e9, latency=50e-6),
     )
     widest = 0
@@ -183,8 +195,11 @@ def test_many_concurrent_writes_of_mixed_sizes() -> None:
         messages.append((offset, size, i if i % 3 == 0 else None))
         offset += size + 13  # gaps between messages stay untouched
     t = make_transfer(
-        messages=messages, size=offset,
-        params=LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.01, reorder=0.2),
+        messages=messages,
+        size=offset,
+        params=LinkParams(
+            rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, loss=0.01, reorder=0.2
+        ),
     )
     t.run()
     t.assert_placed_exactly_once()
@@ -210,8 +225,7 @@ def test_immediates_wait_for_an_earlier_message_whose_last_packet_was_lost() -> 
         for link in a.links.values():
             link.params.drop_if = lose_first_last_of_msg0
 
-    t = make_transfer(messages=chunks(10 * 64 * 1024, 64 * 1024), size=10 * 64 * 1024,
-                      build=build)
+    t = make_transfer(messages=chunks(10 * 64 * 1024, 64 * 1024), size=10 * 64 * 1024, build=build)
     t.run()
     t.assert_placed_exactly_once()
     assert_in_order(t)
