@@ -38,6 +38,9 @@ _LAST = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
 _ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
 
 
+_ZERO, _ONE = ord("0"), ord("1")
+
+
 def serial(d: int) -> int:
     """A PSN difference modulo 2^24 as a signed number (serial-number arithmetic)."""
     d &= PSN_MASK
@@ -77,7 +80,9 @@ class Receiver:
         self.cack = initial_psn  # every PSN before it is received or consumed
         self.window = config.window
         size = 1 << (self.window - 1).bit_length()
-        self._ring = bytearray(size)  # 1 = received/consumed, for PSNs in [cack, cack+window)
+        # ASCII '1' = received or consumed, '0' = not yet, for PSNs in [cack, cack + window);
+        # ASCII so a SACK block's bitmap is one int(…, 2) over a slice.
+        self._ring = bytearray(b"0" * size)
         self._rmask = size - 1
         self._held = 0  # ring entries set (packets received beyond cack)
         self._lasts: dict[int, tuple[int, int | None, bool, int]] = {}  # psn → msn, imm, A, plane
@@ -117,7 +122,7 @@ class Receiver:
         psn = pkt.psn
         d = (psn - self.cack) & PSN_MASK
         in_window = d < self.window
-        fresh = in_window and not self._ring[psn & self._rmask]
+        fresh = in_window and self._ring[psn & self._rmask] == _ZERO
         if n < expected:
             # Trimmed (WIRE.md §5): a hint, never written; answered only while still useful.
             if not fresh:
@@ -160,7 +165,7 @@ class Receiver:
             start = pkt.va - region.base_va
             region.view[start : start + n] = pkt.payload
             self._placed(n, now)
-        self._ring[psn & self._rmask] = 1
+        self._ring[psn & self._rmask] = _ONE
         self._held += 1
         if pkt.opcode not in _FULL:
             self._lasts[psn] = (pkt.msn, pkt.imm, pkt.a, plane)
@@ -208,8 +213,8 @@ class Receiver:
         """Advance cack_psn, release outcomes, and answer the batch (DESIGN.md §6)."""
         ring, rmask = self._ring, self._rmask
         cack = self.cack
-        while ring[cack & rmask]:
-            ring[cack & rmask] = 0
+        while ring[cack & rmask] == _ONE:
+            ring[cack & rmask] = _ZERO
             self._held -= 1
             last = self._lasts.pop(cack, None)
             cack = (cack + 1) & PSN_MASK
@@ -268,12 +273,7 @@ class Receiver:
             offset = 0
         block = psn & ~63 & PSN_MASK
         sack_offset = serial(block - cack)
-        bitmap = 0
-        ring, rmask, window = self._ring, self._rmask, self.window
-        for i in range(64):
-            d = (block + i - cack) & PSN_MASK
-            bit = 1 if d >= HALF else (ring[(block + i) & rmask] if d < window else 0)
-            bitmap = bitmap << 1 | bit
+        bitmap = self._bitmap(block, sack_offset)
         if probe_id is not None:
             offset = probe_id - 0x10000 if probe_id >= 0x8000 else probe_id
         seth = SETH(
@@ -302,6 +302,22 @@ class Receiver:
             p_key=self.config.p_key,
         ).encode()
         self._emit(plane, ev, data)
+
+    def _bitmap(self, block: int, sack_offset: int) -> int:
+        """SETH bitmap of the 64 PSNs from `block`: bit 0 (MSB) is `block` itself (WIRE.md §4).
+
+        PSNs before cack_psn read 1, PSNs in the window read the scoreboard, the rest 0.
+        """
+        before = min(64, max(0, -sack_offset))
+        start = max(0, sack_offset)  # first in-window PSN, relative to cack
+        count = max(0, min(64 - before, self.window - start))
+        bits = b"1" * before
+        if count:
+            ring, size = self._ring, self._rmask + 1
+            lo = (self.cack + start) & self._rmask
+            hi = lo + count
+            bits += ring[lo:hi] if hi <= size else ring[lo:] + ring[: hi - size]
+        return int(bits.ljust(64, b"0"), 2)
 
     def _nack(self, reason: NackReason, pkt: DataPacket, plane: int) -> None:
         route = self._route(plane, False)

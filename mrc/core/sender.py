@@ -32,6 +32,7 @@ from .transmit import Addr, Transmit
 
 PSN_MASK = PSN_MOD - 1
 MSN_MASK = MSN_MOD - 1
+HALF = PSN_MOD >> 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
 MAX_OUTSTANDING_MESSAGES = 1 << 15
 
@@ -137,6 +138,8 @@ class Sender:
         self._plane_fifo: dict[int, deque[SentPacket]] = {}
         self._rack: dict[int, _Rack] = {}
         self._rack_pending: set[int] = set()
+        #: Bits of each 64-PSN block some SACK already reported (SETH bitmaps repeat).
+        self._sacked: dict[int, int] = {}
         #: Highest send seq acknowledged per plane: tells a dead plane from a stalled peer.
         self._acked_seq: dict[int, int] = {}
         self._seq = 0
@@ -403,7 +406,16 @@ class Sender:
             self._ack(self.una, now, touched)
             self.una = (self.una + 1) & PSN_MASK
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
-        bitmap = seth.sack_bitmap
+        # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
+        seen = self._sacked.get(base, 0)
+        bitmap = seth.sack_bitmap & ~seen
+        if bitmap:
+            self._sacked[base] = seen | bitmap
+            behind = (self.una - base) & PSN_MASK
+            if behind < 64:
+                bitmap &= (1 << (64 - behind)) - 1
+            elif behind < HALF:
+                bitmap = 0
         while bitmap:
             top = bitmap.bit_length() - 1
             bitmap ^= 1 << top
@@ -411,6 +423,11 @@ class Sender:
             if (psn - self.una) & PSN_MASK < sent_span:
                 self._ack(psn, now, touched)
         self._advance_una()
+        if len(self._sacked) > 64:
+            # Forget blocks wholly behind una: nothing in them can be acked again.
+            una = self.una
+            for block in [b for b in self._sacked if 64 <= (una - b) & PSN_MASK < HALF]:
+                del self._sacked[block]
         for ev in touched:
             self._detect_losses(ev, now)
 
