@@ -8,3 +8,48 @@ using a broken path at once. The packages are layered `wire → core → sim | i
 """
 
 __version__ = "0.1.0"
+
+from mrc.core import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    Endpoint,
+    Event,
+    ImmediateReceived,
+    LocalProtocolError,
+    PathRestored,
+    PathRetired,
+    PlaneDown,
+    PlaneUp,
+    ProtocolError,
+    Region,
+    RegionTable,
+    RemoteProtocolError,
+    Session,
+    SessionConfig,
+    Transmit,
+    WriteCompleted,
+)
+from mrc.wire import DecodeError
+
+__all__ = [
+    "ConnectionClosed",
+    "ConnectionEstablished",
+    "DecodeError",
+    "Endpoint",
+    "Event",
+    "ImmediateReceived",
+    "LocalProtocolError",
+    "PathRestored",
+    "PathRetired",
+    "PlaneDown",
+    "PlaneUp",
+    "ProtocolError",
+    "Region",
+    "RegionTable",
+    "RemoteProtocolError",
+    "Session",
+    "SessionConfig",
+    "Transmit",
+    "WriteCompleted",
+    "__version__",
+]

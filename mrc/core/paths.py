@@ -63,8 +63,9 @@ class Plane:
     down_reason: str = ""
     #: UP but under suspicion (an RTO while other planes progressed): being probed.
     suspect: bool = False
-    #: A probe went out on this plane and has not been answered yet.
+    #: A probe went out on this plane and has not been answered yet; when it left.
     probe_outstanding: bool = False
+    probe_sent_at: float = 0.0
     #: Probes in a row that went unanswered; three take a suspect plane DOWN.
     unanswered: int = 0
     #: DOWN planes: clean answers in a row toward restoration.

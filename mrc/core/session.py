@@ -534,6 +534,11 @@ class Session:
         if pl.state is PlaneState.UP and not pl.suspect:
             return
         if pl.probe_outstanding:
+            # Unanswered = older than the plane's RTO: a busy receiver is not a dead plane.
+            overdue = pl.probe_sent_at + pl.rtt.rto
+            if now < overdue:
+                self.timers.set(Timer.PLANE_PROBE, overdue, plane)
+                return
             pl.unanswered += 1
             pl.answers = 0
             if pl.suspect and pl.unanswered >= self.config.restore_answers:
@@ -553,6 +558,7 @@ class Session:
         if len(self._probes) > 256:
             self._probes.pop(next(iter(self._probes)))
         pl.probe_outstanding = True
+        pl.probe_sent_at = now
         self.stats.probes_sent += 1
         self._out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), ev))
         interval = self._probe_interval.get(plane, self.config.probe_interval)

@@ -1,0 +1,52 @@
+"""The sans-I/O protocol core: sessions (QPs), the endpoint that routes to them, memory
+regions, paths and spray policies. Imports no socket, clock or event-loop module (DESIGN.md §1).
+"""
+
+from .config import SessionConfig
+from .endpoint import Endpoint
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    Event,
+    ImmediateReceived,
+    PathRestored,
+    PathRetired,
+    PlaneDown,
+    PlaneUp,
+    WriteCompleted,
+)
+from .memory import Region, RegionTable
+from .session import Session, SessionState
+from .spray import SprayPolicy, make_spray, register_spray, spray_names
+from .stats import PlaneStats, SessionStats
+from .transmit import Addr, Transmit
+
+__all__ = [
+    "Addr",
+    "ConnectionClosed",
+    "ConnectionEstablished",
+    "Endpoint",
+    "Event",
+    "ImmediateReceived",
+    "LocalProtocolError",
+    "PathRestored",
+    "PathRetired",
+    "PlaneDown",
+    "PlaneStats",
+    "PlaneUp",
+    "ProtocolError",
+    "Region",
+    "RegionTable",
+    "RemoteProtocolError",
+    "Session",
+    "SessionConfig",
+    "SessionState",
+    "SessionStats",
+    "SprayPolicy",
+    "Transmit",
+    "WriteCompleted",
+    "make_spray",
+    "register_spray",
+    "spray_names",
+]
