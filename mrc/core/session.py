@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
+from ..wire.ack import NackReason
 from ..wire.bth import Opcode
 from ..wire.cm import CMH, RejectReason
 from ..wire.errors import DecodeError
@@ -385,6 +386,10 @@ class Session:
 
     def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
         assert self.sender is not None
+        if pkt.neth.nack_reason is NackReason.UNEXP_EVENT:
+            # WIRE.md §4: the peer hit a fatal protocol error on this connection.
+            self._close("peer reported a fatal protocol error (UNEXP_EVENT)")
+            return
         self.sender.on_nack(pkt, now)
 
     def _handle_acknowledge(self, pkt: AckPacket, plane: int, tos: int, now: float) -> None:

@@ -181,3 +181,21 @@ def test_bad_rkey_and_out_of_bounds_writes_complete_with_their_status() -> None:
     ]
     assert dst[500_000:510_000] == b"s" * 10_000
     assert dst.count(0) == len(dst) - 10_000
+
+
+def test_a_nack_unexp_event_closes_the_connection(pair: Pair) -> None:
+    from mrc.core.events import ConnectionClosed
+    from mrc.wire.ack import NETH
+    from mrc.wire.packet import NackPacket as Nack
+
+    nack = Nack(
+        dest_qp=pair.sa.qpn, psn=0, ev=0,
+        neth=NETH(nack_reason=NackReason.UNEXP_EVENT, entropy=0, nack_psn=0),
+    ).encode()
+    pair.a.endpoint.receive_datagrams(0, [(nack, "b", 2)], pair.net.now)
+    events = []
+    while (e := pair.sa.next_event()) is not None:
+        events.append(e)
+    assert events == [
+        ConnectionClosed(reason="peer reported a fatal protocol error (UNEXP_EVENT)")
+    ]
