@@ -41,10 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], int] | None = getattr(ns, "func", None)
-    if func is None:
-        parser.error("missing command (try: mrc bench --help)")
+    try:
+        ns = parser.parse_args(argv)
+        func: Callable[[argparse.Namespace], int] | None = getattr(ns, "func", None)
+        if func is None:
+            parser.error("missing command (try: mrc bench --help)")
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return func(ns)
     except KeyboardInterrupt:

@@ -4,6 +4,9 @@ Holds the argparse definition with iperf3's flags, the size/time parsers, `Bench
 checked options) and `run`, which hands them to `bench_run`. Bad flags end here with one line on
 stderr and exit status 2; everything after parsing (sockets, the test itself) is `bench_run`'s.
 
+The bench's own agreement between client and server (private data, slots, the --verify
+pattern, the results exchange) is documented in `bench_proto`.
+
 Byte counts follow iperf3: `K`, `M`, `G`, `T` (and `KiB`, `MiB`, …) are powers of 1024; `kB`,
 `MB`, `GB`, `TB` are powers of 1000.
 """
@@ -14,6 +17,7 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from mrc.core.config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from mrc.core.errors import LocalProtocolError
@@ -105,7 +109,7 @@ def _int_range(lo: int, hi: int, what: str) -> type[int]:
     return conv  # type: ignore[return-value]
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "bench",
         help="measure MRC between two hosts (iperf3 roles and flags)",
@@ -115,45 +119,104 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     role = p.add_argument_group("role")
     role.add_argument("-s", "--server", action="store_true", help="run as the server")
     role.add_argument(
-        "-c", "--client", metavar="ADDR[,ADDR...]", type=_addr_list,
+        "-c",
+        "--client",
+        metavar="ADDR[,ADDR...]",
+        type=_addr_list,
         help="run as a client of the server at these addresses, one per plane",
     )
     role.add_argument(
-        "--demo", action="store_true",
+        "--demo",
+        action="store_true",
         help="server and client in this process on 4 loopback planes: 256 MiB, --verify, "
         "plane 2 blackholed midway",
     )
     p.add_argument(
-        "-B", "--bind", metavar="ADDR[,ADDR...]", type=_addr_list,
+        "-B",
+        "--bind",
+        metavar="ADDR[,ADDR...]",
+        type=_addr_list,
         help="local address on each plane (same count and order as -c; required with -s)",
     )
-    p.add_argument("-p", "--port", type=_int_range(0, 65535, "port"), default=DEFAULT_PORT,
-                   help=f"UDP port (default {DEFAULT_PORT})")
-    p.add_argument("-t", "--time", type=parse_seconds, metavar="SEC",
-                   help=f"seconds to transmit (default {DEFAULT_DURATION:g})")
-    p.add_argument("-n", "--bytes", type=parse_size, metavar="BYTES",
-                   help="bytes to transmit instead of a time (K/M/G = 1024-based, kB/MB/GB SI)")
-    p.add_argument("-l", "--length", type=parse_size, metavar="BYTES", default=DEFAULT_MSG_SIZE,
-                   help="message (WRITE) size (default 1M)")
-    p.add_argument("-i", "--interval", type=parse_seconds, metavar="SEC", default=1.0,
-                   help="seconds between interval reports, >= 0.01; 0 disables (default 1)")
+    p.add_argument(
+        "-p",
+        "--port",
+        type=_int_range(0, 65535, "port"),
+        default=DEFAULT_PORT,
+        help=f"UDP port (default {DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "-t",
+        "--time",
+        type=parse_seconds,
+        metavar="SEC",
+        help=f"seconds to transmit (default {DEFAULT_DURATION:g})",
+    )
+    p.add_argument(
+        "-n",
+        "--bytes",
+        type=parse_size,
+        metavar="BYTES",
+        help="bytes to transmit instead of a time (K/M/G = 1024-based, kB/MB/GB SI)",
+    )
+    p.add_argument(
+        "-l",
+        "--length",
+        type=parse_size,
+        metavar="BYTES",
+        default=DEFAULT_MSG_SIZE,
+        help="message (WRITE) size (default 1M)",
+    )
+    p.add_argument(
+        "-i",
+        "--interval",
+        type=parse_seconds,
+        metavar="SEC",
+        default=1.0,
+        help="seconds between interval reports, >= 0.01; 0 disables (default 1)",
+    )
     p.add_argument("-J", "--json", action="store_true", help="one JSON document at the end")
     p.add_argument("-1", "--one-off", action="store_true", help="server: one test, then exit")
     p.add_argument("-R", "--reverse", action="store_true", help="reverse: the server writes")
-    p.add_argument("--payload-mtu", type=_int_range(MIN_PAYLOAD_MTU, MAX_PAYLOAD_MTU, "payload MTU"),
-                   default=4096, metavar="N", help="payload bytes per packet (default 4096)")
-    p.add_argument("--ev-per-plane", type=_int_range(1, 255, "EVs per plane"), default=16,
-                   metavar="N", help="EVs per plane (default 16)")
-    p.add_argument("--mpr", type=_int_range(1, 255, "MPR"), default=8, metavar="N",
-                   help="window in units of 128 packets (default 8)")
-    p.add_argument("--verify", action="store_true",
-                   help="check every message's bytes on the receiver")
-    p.add_argument("--inject", type=parse_inject, action="append", default=[],
-                   metavar="plane-down=P@SEC",
-                   help="lab fault: the sender's io drops everything for plane P from SEC on "
-                   "(repeatable)")
-    p.add_argument("--connect-timeout", type=parse_seconds, default=5.0, metavar="SEC",
-                   help="client: give up when the server has not answered (default 5)")
+    p.add_argument(
+        "--payload-mtu",
+        type=_int_range(MIN_PAYLOAD_MTU, MAX_PAYLOAD_MTU, "payload MTU"),
+        default=4096,
+        metavar="N",
+        help="payload bytes per packet (default 4096)",
+    )
+    p.add_argument(
+        "--ev-per-plane",
+        type=_int_range(1, 255, "EVs per plane"),
+        default=16,
+        metavar="N",
+        help="EVs per plane (default 16)",
+    )
+    p.add_argument(
+        "--mpr",
+        type=_int_range(1, 255, "MPR"),
+        default=8,
+        metavar="N",
+        help="window in units of 128 packets (default 8)",
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="check every message's bytes on the receiver"
+    )
+    p.add_argument(
+        "--inject",
+        type=parse_inject,
+        action="append",
+        default=[],
+        metavar="plane-down=P@SEC",
+        help="lab fault: the sender's io drops everything for plane P from SEC on (repeatable)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=parse_seconds,
+        default=5.0,
+        metavar="SEC",
+        help="client: give up when the server has not answered (default 5)",
+    )
     p.set_defaults(func=run)
 
 
@@ -195,7 +258,8 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
     if len(roles) != 1:
         raise UsageError(
             "choose exactly one of -s, -c ADDR[,ADDR...] and --demo"
-            if roles else "missing role: -s (server), -c ADDR[,ADDR...] (client) or --demo"
+            if roles
+            else "missing role: -s (server), -c ADDR[,ADDR...] (client) or --demo"
         )
     role = {"-s": "server", "-c": "client", "--demo": "demo"}[roles[0]]
     if ns.time is not None and ns.bytes is not None:

@@ -15,8 +15,8 @@ Handshake (CM private data, at most 256 bytes, big-endian, version byte first):
 - REPLY (server → client), `BenchReply`: version 1, status 0, the cookie, the server's RESULTS
   inbox and, without -R, the server's DATA region.
 
-A DATA region is `slots` × message size (`slot_count`: enough for 4 windows, at most 256 MiB, at
-least 2). Message n goes to slot n mod slots; the writer reuses a slot only after the
+A DATA region is `slots` × message size (`slot_count`: enough for 4 windows, at least 2, at
+most 256 MiB). Message n goes to slot n mod slots; the writer reuses a slot only after the
 `WriteCompleted` of the message that used it, so it never has more than `slots` messages in
 flight. With --verify, message n's bytes are `Pattern.offset(n)`.. of a seeded random stream (a
 function of n AND of the position, so a packet placed at the wrong offset or a stale slot is
@@ -134,7 +134,8 @@ class BenchRequest:
         if count > MAX_INJECTS or len(data) != off + count * _INJECT.size:
             raise BenchProtocolError("bad fault list in request")
         injects = tuple(
-            (p, ms / 1000) for p, ms in (_INJECT.unpack_from(data, off + i * 5) for i in range(count))
+            (p, ms / 1000)
+            for p, ms in (_INJECT.unpack_from(data, off + i * 5) for i in range(count))
         )
         req = cls(
             cookie=cookie,
@@ -188,11 +189,11 @@ class BenchReply:
 
 
 def slot_count(msg_size: int, payload_mtu: int, mpr: int) -> int:
-    """Slots of a DATA region: 4 windows' worth, at least 2, at most 256 MiB in all."""
+    """Slots of a DATA region: 4 windows' worth and at least 2, within 256 MiB (1 slot if the
+    message alone is that large)."""
     window = payload_mtu * mpr * 128
-    want = -(-4 * window // msg_size)
-    cap = max(2, MAX_REGION_BYTES // msg_size)
-    return max(2, min(want, cap))
+    want = max(2, -(-4 * window // msg_size))
+    return max(1, min(want, MAX_REGION_BYTES // msg_size))
 
 
 def message_length(n: int, msg_size: int, total_bytes: int) -> int:

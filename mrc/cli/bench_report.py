@@ -1,21 +1,26 @@
 """Output of `mrc bench`: iperf3-style text lines and the `-J` JSON document (DESIGN.md §10).
 
-Holds the unit formatting (iperf3's: transfers in base 1024, rates in base 1000), the interval
-and summary lines, and `json_document`. It reads a finished `BenchTest` and the start facts the
-runner collected; it never talks to the network.
+Holds `Output` (text lines as they come, or one JSON document per test), the unit formatting
+(iperf3's: transfers in base 1024, rates in base 1000), the interval and summary lines, the
+`start` facts (`StartInfo`, `test_start_info`, `connected_rows`) and `json_document`. It reads a
+`BenchTest` and never talks to the network.
 """
 
 from __future__ import annotations
 
+import json
 import platform
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import mrc
+from mrc.core.events import ConnectionEstablished
 
-from .bench_roles import RECEIVER, WRITER, BenchTest, IntervalSample
+from .bench import BenchOptions
+from .bench_roles import WRITER, BenchTest, IntervalSample
 
 STREAM_ID = 5  # iperf3's first stream id; kept so the lines look familiar
 RULE = "- " * 30
@@ -31,6 +36,83 @@ class StartInfo:
     connecting_to: dict[str, Any] | None = None
     event_loop: str = ""
     timestamp: float = field(default_factory=time.time)
+
+
+class Output:
+    """Text lines as they come, or one JSON document per test (-J)."""
+
+    def __init__(self, *, json_mode: bool, quiet: bool = False, stream: TextIO | None = None):
+        self.json_mode = json_mode
+        self.quiet = quiet
+        self.stream = stream or sys.stdout
+
+    def line(self, text: str) -> None:
+        if not self.json_mode and not self.quiet:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def doc(self, doc: dict[str, Any]) -> None:
+        if self.json_mode and not self.quiet:
+            self.stream.write(json.dumps(doc, indent=2) + "\n")
+            self.stream.flush()
+
+
+def host_port(addr: Any) -> tuple[str, int]:
+    return (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) else (str(addr), 0)
+
+
+def interval_printer(out: Output) -> Callable[[BenchTest, IntervalSample], None]:
+    printed: set[int] = set()
+
+    def show(test: BenchTest, sample: IntervalSample) -> None:
+        if id(test) not in printed:
+            printed.add(id(test))
+            out.line(interval_header([p for p, _, _ in sample.planes], test.role))
+        out.line(interval_line(sample, test.role))
+
+    return show
+
+
+def connected_rows(test: BenchTest) -> list[dict[str, Any]]:
+    rows = []
+    for p, sock in sorted(test.io.planes.items()):
+        lh, lp = host_port(sock.local_addr)
+        rh, rp = host_port(test.session.peer_addrs.get(p, ("", 0)))
+        rows.append(
+            {"plane": p, "local_host": lh, "local_port": lp, "remote_host": rh, "remote_port": rp}
+        )
+    return rows
+
+
+def test_start_info(
+    opts: BenchOptions, test: BenchTest, est: ConnectionEstablished
+) -> dict[str, Any]:
+    p = test.params
+    return {
+        "protocol": "MRC",
+        "num_streams": 1,
+        "num_planes": bin(est.plane_mask).count("1"),
+        "blksize": p.msg_size,
+        "omit": 0,
+        "duration": p.duration,
+        "bytes": p.total_bytes,
+        "blocks": 0,
+        "reverse": int(test.role == WRITER) if opts.role == "server" else int(opts.reverse),
+        "verify": p.verify,
+        "interval": opts.interval,
+        "payload_mtu": est.payload_mtu,
+        "ev_per_plane": est.ev_per_plane,
+        "mpr": est.mpr,
+        "plane_mask": est.plane_mask,
+        "inject": (
+            [f"plane-down={pl}@{at:g}" for pl, at in p.injects]
+            if opts.role == "server"
+            else opts.inject_specs()
+        ),
+        "one_off": int(opts.one_off),
+        "port": opts.port,
+        "tos": 2,
+    }
 
 
 def _scaled(value: float, units: Sequence[str], base: float) -> str:
@@ -74,10 +156,9 @@ def interval_line(sample: IntervalSample, role: str) -> str:
     rate = sample.bytes * 8 / secs
     retr = f"{sample.retransmits:5d}" if role == WRITER else "     "
     cols = "  ".join(f"{_compact(b):>7}" for _, b, _ in sample.planes)
-    return (
-        f"[{STREAM_ID:3d}] {sample.start:6.2f}-{sample.end:<6.2f} sec  {fmt_bytes(sample.bytes):>11}"
-        f"  {fmt_rate(rate):>15} {retr}  {cols}"
-    ).rstrip()
+    when = f"{sample.start:6.2f}-{sample.end:<6.2f} sec"
+    amount = f"{fmt_bytes(sample.bytes):>11}  {fmt_rate(rate):>15}"
+    return f"[{STREAM_ID:3d}] {when}  {amount} {retr}  {cols}".rstrip()
 
 
 def _sum(side: dict[str, Any] | None, sender: bool) -> dict[str, Any]:
@@ -96,12 +177,12 @@ def _sum(side: dict[str, Any] | None, sender: bool) -> dict[str, Any]:
     return out
 
 
-def sides(test: BenchTest) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(sender summary, receiver summary); the remote one may be missing after a failure."""
+def sides(test: BenchTest) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(sender summary, receiver summary); the remote one is None when it never arrived."""
     local = test.build_summary()
     if test.role == WRITER:
         return local, test.peer_summary
-    return test.peer_summary or {}, local
+    return test.peer_summary, local
 
 
 def summary_lines(test: BenchTest) -> list[str]:
@@ -109,11 +190,12 @@ def summary_lines(test: BenchTest) -> list[str]:
     s_sum = _sum(sent, True)
     r_sum = _sum(received, False)
     lines = [RULE, "[ ID] Interval           Transfer     Bitrate         Retr"]
-    lines.append(
-        f"[{STREAM_ID:3d}] {0.0:6.2f}-{s_sum['seconds']:<6.2f} sec  {fmt_bytes(s_sum['bytes']):>11}"
-        f"  {fmt_rate(s_sum['bits_per_second']):>15} {s_sum['retransmits']:5d}"
-        "             sender"
-    )
+    if sent is not None:
+        lines.append(
+            f"[{STREAM_ID:3d}] {0.0:6.2f}-{s_sum['seconds']:<6.2f} sec  "
+            f"{fmt_bytes(s_sum['bytes']):>11}  {fmt_rate(s_sum['bits_per_second']):>15} "
+            f"{s_sum['retransmits']:5d}             sender"
+        )
     if received is not None:
         lines.append(
             f"[{STREAM_ID:3d}] {0.0:6.2f}-{r_sum['seconds']:<6.2f} sec  "
@@ -259,12 +341,16 @@ def _ev_rows(test: BenchTest) -> list[dict[str, Any]]:
 
 
 __all__ = [
-    "RECEIVER",
+    "Output",
     "StartInfo",
+    "connected_rows",
     "fmt_bytes",
     "fmt_rate",
+    "host_port",
     "interval_header",
     "interval_line",
+    "interval_printer",
     "json_document",
     "summary_lines",
+    "test_start_info",
 ]

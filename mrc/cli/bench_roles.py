@@ -1,10 +1,10 @@
 """One `mrc bench` test on one session: the writer and receiver roles of `bench_proto`.
 
-Holds `TestSetup` (the regions and parameters a test needs, registered before the handshake so
-their keys can travel in the private data) and `BenchTest` (posting messages into slots,
-verifying them, interval samples, the results exchange, the watchdog, and the summary of one
-side). It prints nothing (`bench_report` does) and opens no socket (`bench_run` does); it only
-reacts to session events and calls `post_write`/`close` through the `IoEndpoint`.
+Holds `BenchTest`: posting messages into slots, verifying them, interval samples, the results
+exchange, the watchdog, and the summary of one side. What it runs on (`TestSetup`) comes from
+`bench_setup`. It prints nothing (`bench_report` does) and opens no socket (`bench_run` and
+`bench_server` do); it only reacts to session events and calls `post_write`/`close` through the
+`IoEndpoint`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from mrc.core.events import (
@@ -26,7 +25,6 @@ from mrc.core.events import (
     PlaneUp,
     WriteCompleted,
 )
-from mrc.core.memory import Region, RegionTable
 from mrc.core.session import Session
 from mrc.io.endpoint import Fault, IoEndpoint
 
@@ -37,78 +35,15 @@ from .bench_proto import (
     MAX_MESSAGES,
     RESULTS_BYTES,
     BenchProtocolError,
-    Pattern,
     RegionRef,
     decode_summary,
     encode_summary,
     message_count,
     message_length,
 )
+from .bench_setup import RECEIVER, STATUS_NAMES, WRITER, IntervalSample, TestParams, TestSetup
 
-WRITER = "sender"
-RECEIVER = "receiver"
-STATUS_NAMES = {0x80: "BAD_RKEY", 0x81: "OUT_OF_BOUNDS"}
-
-
-@dataclass(frozen=True, slots=True)
-class TestParams:
-    msg_size: int
-    duration: float = 0.0
-    total_bytes: int = 0
-    verify: bool = False
-    seed: int = 0
-    interval: float = 1.0
-    #: (plane, seconds after the start): blackholes the writer's io applies.
-    injects: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass(eq=False)
-class TestSetup:
-    """The regions one side registers for a test."""
-
-    role: str
-    params: TestParams
-    slots: int
-    regions: RegionTable
-    inbox: Region
-    outbox: Region
-    data: Region | None = None
-    source: Region | None = None
-    pattern: Pattern | None = None
-
-    @classmethod
-    def allocate(
-        cls, regions: RegionTable, role: str, params: TestParams, slots: int
-    ) -> TestSetup:
-        pattern = Pattern(params.seed, params.msg_size) if params.verify else None
-        inbox = regions.register(bytearray(RESULTS_BYTES))
-        outbox = regions.register(bytearray(RESULTS_BYTES))
-        setup = cls(role, params, slots, regions, inbox, outbox, pattern=pattern)
-        if role == RECEIVER:
-            setup.data = regions.register(bytearray(slots * params.msg_size))
-        elif pattern is not None:
-            setup.source = regions.register(pattern.stream, prefault_pages=False)
-        else:
-            setup.source = regions.register(bytearray(params.msg_size))
-        return setup
-
-    def ref(self, region: Region | None) -> RegionRef:
-        return RegionRef() if region is None else RegionRef(region.base_va, region.rkey, region.size)
-
-    def release(self) -> None:
-        for region in (self.inbox, self.outbox, self.data, self.source):
-            if region is not None and self.regions.lookup(region.rkey) is region:
-                self.regions.deregister(region)
-
-
-@dataclass(slots=True)
-class IntervalSample:
-    start: float
-    end: float
-    bytes: int
-    retransmits: int
-    #: (plane, bytes, packets) on the wire in this interval, this side's direction.
-    planes: list[tuple[int, int, int]] = field(default_factory=list)
+__all__ = ["RECEIVER", "WRITER", "BenchTest", "IntervalSample", "TestParams", "TestSetup"]
 
 
 class BenchTest:
@@ -245,13 +180,24 @@ class BenchTest:
     # -- events -----------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
+        """React to one session event; anything it posts goes out with the running flush."""
+        self._on_event(event)
+        if not self.session.is_closed:
+            self.io.flush(self.session)  # folded into the caller's flush when inside one
+
+    def _on_event(self, event: Event) -> None:
         now = self.io.now()
         if isinstance(event, WriteCompleted):
             self._on_completed(event, now)
         elif isinstance(event, ImmediateReceived):
             self._on_immediate(event, now)
         elif isinstance(event, ConnectionClosed):
-            if not self.done:
+            if self.done:
+                return
+            if self._results_msn is not None and event.reason == "disconnect":
+                # The writer has our results (that is why it hung up) before our AETH came.
+                self._complete()
+            else:
                 self.fail(f"connection closed: {event.reason}")
         elif isinstance(event, PlaneDown):
             self._record(now, "plane-down", event.plane, None, event.reason)

@@ -1,24 +1,22 @@
 """Running `mrc bench`: the server, the client and the one-process demo on real sockets.
 
-Holds `BenchServer` (listens on every plane, accepts tests whose private data parses, runs
-them, reports each, survives any input), `BenchClient` (connects, runs one test, reports it),
-`run_demo`, and `run`, which owns the event loop and turns every expected failure (bad address,
-bind error, no answer, refused) into one line on stderr and exit status 1. The test logic is in
-`bench_roles`, the wire agreement in `bench_proto`, the output format in `bench_report`.
+Holds `BenchClient` (connects, runs one test, reports it), `run_demo` (a `BenchServer` and a
+client in one process), and `run`, which owns the event loop and turns every expected failure
+(bad address, bind error, no answer, refused) into one line on stderr and exit status 1. The
+server is `bench_server`, the test logic `bench_roles`, the wire agreement `bench_proto`, the
+output `bench_report`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import signal
 import socket
 import sys
-from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any, TextIO
+from collections.abc import Coroutine
+from typing import Any
 
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
@@ -29,305 +27,22 @@ from mrc.io.loop import loop_name, new_event_loop
 from mrc.io.planes import PlaneSocket, SockAddr, resolve_addr
 
 from .bench import BenchOptions
-from .bench_proto import (
-    BenchProtocolError,
-    BenchReply,
-    BenchRequest,
-    RegionRef,
-    slot_count,
-)
+from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
 from .bench_report import (
+    Output,
     StartInfo,
-    interval_header,
-    interval_line,
+    connected_rows,
+    fmt_bytes,
+    interval_printer,
     json_document,
     summary_lines,
+    test_start_info,
 )
-from .bench_roles import RECEIVER, WRITER, BenchTest, IntervalSample, TestParams, TestSetup
+from .bench_roles import BenchTest
+from .bench_server import BenchServer
+from .bench_setup import RECEIVER, WRITER, BenchError, TestParams, TestSetup, bind_planes
 
-
-class BenchError(Exception):
-    """An expected failure: one line on stderr, exit status 1."""
-
-
-class Output:
-    """Text lines as they come, or one JSON document per test (-J)."""
-
-    def __init__(self, *, json_mode: bool, quiet: bool = False, stream: TextIO | None = None):
-        self.json_mode = json_mode
-        self.quiet = quiet
-        self.stream = stream or sys.stdout
-
-    def line(self, text: str) -> None:
-        if not self.json_mode and not self.quiet:
-            self.stream.write(text + "\n")
-            self.stream.flush()
-
-    def doc(self, doc: dict[str, Any]) -> None:
-        if self.json_mode and not self.quiet:
-            self.stream.write(json.dumps(doc, indent=2) + "\n")
-            self.stream.flush()
-
-
-def _fmt(addr: SockAddr | Any) -> tuple[str, int]:
-    return (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) else (str(addr), 0)
-
-
-def bind_planes(hosts: list[str], port: int) -> dict[int, PlaneSocket]:
-    planes: dict[int, PlaneSocket] = {}
-    try:
-        for i, host in enumerate(hosts):
-            try:
-                planes[i] = PlaneSocket(i, host, port)
-            except socket.gaierror as exc:
-                raise BenchError(f"cannot resolve {host!r} (plane {i}): {exc.strerror}") from None
-            except OSError as exc:
-                reason = exc.strerror or str(exc)
-                raise BenchError(f"cannot bind {host} port {port} (plane {i}): {reason}") from None
-    except BaseException:
-        for s in planes.values():
-            s.close()
-        raise
-    return planes
-
-
-def _interval_printer(out: Output) -> Callable[[BenchTest, IntervalSample], None]:
-    printed: set[int] = set()
-
-    def show(test: BenchTest, sample: IntervalSample) -> None:
-        if id(test) not in printed:
-            printed.add(id(test))
-            out.line(interval_header([p for p, _, _ in sample.planes], test.role))
-        out.line(interval_line(sample, test.role))
-
-    return show
-
-
-def _connected_rows(test: BenchTest) -> list[dict[str, Any]]:
-    rows = []
-    for p, sock in sorted(test.io.planes.items()):
-        lh, lp = _fmt(sock.local_addr)
-        rh, rp = _fmt(test.session.peer_addrs.get(p, ("", 0)))
-        rows.append({"plane": p, "local_host": lh, "local_port": lp,
-                     "remote_host": rh, "remote_port": rp})
-    return rows
-
-
-def _test_start(opts: BenchOptions, test: BenchTest, est: ConnectionEstablished) -> dict[str, Any]:
-    p = test.params
-    return {
-        "protocol": "MRC",
-        "num_streams": 1,
-        "num_planes": bin(est.plane_mask).count("1"),
-        "blksize": p.msg_size,
-        "omit": 0,
-        "duration": p.duration,
-        "bytes": p.total_bytes,
-        "blocks": 0,
-        "reverse": int(test.role == WRITER) if opts.role == "server" else int(opts.reverse),
-        "verify": p.verify,
-        "interval": opts.interval,
-        "payload_mtu": est.payload_mtu,
-        "ev_per_plane": est.ev_per_plane,
-        "mpr": est.mpr,
-        "plane_mask": est.plane_mask,
-        "inject": [f"plane-down={pl}@{at:g}" for pl, at in p.injects],
-        "one_off": int(opts.one_off),
-        "port": opts.port,
-        "tos": 2,
-    }
-
-
-class BenchServer:
-    """`mrc bench -s`: serves tests until stopped (or one test with -1)."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        opts: BenchOptions,
-        out: Output,
-        planes: dict[int, PlaneSocket],
-        *,
-        max_tests: int = 8,
-        start_timeout: float = 5.0,
-    ) -> None:
-        self.loop = loop
-        self.opts = opts
-        self.out = out
-        self.rng = random.Random()
-        self.core = Endpoint(rng=self.rng, regions=RegionTable(self.rng))
-        self.io: IoEndpoint[Session] = IoEndpoint(
-            loop, self.core, planes, self._on_event, on_error=self._on_error
-        )
-        self.config = opts.config(len(planes))
-        self.max_tests = max_tests
-        self.start_timeout = start_timeout
-        self.pending: dict[int, tuple[TestSetup, BenchRequest, float]] = {}
-        self.tests: dict[int, BenchTest] = {}
-        self.starts: dict[int, StartInfo] = {}
-        self.stopped: asyncio.Future[None] = loop.create_future()
-        self.failures = 0
-        self.completed = 0
-        self._drops_mark: Counter[str] = Counter()
-        self._errors = 0
-        self._show = _interval_printer(out)
-
-    def start(self) -> None:
-        self.io.listen(self.config, self._accept)
-        self.io.start()
-        self._banner()
-
-    def _banner(self) -> None:
-        addrs = ", ".join(_fmt(s.local_addr)[0] for s in self.io.planes.values())
-        port = _fmt(next(iter(self.io.planes.values())).local_addr)[1]
-        self.out.line("-" * 59)
-        self.out.line(f"Server listening on {port} ({len(self.io.planes)} planes: {addrs})")
-        self.out.line("-" * 59)
-
-    def close(self) -> None:
-        for test in self.tests.values():
-            test.cancel()
-            if not test.session.is_closed:
-                test.session.close(self.io.now())
-                self.io.flush(test.session)
-            test.setup.release()
-        for setup, _, _ in self.pending.values():
-            setup.release()
-        self.tests.clear()
-        self.pending.clear()
-        self.io.close()
-
-    def stop(self) -> None:
-        if not self.stopped.done():
-            self.stopped.set_result(None)
-
-    def _on_error(self, message: str) -> None:
-        self._errors += 1
-        if self._errors <= 10 or self._errors % 1000 == 0:
-            sys.stderr.write(f"mrc bench: {message} (#{self._errors}, continuing)\n")
-
-    def _extra_drops(self) -> Counter[str]:
-        return Counter(self.core.drops) - self._drops_mark
-
-    # -- handshake ---------------------------------------------------------------------------
-
-    def _accept(self, private_data: bytes) -> bytes | None:
-        now = self.io.now()
-        for cookie, (setup, _, at) in list(self.pending.items()):
-            if now - at > 10.0:
-                setup.release()
-                del self.pending[cookie]
-        try:
-            req = BenchRequest.decode(private_data)
-        except BenchProtocolError:
-            return None
-        if req.cookie in self.pending or len(self.tests) + len(self.pending) >= self.max_tests:
-            return None
-        role = WRITER if req.reverse else RECEIVER
-        params = TestParams(
-            msg_size=req.msg_size,
-            duration=req.duration,
-            total_bytes=req.total_bytes,
-            verify=req.verify,
-            seed=req.seed,
-            interval=self.opts.interval,
-            injects=tuple(req.injects) + tuple(self.opts.injects) if req.reverse else (),
-        )
-        if role == WRITER:
-            slots = req.data.length // req.msg_size
-        else:
-            slots = slot_count(req.msg_size, self.config.payload_mtu, self.config.mpr)
-        try:
-            setup = TestSetup.allocate(self.core.regions, role, params, slots)
-        except MemoryError:
-            return None
-        reply = BenchReply(req.cookie, setup.ref(setup.inbox), setup.ref(setup.data))
-        self.pending[req.cookie] = (setup, req, now)
-        return reply.encode()
-
-    # -- events ------------------------------------------------------------------------------
-
-    def _on_event(self, session: Session, event: Event) -> None:
-        test = self.tests.get(id(session))
-        if test is not None:
-            test.on_event(event)
-            if isinstance(event, ConnectionClosed):
-                self._closed(session, test)
-            return
-        if isinstance(event, ConnectionEstablished):
-            self._begin(session, event)
-
-    def _begin(self, session: Session, est: ConnectionEstablished) -> None:
-        try:
-            cookie = BenchRequest.decode(est.private_data).cookie
-        except BenchProtocolError:
-            cookie = -1
-        entry = self.pending.pop(cookie, None)
-        if entry is None:
-            session.close(self.io.now())
-            self.io.flush(session)
-            return
-        setup, req, _ = entry
-        test = BenchTest(
-            self.io,
-            session,
-            setup,
-            peer_data=req.data,
-            peer_results=req.results,
-            on_done=self._done,
-            on_interval=self._show,
-            wait_for_go=setup.role == WRITER,
-            start_timeout=self.start_timeout,
-            extra_drops=self._extra_drops,
-        )
-        self.tests[id(session)] = test
-        self.starts[id(session)] = StartInfo(
-            role="server", test_start=_test_start(self.opts, test, est), event_loop=loop_name(self.loop)
-        )
-        test.start()
-
-    def _announce(self, test: BenchTest) -> None:
-        host, port = _fmt(test.session.peer_addrs.get(min(test.session.peer_addrs), ("?", 0)))
-        self.out.line(
-            f"Accepted connection from {host}, port {port} "
-            f"(qpn {test.session.qpn:#08x}, peer qpn {test.session.peer_qpn:#08x})"
-        )
-        for row in _connected_rows(test):
-            self.out.line(
-                f"[  5] local {row['local_host']} port {row['local_port']} connected to "
-                f"{row['remote_host']} port {row['remote_port']} (plane {row['plane']})"
-            )
-
-    def _done(self, test: BenchTest) -> None:
-        if not test.started_data:
-            # Never got going (a stray REQUEST, a client that vanished): nothing to report.
-            if not test.session.is_closed:
-                test.session.close(self.io.now())
-                self.io.flush(test.session)
-            return
-        test.final_sample()
-        start = self.starts.get(id(test.session))
-        if start is not None:
-            start.connected = _connected_rows(test)
-        if self.out.json_mode and start is not None:
-            self.out.doc(json_document(test, start))
-        else:
-            self._announce(test)
-            for line in summary_lines(test):
-                self.out.line(line)
-            self._banner()
-        self._drops_mark = Counter(self.core.drops)
-        if test.error or test.integrity() == "mismatch" or test.write_errors:
-            self.failures += 1
-        self.completed += 1
-        if self.opts.one_off:
-            self.loop.call_later(0.2, self.stop)
-
-    def _closed(self, session: Session, test: BenchTest) -> None:
-        self.tests.pop(id(session), None)
-        self.starts.pop(id(session), None)
-        test.cancel()
-        test.setup.release()
+__all__ = ["BenchClient", "BenchError", "run", "run_demo"]
 
 
 class BenchClient:
@@ -419,7 +134,9 @@ class BenchClient:
         if role == WRITER:
             setup.slots = peer_data.length // opts.msg_size
             if setup.slots < 1:
-                raise BenchError(f"{self._where()} offered no room for {opts.msg_size}-byte messages")
+                raise BenchError(
+                    f"{self._where()} offered no room for {opts.msg_size}-byte messages"
+                )
         test = BenchTest(
             self.io,
             session,
@@ -427,17 +144,17 @@ class BenchClient:
             peer_data=peer_data,
             peer_results=reply.results,
             on_done=self._done,
-            on_interval=_interval_printer(self.out),
+            on_interval=interval_printer(self.out),
             send_go=opts.reverse,
         )
         self.test = test
         self.start_info = StartInfo(
             role="client",
-            test_start=_test_start(opts, test, est),
+            test_start=test_start_info(opts, test, est),
             connecting_to={"host": ",".join(opts.server), "port": opts.port},
             event_loop=loop_name(self.loop),
         )
-        for row in _connected_rows(test):
+        for row in connected_rows(test):
             self.out.line(
                 f"[  5] local {row['local_host']} port {row['local_port']} connected to "
                 f"{row['remote_host']} port {row['remote_port']} (plane {row['plane']})"
@@ -469,14 +186,23 @@ class BenchClient:
     def _watch_demo_fault(self, plane: int, fraction: float) -> None:
         test = self.test
         assert test is not None
-        target = fraction * (test.params.total_bytes or 0)
+        target = fraction * test.params.total_bytes
+
+        def due() -> bool:
+            if target:
+                return test.session.stats.bytes_acked >= target
+            return self.io.now() - test.t0 >= fraction * test.params.duration
 
         def check() -> None:
-            if test.done or test.state not in ("running",):
+            if test.done or test.state != "running":
                 return
-            if test.session.stats.bytes_acked >= target:
+            if due():
                 fault = self.io.inject_plane_down(plane, self.io.now())
-                test.add_fault(fault, f"plane-down injected ({fraction:.0%} of the bytes sent)")
+                what = "of the bytes sent" if target else "of the test time"
+                test.add_fault(fault, f"plane-down injected ({fraction:.0%} {what})")
+                if self.start_info is not None:
+                    at = fault.at - test.t0
+                    self.start_info.test_start["inject"].append(f"plane-down={plane}@{at:.3f}")
                 return
             self.loop.call_later(0.005, check)
 
@@ -486,10 +212,17 @@ class BenchClient:
         if not self._finished.done():
             self._finished.set_result(None)
 
+    def interrupt(self) -> None:
+        """SIGINT/SIGTERM: end the test now (its partial report still prints)."""
+        if self.test is not None:
+            self.test.fail("interrupted")
+        elif not self._established.done():
+            self._established.set_exception(BenchError("interrupted"))
+
     def _report(self, test: BenchTest) -> int:
         test.final_sample()
         if self.out.json_mode and self.start_info is not None:
-            self.start_info.connected = _connected_rows(test)
+            self.start_info.connected = connected_rows(test)
             self.out.doc(json_document(test, self.start_info))
         else:
             for line in summary_lines(test):
@@ -511,9 +244,15 @@ class BenchClient:
         return 0
 
     def close(self) -> None:
+        for fut in (self._established, self._finished):
+            if not fut.done():
+                fut.cancel()  # nobody waits any more; closing must not leave errors behind
         if self.test is not None:
             self.test.cancel()
             self.test.setup.release()
+        if self.session is not None and not self.session.is_closed and not self.io.closed:
+            self.session.close(self.io.now())  # DISCONNECT, so the server need not time out
+            self.io.flush(self.session)
         self.io.close()
 
 
@@ -524,7 +263,9 @@ def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
         try:
             family, addr = resolve_addr(host, opts.port)
         except OSError as exc:
-            raise BenchError(f"cannot resolve {host!r} (plane {i}): {exc.strerror or exc}") from None
+            raise BenchError(
+                f"cannot resolve {host!r} (plane {i}): {exc.strerror or exc}"
+            ) from None
         peers[i] = addr
         binds.append("::" if family == socket.AF_INET6 else "0.0.0.0")
     return peers, opts.bind or binds
@@ -543,7 +284,7 @@ async def _serve(opts: BenchOptions) -> int:
         await server.stopped
     finally:
         server.close()
-    return 1 if server.failures else 0
+    return 1 if opts.one_off and server.failures else 0
 
 
 async def _client(opts: BenchOptions) -> int:
@@ -551,6 +292,9 @@ async def _client(opts: BenchOptions) -> int:
     peers, binds = _resolve_peers(opts)
     planes = bind_planes(binds, 0)
     client = BenchClient(loop, opts, Output(json_mode=opts.json), planes, peers)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, client.interrupt)
     try:
         return await client.run()
     finally:
@@ -575,18 +319,33 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
     if planes is None:
         raise BenchError("no free UDP port on 127.0.0.2-5 for the demo server")
     server_opts = BenchOptions(
-        role="server", bind=DEMO_SERVER, port=port, interval=opts.interval,
-        payload_mtu=opts.payload_mtu, ev_per_plane=opts.ev_per_plane, mpr=opts.mpr,
+        role="server",
+        bind=DEMO_SERVER,
+        port=port,
+        interval=opts.interval,
+        payload_mtu=opts.payload_mtu,
+        ev_per_plane=opts.ev_per_plane,
+        mpr=opts.mpr,
         one_off=True,
     )
     server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), planes)
     server.start()
-    client_opts = BenchOptions(**{**_fields(opts), "role": "client", "server": DEMO_SERVER,
-                                  "bind": DEMO_CLIENT, "port": port})
+    client_opts = BenchOptions(
+        **{
+            **_fields(opts),
+            "role": "client",
+            "server": DEMO_SERVER,
+            "bind": DEMO_CLIENT,
+            "port": port,
+        }
+    )
     out = Output(json_mode=opts.json)
-    out.line(f"mrc bench --demo: 4 loopback planes, {opts.total_bytes or opts.duration} "
-             f"{'bytes' if opts.total_bytes else 's'}, --verify, plane {fault[0]} blackholed "
-             f"at {fault[1]:.0%} of the transfer")
+    amount = fmt_bytes(opts.total_bytes).strip() if opts.total_bytes else f"{opts.duration:g} s"
+    out.line(
+        f"mrc bench --demo: server {DEMO_SERVER[0]}-{DEMO_SERVER[-1].rsplit('.', 1)[1]}, "
+        f"client {DEMO_CLIENT[0]}-{DEMO_CLIENT[-1].rsplit('.', 1)[1]} (4 planes), {amount}, "
+        f"--verify, plane {fault[0]} blackholed once {fault[1]:.0%} of the bytes are through"
+    )
     client_planes = bind_planes(DEMO_CLIENT, 0)
     peers = {i: (h, port) for i, h in enumerate(DEMO_SERVER)}
     client = BenchClient(loop, client_opts, out, client_planes, dict(peers), demo_fault=fault)
@@ -599,7 +358,7 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
 
 
 def _fields(opts: BenchOptions) -> dict[str, Any]:
-    return {name: getattr(opts, name) for name in opts.__slots__}  # type: ignore[attr-defined]
+    return {name: getattr(opts, name) for name in opts.__slots__}
 
 
 def run(opts: BenchOptions) -> int:

@@ -265,7 +265,7 @@ class IoEndpoint(Generic[S]):
         try:
             session.handle_timer(self.now())
             self.flush(session)
-        except Exception as exc:  # noqa: BLE001 - one bad session must not stop the loop
+        except Exception as exc:
             self._internal_error("timer", exc)
 
     def _on_readable(self, plane: int) -> None:
@@ -279,7 +279,7 @@ class IoEndpoint(Generic[S]):
             for session in sessions:
                 self.flush(session)
             self._send_endpoint_transmits(now)
-        except Exception as exc:  # noqa: BLE001 - bad input must never stop the loop
+        except Exception as exc:
             self._internal_error(f"receive on plane {plane}", exc)
 
     def _send_endpoint_transmits(self, now: float) -> None:

@@ -37,5 +37,5 @@ def new_event_loop(*, prefer_uvloop: bool | None = None) -> asyncio.AbstractEven
 
 
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
-    """"uvloop" or "asyncio" (the stdlib loop), for reports."""
+    """ "uvloop" or "asyncio" (the stdlib loop), for reports."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"

@@ -18,6 +18,7 @@ Socket facts this module relies on (DESIGN.md §11, checked on Linux 6.x):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import socket
@@ -154,6 +155,7 @@ class PlaneSocket:
         """Fix the peer: sends to `addr` skip the per-packet address lookup, others still work."""
         self.sock.connect(addr)
         self.connected = tuple(self.sock.getpeername())
+        self.local_addr = tuple(self.sock.getsockname())  # a wildcard bind now has its source
 
     def close(self) -> None:
         self.sock.close()
@@ -243,8 +245,10 @@ class PlaneSocket:
                 self.packets_sent += 1
         except OSError as exc:
             code = exc.errno or 0
-            if segment_size is not None and 0 < segment_size < size and (
-                code in _NO_GSO_ERRNOS or code in (errno.EINVAL, errno.EMSGSIZE)
+            if (
+                segment_size is not None
+                and 0 < segment_size < size
+                and (code in _NO_GSO_ERRNOS or code in (errno.EINVAL, errno.EMSGSIZE))
             ):
                 if code in _NO_GSO_ERRNOS:
                     self._gso = False
@@ -289,9 +293,6 @@ def _set_buffer(sock: socket.socket, opt: int, force_opt: int, size: int) -> int
     try:
         sock.setsockopt(socket.SOL_SOCKET, force_opt, size)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, opt, size)
-        except OSError:
-            pass
     return int(sock.getsockopt(socket.SOL_SOCKET, opt))
-

@@ -77,7 +77,11 @@ class FakeCore:
         pass
 
     def connect(
-        self, config: SessionConfig, peer_addrs: dict[int, Hashable], private_data: bytes, now: float
+        self,
+        config: SessionConfig,
+        peer_addrs: dict[int, Hashable],
+        private_data: bytes,
+        now: float,
     ) -> FakeSession:
         addr = peer_addrs[0]
         assert isinstance(addr, tuple)
@@ -102,7 +106,9 @@ def run(loop: asyncio.AbstractEventLoop, until: Callable[[], bool], timeout: flo
     loop.run_until_complete(waiter())
 
 
-def make(n: int = 2) -> tuple[asyncio.AbstractEventLoop, FakeCore, IoEndpoint[FakeSession], list[PlaneSocket]]:
+def make(
+    n: int = 2,
+) -> tuple[asyncio.AbstractEventLoop, FakeCore, IoEndpoint[FakeSession], list[PlaneSocket]]:
     loop = asyncio.new_event_loop()
     core = FakeCore()
     planes = {p: PlaneSocket(p, f"127.0.0.{2 + p}", 0) for p in range(n)}
@@ -117,8 +123,10 @@ def test_batches_go_to_the_core_once_per_plane_and_outputs_are_flushed() -> None
     try:
         events: list[Event] = []
         io.on_event = lambda s, e: events.append(e)
-        session = io.connect(SessionConfig(plane_mask=3), {p: s.local_addr for p, s in enumerate(peers)}, b"")
-        for p, peer in enumerate(peers):
+        session = io.connect(
+            SessionConfig(plane_mask=3), {p: s.local_addr for p, s in enumerate(peers)}, b""
+        )
+        for peer in peers:
             run(loop, lambda peer=peer: bool(peer.drain(8)))  # "hello" arrived on each plane
         session.events.append(PlaneUp(1))
         for i in range(10):
@@ -127,7 +135,10 @@ def test_batches_go_to_the_core_once_per_plane_and_outputs_are_flushed() -> None
         assert all(plane == 0 for plane, _ in core.calls)
         assert len(core.calls) < 10  # batched, not one call per datagram
         echoes: list[bytes] = []
-        run(loop, lambda: echoes.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or len(echoes) == 10)
+        run(
+            loop,
+            lambda: echoes.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or len(echoes) == 10,
+        )
         assert echoes == [b"echo:" + bytes([i]) for i in range(10)]
         assert events == [PlaneUp(1)]
     finally:
@@ -138,7 +149,7 @@ def test_batches_go_to_the_core_once_per_plane_and_outputs_are_flushed() -> None
 
 
 def test_one_timer_per_session_rearmed_and_fired() -> None:
-    loop, core, io, peers = make(1)
+    loop, _core, io, peers = make(1)
     try:
         session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
         now = io.now()
@@ -158,7 +169,7 @@ def test_one_timer_per_session_rearmed_and_fired() -> None:
 
 
 def test_reentrant_flush_from_on_event() -> None:
-    loop, core, io, peers = make(1)
+    loop, _core, io, peers = make(1)
     try:
         seen: list[Event] = []
 
@@ -175,7 +186,10 @@ def test_reentrant_flush_from_on_event() -> None:
         io.flush(session)
         assert seen == [PlaneUp(0), PlaneUp(7)]
         got: list[bytes] = []
-        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(8)) or b"reaction" in got)
+        run(
+            loop,
+            lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(8)) or b"reaction" in got,
+        )
     finally:
         io.close()
         loop.close()
@@ -183,11 +197,13 @@ def test_reentrant_flush_from_on_event() -> None:
 
 
 def test_inject_plane_down_is_a_silent_blackhole() -> None:
-    loop, core, io, peers = make(2)
+    loop, _core, io, peers = make(2)
     try:
-        session = io.connect(SessionConfig(plane_mask=3), {0: peers[0].local_addr, 1: peers[1].local_addr}, b"")
+        session = io.connect(
+            SessionConfig(plane_mask=3), {0: peers[0].local_addr, 1: peers[1].local_addr}, b""
+        )
         io.inject_plane_down(1, io.now())
-        for i in range(5):
+        for _i in range(5):
             session.outbox.append(Transmit(1, peers[1].local_addr, b"lost"))
             session.outbox.append(Transmit(0, peers[0].local_addr, b"kept"))
         session.outbox.append(Transmit(1, peers[1].local_addr, b"x" * 40, segment_size=10))
@@ -195,8 +211,15 @@ def test_inject_plane_down_is_a_silent_blackhole() -> None:
         assert io.counters["injected_plane_down"] == 9
         assert session.status == []  # the core is NOT told
         got: list[bytes] = []
-        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or got.count(b"kept") == 5)
-        assert peers[1].drain(64) == [] or all(bytes(d) == b"hello" for d, _, _ in peers[1].drain(64))
+        run(
+            loop,
+            lambda: (
+                got.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or got.count(b"kept") == 5
+            ),
+        )
+        assert peers[1].drain(64) == [] or all(
+            bytes(d) == b"hello" for d, _, _ in peers[1].drain(64)
+        )
     finally:
         io.close()
         loop.close()
@@ -205,7 +228,7 @@ def test_inject_plane_down_is_a_silent_blackhole() -> None:
 
 
 def test_send_errors_become_plane_status_and_recover() -> None:
-    loop, core, io, peers = make(1)
+    loop, _core, io, peers = make(1)
     try:
         session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
         sock = io.planes[0]
@@ -257,6 +280,7 @@ def test_core_exception_is_counted_not_raised() -> None:
     errors: list[str] = []
     io.on_error = errors.append
     try:
+
         def boom(*args: object) -> list[FakeSession]:
             raise ValueError("bad")
 
@@ -265,6 +289,23 @@ def test_core_exception_is_counted_not_raised() -> None:
         run(loop, lambda: bool(errors))
         assert io.counters["internal_error_ValueError"] == 1
         assert errors[0].startswith("internal error in receive on plane 0")
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
+
+
+def test_gso_transmit_through_the_endpoint_arrives_as_datagrams() -> None:
+    loop, _core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        batch = b"".join(bytes([i]) * 1200 for i in range(5)) + b"\x09" * 77
+        session.outbox.append(Transmit(0, peers[0].local_addr, batch, ev=3, segment_size=1200))
+        io.flush(session)
+        got: list[bytes] = []
+        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(64)) or len(got) >= 7)
+        assert got == [b"hello"] + [bytes([i]) * 1200 for i in range(5)] + [b"\x09" * 77]
+        assert io.planes[0].packets_sent == 7
     finally:
         io.close()
         loop.close()

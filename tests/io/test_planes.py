@@ -17,7 +17,9 @@ def wait_readable(sock: PlaneSocket, timeout: float = 2.0) -> None:
     assert r, "socket never became readable"
 
 
-def drain_all(sock: PlaneSocket, want: int, limit: int = 64) -> list[tuple[bytes, tuple[object, ...], int]]:
+def drain_all(
+    sock: PlaneSocket, want: int, limit: int = 64
+) -> list[tuple[bytes, tuple[object, ...], int]]:
     got: list[tuple[bytes, tuple[object, ...], int]] = []
     while len(got) < want:
         wait_readable(sock)
@@ -66,7 +68,7 @@ def test_drain_stops_at_limit_and_reuses_preallocated_ring() -> None:
         assert wait_readable_or_none == []
         a.send(b"x", b.local_addr)
         wait_readable(b)
-        (v, _, _), = b.drain(64)
+        ((v, _, _),) = b.drain(64)
         assert id(v.obj) in bases
     finally:
         a.close()

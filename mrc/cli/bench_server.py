@@ -1,0 +1,253 @@
+"""`mrc bench -s`: the benchmark server.
+
+Holds `BenchServer`: it listens on every plane, accepts a test when the REQUEST's private data
+parses (`bench_proto`) and it has room (at most `max_tests` at once), registers that test's
+regions, runs it (`bench_roles`), reports it (`bench_report`), and survives any input: junk is
+counted by the core, stray connections that never run a test are closed after a few seconds and
+their drops folded into the next report. Sockets come in from the caller (`bench_run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from collections import Counter
+
+from mrc.core.endpoint import Endpoint
+from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
+from mrc.core.memory import RegionTable
+from mrc.core.session import Session
+from mrc.io.endpoint import IoEndpoint
+from mrc.io.loop import loop_name
+from mrc.io.planes import PlaneSocket
+
+from .bench import BenchOptions
+from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, slot_count
+from .bench_report import (
+    Output,
+    StartInfo,
+    connected_rows,
+    host_port,
+    interval_printer,
+    json_document,
+    summary_lines,
+    test_start_info,
+)
+from .bench_roles import BenchTest
+from .bench_setup import RECEIVER, WRITER, IntervalSample, TestParams, TestSetup
+
+__all__ = ["BenchServer"]
+
+
+class BenchServer:
+    """`mrc bench -s`: serves tests until stopped (or one test with -1)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        opts: BenchOptions,
+        out: Output,
+        planes: dict[int, PlaneSocket],
+        *,
+        max_tests: int = 8,
+        start_timeout: float = 5.0,
+    ) -> None:
+        self.loop = loop
+        self.opts = opts
+        self.out = out
+        self.rng = random.Random()
+        self.core = Endpoint(rng=self.rng, regions=RegionTable(self.rng))
+        self.io: IoEndpoint[Session] = IoEndpoint(
+            loop, self.core, planes, self._on_event, on_error=self._on_error
+        )
+        self.config = opts.config(len(planes))
+        self.max_tests = max_tests
+        self.start_timeout = start_timeout
+        self.pending: dict[int, tuple[TestSetup, BenchRequest, float]] = {}
+        self.tests: dict[int, BenchTest] = {}
+        self.starts: dict[int, StartInfo] = {}
+        self.stopped: asyncio.Future[None] = loop.create_future()
+        self.failures = 0
+        self.completed = 0
+        self._drops_mark: Counter[str] = Counter()
+        #: Session drops of connections that never ran a test (not reported on their own).
+        self._orphan_drops: Counter[str] = Counter()
+        self._errors = 0
+        self._printer = interval_printer(out)
+        self._announced: set[int] = set()
+
+    def start(self) -> None:
+        self.io.listen(self.config, self._accept)
+        self.io.start()
+        self._banner()
+
+    def _banner(self) -> None:
+        addrs = ", ".join(host_port(s.local_addr)[0] for s in self.io.planes.values())
+        port = host_port(next(iter(self.io.planes.values())).local_addr)[1]
+        self.out.line("-" * 59)
+        n = len(self.io.planes)
+        self.out.line(f"Server listening on {port} ({n} plane{'s' if n != 1 else ''}: {addrs})")
+        self.out.line("-" * 59)
+
+    def close(self) -> None:
+        for test in list(self.tests.values()):
+            test.cancel()
+            if not test.session.is_closed:
+                test.session.close(self.io.now())
+                self.io.flush(test.session)
+            test.setup.release()
+        for setup, _, _ in list(self.pending.values()):
+            setup.release()
+        self.tests.clear()
+        self.pending.clear()
+        self.io.close()
+
+    def stop(self) -> None:
+        if not self.stopped.done():
+            self.stopped.set_result(None)
+
+    def _on_error(self, message: str) -> None:
+        self._errors += 1
+        if self._errors <= 10 or self._errors % 1000 == 0:
+            sys.stderr.write(f"mrc bench: {message} (#{self._errors}, continuing)\n")
+
+    def _extra_drops(self) -> Counter[str]:
+        """Endpoint drops since the last report, plus drops of connections never reported."""
+        return (Counter(self.core.drops) - self._drops_mark) + self._orphan_drops
+
+    # -- handshake ---------------------------------------------------------------------------
+
+    def _accept(self, private_data: bytes) -> bytes | None:
+        now = self.io.now()
+        for cookie, (setup, _, at) in list(self.pending.items()):
+            if now - at > 10.0:
+                setup.release()
+                del self.pending[cookie]
+        try:
+            req = BenchRequest.decode(private_data)
+        except BenchProtocolError:
+            return None
+        if req.cookie in self.pending or len(self.tests) + len(self.pending) >= self.max_tests:
+            return None
+        role = WRITER if req.reverse else RECEIVER
+        params = TestParams(
+            msg_size=req.msg_size,
+            duration=req.duration,
+            total_bytes=req.total_bytes,
+            verify=req.verify,
+            seed=req.seed,
+            interval=self.opts.interval,
+            injects=tuple(req.injects) + tuple(self.opts.injects) if req.reverse else (),
+        )
+        if role == WRITER:
+            slots = req.data.length // req.msg_size
+        else:
+            slots = slot_count(req.msg_size, self.config.payload_mtu, self.config.mpr)
+        try:
+            setup = TestSetup.allocate(self.core.regions, role, params, slots)
+        except MemoryError:
+            return None
+        reply = BenchReply(req.cookie, setup.ref(setup.inbox), setup.ref(setup.data))
+        self.pending[req.cookie] = (setup, req, now)
+        return reply.encode()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _on_event(self, session: Session, event: Event) -> None:
+        test = self.tests.get(id(session))
+        if test is not None:
+            test.on_event(event)
+            if isinstance(event, ConnectionClosed):
+                self._closed(session, test)
+            return
+        if isinstance(event, ConnectionEstablished):
+            self._begin(session, event)
+
+    def _begin(self, session: Session, est: ConnectionEstablished) -> None:
+        try:
+            cookie = BenchRequest.decode(est.private_data).cookie
+        except BenchProtocolError:
+            cookie = -1
+        entry = self.pending.pop(cookie, None)
+        if entry is None:
+            session.close(self.io.now())
+            self.io.flush(session)
+            return
+        setup, req, _ = entry
+        test = BenchTest(
+            self.io,
+            session,
+            setup,
+            peer_data=req.data,
+            peer_results=req.results,
+            on_done=self._done,
+            on_interval=self._show,
+            wait_for_go=setup.role == WRITER,
+            start_timeout=self.start_timeout,
+            extra_drops=self._extra_drops,
+        )
+        self.tests[id(session)] = test
+        self.starts[id(session)] = StartInfo(
+            role="server",
+            test_start=test_start_info(self.opts, test, est),
+            event_loop=loop_name(self.loop),
+        )
+        self._accepted_line(test)
+        test.start()
+
+    def _show(self, test: BenchTest, sample: IntervalSample) -> None:
+        self._announce(test)
+        self._printer(test, sample)
+
+    def _accepted_line(self, test: BenchTest) -> None:
+        host, port = host_port(test.session.peer_addrs.get(min(test.session.peer_addrs), ("?", 0)))
+        self.out.line(
+            f"Accepted connection from {host}, port {port} "
+            f"(qpn {test.session.qpn:#08x}, peer qpn {test.session.peer_qpn:#08x})"
+        )
+
+    def _announce(self, test: BenchTest) -> None:
+        """The per-plane lines, once every plane's REQUEST copy had time to arrive."""
+        if id(test) in self._announced:
+            return
+        self._announced.add(id(test))
+        for row in connected_rows(test):
+            self.out.line(
+                f"[  5] local {row['local_host']} port {row['local_port']} connected to "
+                f"{row['remote_host']} port {row['remote_port']} (plane {row['plane']})"
+            )
+
+    def _done(self, test: BenchTest) -> None:
+        if not test.started_data:
+            # Never got going (a stray REQUEST, a client that vanished): nothing to report.
+            self._orphan_drops.update(test.session.stats.drops_by_reason)
+            if not test.session.is_closed:
+                test.session.close(self.io.now())
+                self.io.flush(test.session)
+            return
+        test.final_sample()
+        start = self.starts.get(id(test.session))
+        if start is not None:
+            start.connected = connected_rows(test)
+        if self.out.json_mode and start is not None:
+            self.out.doc(json_document(test, start))
+        else:
+            self._announce(test)
+            for line in summary_lines(test):
+                self.out.line(line)
+            self._banner()
+        self._drops_mark = Counter(self.core.drops)
+        self._orphan_drops = Counter()
+        if test.error or test.integrity() == "mismatch" or test.write_errors:
+            self.failures += 1
+        self.completed += 1
+        if self.opts.one_off:
+            self.loop.call_later(0.2, self.stop)
+
+    def _closed(self, session: Session, test: BenchTest) -> None:
+        self._announced.discard(id(test))
+        self.tests.pop(id(session), None)
+        self.starts.pop(id(session), None)
+        test.cancel()
+        test.setup.release()
