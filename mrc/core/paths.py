@@ -40,6 +40,8 @@ class RttEstimator:
     backoff: int = 0
 
     def sample(self, r: float) -> None:
+        # Karn: a sample from a first transmission ends the backoff (RFC 6298 §5, note 2).
+        self.backoff = 0
         if self.srtt is None:
             self.srtt, self.rttvar = r, r / 2
         else:

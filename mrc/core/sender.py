@@ -355,14 +355,20 @@ class Sender:
         oldest = next((r for r in fifo if r.state == INFLIGHT), None)
         if oldest is None:
             return signals
-        # Also lost: what went out on this plane before a packet the peer received elsewhere.
-        delivered = max((seq for p, seq in self._acked_seq.items() if p != plane), default=0)
-        for rec in list(fifo):
-            if rec.state == INFLIGHT and (rec.sent_at + rto <= now or rec.seq < delivered):
-                self._declare_lost(rec, "rto", avoid_plane=plane)
+        # Something sent after the oldest packet got through (on any plane): the oldest and
+        # everything older than the RTO are lost. Nothing got through: the peer stalled, so
+        # resend only the oldest, as RFC 6298 §5.4 does, and back off.
+        delivered_any = max(self._acked_seq.values(), default=0)
+        if delivered_any > oldest.seq:
+            for rec in list(fifo):
+                if rec.state == INFLIGHT and rec.sent_at + rto <= now:
+                    self._declare_lost(rec, "rto", avoid_plane=plane)
+        else:
+            self._declare_lost(oldest, "rto", avoid_plane=plane)
         est.backoff = min(est.backoff + 1, 16)
         self.rto_expiries += 1
         # A later packet acknowledged on another plane means this plane, not the peer, failed.
+        delivered = max((seq for p, seq in self._acked_seq.items() if p != plane), default=0)
         if delivered > oldest.seq:
             signals.suspect_planes.append(plane)
         if (
@@ -482,13 +488,16 @@ class Sender:
         self.stats.bytes_acked += rec.length
         self.last_progress = now
         self.rto_expiries = 0
-        self.paths.planes[rec.plane].rtt.backoff = 0
         if rec.seq > self._acked_seq.get(rec.plane, 0):
             self._acked_seq[rec.plane] = rec.seq
-        rack = self._rack.get(rec.ev)
-        if rack is None or rec.seq > rack.seq:
-            self._rack[rec.ev] = _Rack(seq=rec.seq, rtt=max(0.0, now - rec.sent_at))
-        touched.add(rec.ev)
+        # RFC 8985 §6.2: an ACK of a retransmitted PSN may be for the original copy, so it
+        # says nothing about what the retransmission's EV delivered; only first
+        # transmissions advance an EV's RACK state (else one spurious resend cascades).
+        if not rec.rtx:
+            rack = self._rack.get(rec.ev)
+            if rack is None or rec.seq > rack.seq:
+                self._rack[rec.ev] = _Rack(seq=rec.seq, rtt=max(0.0, now - rec.sent_at))
+            touched.add(rec.ev)
         msg = rec.msg
         msg.acked += 1
         if msg.acked == msg.npkts and msg.status is None:

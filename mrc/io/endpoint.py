@@ -262,25 +262,50 @@ class IoEndpoint(Generic[S]):
         self._timers.pop(key, None)
         if self._closed:
             return
+        # Read what already arrived first: on a busy host a due timer can run before the
+        # reader callbacks, and an ACK waiting in a socket must never lose to an RTO.
+        self._receive_all(None)
+        if self._closed or session.is_closed:
+            return
         try:
-            session.handle_timer(self.now())
+            deadline = session.get_timer()
+            now = self.now()
+            if deadline is not None and deadline <= now:
+                session.handle_timer(now)
             self.flush(session)
         except Exception as exc:
             self._internal_error("timer", exc)
 
     def _on_readable(self, plane: int) -> None:
-        sock = self.planes[plane]
-        batch = sock.drain(self.batch)
-        if not batch or self._closed:
+        self._receive_all(plane)
+
+    def _receive_all(self, first: int | None) -> None:
+        """Drain every plane socket once (the ready one first), hand each batch to the core,
+        then flush each touched session once: SACKs from all planes are seen before the
+        sender acts on any of them, and the flush cost is paid once per wake-up."""
+        if self._closed:
             return
+        order = list(self.planes)
+        if first is not None and first in self.planes:
+            order.remove(first)
+            order.insert(0, first)
+        touched: dict[int, S] = {}
         now = self.now()
+        for plane in order:
+            batch = self.planes[plane].drain(self.batch)
+            if not batch:
+                continue
+            try:
+                for session in self.core.receive_datagrams(plane, batch, now):
+                    touched.setdefault(id(session), session)
+            except Exception as exc:
+                self._internal_error(f"receive on plane {plane}", exc)
         try:
-            sessions = self.core.receive_datagrams(plane, batch, now)
-            for session in sessions:
+            for session in touched.values():
                 self.flush(session)
             self._send_endpoint_transmits(now)
         except Exception as exc:
-            self._internal_error(f"receive on plane {plane}", exc)
+            self._internal_error("flush after receive", exc)
 
     def _send_endpoint_transmits(self, now: float) -> None:
         for tx in self.core.datagrams_to_send():
