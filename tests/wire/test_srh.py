@@ -126,10 +126,10 @@ def test_encode_rejects(srh: SRH) -> None:
 
 
 addresses = st.builds(ipaddress.IPv6Address, st.integers(0, (1 << 128) - 1))
-# Non-empty values: scapy's TLV parser drops or merges zero-length TLVs (ours keeps them, see
-# test_we_keep_repeated_empty_tlvs), so the cross-check sticks to what scapy reads faithfully.
+# Scapy gives types 1, 2 and 5 fixed layouts (Ingress/Egress Node, HMAC) and mis-parses
+# arbitrary values under them, so the generic cross-check uses the other non-padding types.
 tlv_items = st.tuples(
-    st.integers(0, 255).filter(lambda t: t not in (0, 4)), st.binary(min_size=1, max_size=20)
+    st.integers(0, 255).filter(lambda t: t not in (0, 1, 2, 4, 5)), st.binary(max_size=20)
 )
 
 
