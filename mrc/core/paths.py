@@ -72,6 +72,8 @@ class Plane:
     unanswered: int = 0
     #: DOWN planes: clean answers in a row toward restoration.
     answers: int = 0
+    #: Interval to the next probe (10 ms, doubling to 1 s while a DOWN plane stays silent).
+    probe_interval: float = 0.0
     #: Rotation index into reverse_evs for SACKs / probe answers.
     reverse_next: int = 0
 

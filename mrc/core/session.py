@@ -13,8 +13,9 @@ The session never touches a socket, a clock or an event loop (DESIGN.md §3). It
 Inside, the work is split by concern: `Sender` (posted WRITEs, send records, loss inference,
 completions), `Receiver` (checks, placement, SACK/NACK/AETH), `PathTable` (planes, EVs, RTTs),
 a spray policy, and the CM handshake helpers in `cm.py`. This module holds the handshake state,
-routes decoded packets to their handler (`_handle_<kind>`), owns plane transitions and plane
-probing, and collects outputs. Time always arrives as `now` (monotonic seconds).
+routes decoded packets to their handler (`_handle_<kind>`), hands plane suspicion, probing and
+DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. Time always arrives as `now`
+(monotonic seconds).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..wire.packet import (
     SackPacket,
     decode_packet,
 )
-from ..wire.probe import EETH, ERTH, PETH, EndpointOp
+from ..wire.probe import EETH, ERTH, EndpointOp
 from . import cm
 from .config import SessionConfig
 from .errors import LocalProtocolError
@@ -48,13 +49,12 @@ from .events import (
     ConnectionClosed,
     ConnectionEstablished,
     Event,
-    PlaneDown,
-    PlaneUp,
 )
 from .memory import Region, RegionTable
 from .paths import PathTable, PlaneState
+from .planes import PlaneMonitor
 from .receiver import Receiver
-from .sender import Sender, tx_timestamp
+from .sender import Sender
 from .spray import make_spray
 from .stats import SessionStats
 from .timers import Timer, TimerTable
@@ -101,21 +101,17 @@ class Session:
         self.half_open = False
         self._events: deque[Event] = deque()
         self._out: list[Transmit] = []
-        self._created = now
         # Requester: the REQUEST per plane and retry state. Responder: the REPLY bytes.
         self._private_data = b""
         self._cm_attempts = 0
         self._cm_interval = config.cm_retry
         self._reply = b""
-        # Plane probing: probe_id → (plane, sent_at); per-plane probe interval.
-        self._probe_id = 0
-        self._probes: dict[int, tuple[int, float]] = {}
-        self._probe_interval: dict[int, float] = {}
         self.peer_port_mask = config.plane_mask
         self.paths = PathTable(config)
         self.spray = make_spray(config.spray, self.paths, rng)
         self.sender: Sender | None = None
         self.receiver: Receiver | None = None
+        self.planes: PlaneMonitor | None = None
         self._handlers: dict[type[Any], Callable[[Any, int, int, float], None]] = {
             DataPacket: self._handle_data,
             SackPacket: self._handle_sack,
@@ -231,6 +227,19 @@ class Session:
             initial_psn=peer_initial_psn,
         )
         self.receiver.dest_qp = self.peer_qpn
+        sender = self.sender
+        self.planes = PlaneMonitor(
+            self.config,
+            paths=self.paths,
+            timers=self.timers,
+            stats=self.stats,
+            events=self._events,
+            peer_addrs=self.peer_addrs,
+            out=self._out,
+            next_psn=lambda: sender.next_psn,
+            on_down=sender.on_plane_down,
+        )
+        self.planes.peer_qpn = self.peer_qpn
         self.timers.cancel(Timer.CM_RETRY)
 
     # -- user calls ---------------------------------------------------------------------------
@@ -268,14 +277,8 @@ class Session:
 
     def plane_status(self, plane: int, up: bool, now: float) -> None:
         """io/ or sim/ report a local plane change (a send error such as ENETUNREACH = down)."""
-        if plane not in self.paths.planes or self.state is not SessionState.ESTABLISHED:
-            return
-        if not up:
-            self._plane_down(plane, "local", now)
-        elif not self.paths.is_up(plane):
-            # Probe at once; an answer brings it back (DESIGN.md §4).
-            self._probe_interval[plane] = self.config.probe_interval
-            self.timers.set(Timer.PLANE_PROBE, now, plane)
+        if plane in self.paths.planes and self.planes is not None and not self.is_closed:
+            self.planes.local_status(plane, up, now)
 
     def learn_addr(self, plane: int, addr: Addr, now: float) -> None:
         """The endpoint saw the peer on `plane` at `addr` (responder: a late REQUEST copy)."""
@@ -341,13 +344,14 @@ class Session:
             if timer is Timer.RETRANSMIT and self.sender is not None and plane is not None:
                 signals = self.sender.on_retransmit_timer(plane, now)
                 for p in signals.suspect_planes:
-                    self._suspect_plane(p, now)
+                    assert self.planes is not None
+                    self.planes.suspect(p, now)
                 if signals.give_up:
                     self._close("retry limit")
             elif timer is Timer.REORDER and self.sender is not None:
                 self.sender.on_reorder_timer(now)
-            elif timer is Timer.PLANE_PROBE and plane is not None:
-                self._send_plane_probe(plane, now)
+            elif timer is Timer.PLANE_PROBE and plane is not None and self.planes is not None:
+                self.planes.on_timer(plane, now)
             elif timer is Timer.CM_RETRY:
                 self._send_requests(now)
             elif timer is Timer.HALF_OPEN:
@@ -357,8 +361,9 @@ class Session:
     # -- outputs ------------------------------------------------------------------------------
 
     def datagrams_to_send(self, now: float) -> list[Transmit]:
-        out = self._out
-        self._out = []
+        # Drained in place: the plane monitor appends to this same list.
+        out = self._out[:]
+        self._out.clear()
         if self.receiver is not None and self.receiver.out:
             out.extend(self.receiver.out)
             self.receiver.out.clear()
@@ -379,9 +384,9 @@ class Session:
         self.receiver.on_data(pkt, plane, tos, now)
 
     def _handle_sack(self, pkt: SackPacket, plane: int, tos: int, now: float) -> None:
-        assert self.sender is not None
+        assert self.sender is not None and self.planes is not None
         if pkt.seth.pr:
-            self._handle_probe_answer(pkt.seth.ack_psn_offset & 0xFFFF, now)
+            self.planes.on_answer(pkt.seth.ack_psn_offset & 0xFFFF, now)
         self.sender.on_sack(pkt, now)
 
     def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
@@ -412,7 +417,7 @@ class Session:
                 ev=self.paths.planes[plane].reverse_ev() if plane in self.paths.planes else 0,
                 header=EETH(
                     op=header.op,
-                    port_status_mask=self._port_mask(),
+                    port_status_mask=self.planes.port_mask() if self.planes else 0,
                     probe_id=header.probe_id,
                     tx_timestamp=header.tx_timestamp,
                 ),
@@ -449,7 +454,8 @@ class Session:
             self.peer_qpn = cmh.local_qpn
             self._establish(peer_initial_psn=cmh.initial_psn, now=now)
             self._events.append(self._established_event(bytes(pkt.private_data)))
-            self._announce_ports()
+            assert self.planes is not None
+            self.planes.announce_ports()
         elif op is Opcode.CM_REJECT:
             if self.state is SessionState.CONNECTING and cmh.nonce == self.nonce:
                 self._close(f"rejected: {_reject_name(cmh)}")
@@ -495,106 +501,6 @@ class Session:
         self.close_reason = reason
         self.timers.clear()
         self._events.append(ConnectionClosed(reason=reason))
-
-    # -- planes -------------------------------------------------------------------------------
-
-    def _port_mask(self) -> int:
-        """Planes we can receive on (PORTSTATE, WIRE.md §4)."""
-        return sum(1 << p for p in self.paths.planes if self.paths.planes[p].down_reason != "local")
-
-    def _announce_ports(self) -> None:
-        """PORT_STATUS to the peer's QPN; also tells a responder the requester is alive."""
-        for plane in self.paths.up_planes():
-            pkt = EndpointPacket(
-                opcode=Opcode.ENDPOINT_REQUEST,
-                dest_qp=self.peer_qpn,
-                ev=self.paths.planes[plane].reverse_ev(),
-                header=ERTH(op=EndpointOp.PORT_STATUS, port_status_mask=self._port_mask()),
-                p_key=self.config.p_key,
-            )
-            self._out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
-
-    def _plane_down(self, plane: int, reason: str, now: float) -> None:
-        if not self.paths.set_state(plane, PlaneState.DOWN, reason):
-            return
-        self._events.append(PlaneDown(plane=plane, reason=reason))
-        if self.sender is not None:
-            self.sender.on_plane_down(plane)
-        self.paths.planes[plane].probe_outstanding = False
-        self._probe_interval[plane] = self.config.probe_interval
-        self.timers.set(Timer.PLANE_PROBE, now + self.config.probe_interval, plane)
-
-    def _suspect_plane(self, plane: int, now: float) -> None:
-        """An RTO hit this plane while others progressed: probe it before giving it up."""
-        if not self.paths.set_suspect(plane, True):
-            return
-        self.paths.planes[plane].probe_outstanding = False
-        self._probe_interval[plane] = self.config.probe_interval
-        self.timers.set(Timer.PLANE_PROBE, now, plane)
-
-    def _send_plane_probe(self, plane: int, now: float) -> None:
-        pl = self.paths.planes[plane]
-        if plane not in self.peer_addrs or self.sender is None:
-            return
-        if pl.state is PlaneState.UP and not pl.suspect:
-            return
-        if pl.probe_outstanding:
-            # Unanswered = older than the plane's RTO: a busy receiver is not a dead plane.
-            overdue = pl.probe_sent_at + pl.rtt.rto
-            if now < overdue:
-                self.timers.set(Timer.PLANE_PROBE, overdue, plane)
-                return
-            pl.unanswered += 1
-            pl.answers = 0
-            if pl.suspect and pl.unanswered >= self.config.restore_answers:
-                # Three probes in a row unanswered: the plane is DOWN (DESIGN.md §4).
-                self._plane_down(plane, "probes unanswered", now)
-                return
-        self._probe_id = (self._probe_id + 1) & 0xFFFF
-        ev = pl.evs[self._probe_id % len(pl.evs)]
-        pkt = ProbePacket(
-            dest_qp=self.peer_qpn,
-            psn=self.sender.next_psn,
-            ev=ev,
-            peth=PETH(probe_id=self._probe_id, tx_timestamp=tx_timestamp(now)),
-            p_key=self.config.p_key,
-        )
-        self._probes[self._probe_id] = (plane, now)
-        if len(self._probes) > 256:
-            self._probes.pop(next(iter(self._probes)))
-        pl.probe_outstanding = True
-        pl.probe_sent_at = now
-        self.stats.probes_sent += 1
-        self._out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), ev))
-        interval = self._probe_interval.get(plane, self.config.probe_interval)
-        self.timers.set(Timer.PLANE_PROBE, now + interval, plane)
-        if pl.state is PlaneState.DOWN:
-            # Unanswered probes of a DOWN plane back off, 10 ms doubling to 1 s (DESIGN.md §4).
-            self._probe_interval[plane] = min(interval * 2, self.config.probe_max_interval)
-
-    def _handle_probe_answer(self, probe_id: int, now: float) -> None:
-        entry = self._probes.pop(probe_id, None)
-        if entry is None:
-            return
-        plane, _sent_at = entry
-        self.stats.probes_answered += 1
-        pl = self.paths.planes[plane]
-        pl.probe_outstanding = False
-        pl.unanswered = 0
-        if pl.state is PlaneState.UP:
-            # A suspect plane answered: it carries traffic; the RTO was the peer or a path.
-            self.paths.set_suspect(plane, False)
-            self.timers.cancel(Timer.PLANE_PROBE, plane)
-            return
-        pl.answers += 1
-        if pl.answers >= self.config.restore_answers:
-            self.paths.set_state(plane, PlaneState.UP)
-            self.timers.cancel(Timer.PLANE_PROBE, plane)
-            self._events.append(PlaneUp(plane=plane))
-        else:
-            # Confirming probes go at the base interval (DESIGN.md §4).
-            self._probe_interval[plane] = self.config.probe_interval
-            self.timers.set(Timer.PLANE_PROBE, now + self.config.probe_interval, plane)
 
 
 def _reject_name(cmh: CMH) -> str:

@@ -33,6 +33,7 @@ from test_headers import (
     SETH_PS_BYTES,
     h,
 )
+from test_roundtrip import fast_header
 
 from mrc.wire import (
     AETH,
@@ -48,7 +49,6 @@ from mrc.wire import (
     SackPacket,
     data_header_size,
     decode_packet,
-    encode_data_header,
     peek_dest_qp,
     peek_opcode,
 )
@@ -382,22 +382,7 @@ def test_encode_rejects_inconsistent_records(packet: Any) -> None:
 
 @pytest.mark.parametrize(("packet", "wire"), DATA, ids=[str(i) for i in range(len(DATA))])
 def test_encode_data_header_matches_record(packet: DataPacket, wire: bytes) -> None:
-    header = encode_data_header(
-        opcode=packet.opcode,
-        dest_qp=packet.dest_qp,
-        psn=packet.psn,
-        ev=packet.ev,
-        a=packet.a,
-        rtx=packet.rtx,
-        rqmsn=packet.rqmsn,
-        msn=packet.msn,
-        va=packet.va,
-        rkey=packet.rkey,
-        dma_length=packet.dma_length,
-        tx_timestamp=packet.tx_timestamp,
-        imm=packet.imm,
-        p_key=packet.p_key,
-    )
+    header = fast_header(packet)
     assert header == wire[: len(wire) - len(packet.payload)]
     assert len(header) == data_header_size(packet.opcode, packet.tx_timestamp is not None)
 
