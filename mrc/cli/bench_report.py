@@ -332,12 +332,8 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
 
 
 def _ev_rows(test: BenchTest) -> list[dict[str, Any]]:
-    """Per-EV rows when the core exposes them (`Session.ev_stats()`), else an empty list."""
-    getter = getattr(test.session, "ev_stats", None)
-    if getter is None:
-        return []
-    rows = getter()
-    return [dict(r) for r in rows] if isinstance(rows, list) else []
+    """Per-EV rows (`end.mrc.evs[]`): the EVs this side sent on or retired."""
+    return [dict(r) for r in test.session.ev_stats(test.io.now())]
 
 
 __all__ = [

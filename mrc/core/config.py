@@ -29,8 +29,15 @@ class SessionConfig:
     ev_per_plane: int = 16
     #: Most WRITE_WITH_IMM messages in flight (WIRE.md §6 `max_imm`).
     max_imm: int = 1024
+    #: Backup EVs per plane that replace retired ones (DESIGN.md §4); None = ev_per_plane.
+    ev_backup_per_plane: int | None = None
+    #: MRC's `ev_min_active`: below this many usable EVs a plane stops retiring them;
+    #: None = a quarter of ev_per_plane (at least 1).
+    ev_min_active: int | None = None
+    #: Paths of each plane (index = plane number; missing = 1): route = selector mod paths.
+    plane_paths: tuple[int, ...] = ()
     #: Spray policy by name (mrc.core.spray registry).
-    spray: str = "oblivious"
+    spray: str = "bitmap"
     #: Congestion control by name; "none" = window only (DESIGN.md §7).
     cc: str = "none"
     #: In-flight packet cap below the MPR window; None = MPR × 128.
@@ -71,6 +78,12 @@ class SessionConfig:
             raise LocalProtocolError(f"mpr must be 1..255, got {self.mpr}")
         if not 1 <= self.ev_per_plane <= 255:
             raise LocalProtocolError(f"ev_per_plane must be 1..255, got {self.ev_per_plane}")
+        if self.ev_backup_per_plane is not None and not 0 <= self.ev_backup_per_plane <= 4096:
+            raise LocalProtocolError("ev_backup_per_plane must be 0..4096")
+        if self.ev_min_active is not None and not 1 <= self.ev_min_active <= 255:
+            raise LocalProtocolError("ev_min_active must be 1..255")
+        if any(not 1 <= n <= 1 << 16 for n in self.plane_paths):
+            raise LocalProtocolError("plane_paths entries must be 1..65536")
         if not 0 < self.plane_mask < 1 << 32:
             raise LocalProtocolError(f"plane_mask must name 1..32 planes, got {self.plane_mask:#x}")
         if not 1 <= self.max_imm <= 0xFFFF:
@@ -89,6 +102,21 @@ class SessionConfig:
     def window(self) -> int:
         """PSNs the receiver accepts beyond cack_psn (MPR × 128)."""
         return self.mpr * 128
+
+    @property
+    def backups_per_plane(self) -> int:
+        b = self.ev_backup_per_plane
+        return self.ev_per_plane if b is None else b
+
+    @property
+    def min_active(self) -> int:
+        m = self.ev_min_active
+        # Clamped: the handshake may narrow ev_per_plane below a configured floor.
+        return max(1, self.ev_per_plane // 4) if m is None else min(m, self.ev_per_plane)
+
+    def paths_of(self, plane: int) -> int:
+        """Paths of `plane` (1 on direct planes)."""
+        return self.plane_paths[plane] if plane < len(self.plane_paths) else 1
 
     @property
     def planes(self) -> list[int]:

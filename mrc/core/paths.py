@@ -1,26 +1,26 @@
-"""Planes and EVs of one connection: which paths exist, which are in rotation, their RTTs.
+"""Planes of one connection: their state, RTT estimators, probing and reverse EVs.
 
-An EV is `plane 8 | selector 24` (WIRE.md §3). On direct planes there is one route per plane,
-so the selector only spreads load; with a path table (SRv6, sim Clos) route = selector mod the
-plane's path count (DESIGN.md §4). This module keeps the per-plane state (UP/DOWN, RFC 6298
-estimator, probing schedule) and the EV lists; it does not choose EVs (spray.py) and does not
-decide when a plane fails (the sender and session do).
+A plane is UP or DOWN by our own judgement (local link, unanswered probes) and, separately,
+usable only while the peer announces it can receive on it (PORTSTATE / PORT_STATUS,
+DESIGN.md §4). Each plane keeps an RFC 6298 estimator for its RTO, the state of its probes, and
+a small set of reverse EVs (for SACKs, NACKs and probe answers) validated with EV_PROBE.
+The EVs that carry data, their states and backups live in the `EvTable` (evs.py), which this
+table owns; which EV goes next is the spray policy's choice (spray.py), and when a plane fails
+is decided by the plane monitor (planes.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from collections import deque
+from dataclasses import dataclass, field
 from enum import Enum
 
 from .config import SessionConfig
+from .events import Event
+from .evs import EvTable, ev_plane, make_ev
 
-
-def ev_plane(ev: int) -> int:
-    return ev >> 24 & 0xFF
-
-
-def make_ev(plane: int, selector: int) -> int:
-    return (plane & 0xFF) << 24 | (selector & 0xFFFFFF)
+__all__ = ["PathTable", "Plane", "PlaneState", "RttEstimator", "ev_plane", "make_ev"]
 
 
 class PlaneState(Enum):
@@ -58,24 +58,31 @@ class RttEstimator:
 @dataclass(slots=True)
 class Plane:
     number: int
-    evs: list[int]
-    reverse_evs: list[int]
     rtt: RttEstimator
     state: PlaneState = PlaneState.UP
     down_reason: str = ""
-    #: UP but under suspicion (an RTO while other planes progressed): being probed.
-    suspect: bool = False
-    #: A probe went out on this plane and has not been answered yet; when it left.
+    #: The peer can receive on this plane (its PORTSTATE / PORT_STATUS bit).
+    peer_up: bool = True
+    #: Our floor EVs (or a DOWN plane) are being probed with RELIABILITY_PROBE.
+    probing: bool = False
     probe_outstanding: bool = False
     probe_sent_at: float = 0.0
-    #: Probes in a row that went unanswered; three take a suspect plane DOWN.
+    #: Probes in a row that went unanswered; three take a probed plane DOWN.
     unanswered: int = 0
-    #: DOWN planes: clean answers in a row toward restoration.
+    #: DOWN planes: answers in a row toward restoration.
     answers: int = 0
     #: Interval to the next probe (10 ms, doubling to 1 s while a DOWN plane stays silent).
     probe_interval: float = 0.0
-    #: Rotation index into reverse_evs for SACKs / probe answers.
+    #: Reverse EVs (SACK/NACK/probe answers) and their EV_PROBE validation (DESIGN.md §4).
+    reverse_evs: list[int] = field(default_factory=list)
     reverse_next: int = 0
+    #: When something last proved that our packets on this plane reach the peer.
+    proven_at: float = 0.0
+    reverse_probe_id: int | None = None
+    reverse_probe_sent_at: float = 0.0
+    reverse_unanswered: int = 0
+    #: Nothing we send on this plane is answered: we cannot count on it either way.
+    reverse_dead: bool = False
 
     def reverse_ev(self) -> int:
         ev = self.reverse_evs[self.reverse_next % len(self.reverse_evs)]
@@ -84,20 +91,37 @@ class Plane:
 
 
 class PathTable:
-    """All planes of a connection and their EVs."""
+    """All planes of a connection and, through `evs`, their EVs."""
 
-    def __init__(self, config: SessionConfig) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        rng: random.Random | None = None,
+        events: deque[Event] | None = None,
+    ) -> None:
+        self.events: deque[Event] = events if events is not None else deque()
+        self.evs = EvTable(config, rng or random.Random(0), self.events)
         self.planes: dict[int, Plane] = {}
         for p in config.planes:
-            evs = [make_ev(p, s) for s in range(config.ev_per_plane)]
+            # One reverse EV per path of the plane (at least one), from its active set.
+            pe = self.evs.planes[p]
+            reverse: list[int] = []
+            seen: set[int] = set()
+            for r in pe.active:
+                if r.path not in seen:
+                    seen.add(r.path)
+                    reverse.append(r.ev)
             self.planes[p] = Plane(
                 number=p,
-                evs=evs,
-                reverse_evs=list(evs),
                 rtt=RttEstimator(config.min_rto, config.max_rto, config.initial_rto),
+                reverse_evs=reverse or [make_ev(p, 0)],
             )
-        #: Bumped whenever the set of usable EVs changes, so spray policies can rebuild.
-        self.version = 0
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the set of EVs in rotation changes (spray policies rebuild)."""
+        return self._version + self.evs.version
 
     def up_planes(self) -> list[int]:
         return [p.number for p in self.planes.values() if p.state is PlaneState.UP]
@@ -105,6 +129,11 @@ class PathTable:
     def is_up(self, plane: int) -> bool:
         pl = self.planes.get(plane)
         return pl is not None and pl.state is PlaneState.UP
+
+    def usable(self, plane: int) -> bool:
+        """We send data on `plane`: it is UP and the peer can receive on it."""
+        pl = self.planes.get(plane)
+        return pl is not None and pl.state is PlaneState.UP and pl.peer_up
 
     def set_state(self, plane: int, state: PlaneState, reason: str = "") -> bool:
         """Change a plane's state; True if it changed."""
@@ -114,32 +143,37 @@ class PathTable:
         pl.state = state
         pl.down_reason = reason
         pl.answers = 0
-        pl.suspect = False
         pl.unanswered = 0
-        self.version += 1
+        self._version += 1
         return True
 
-    def set_suspect(self, plane: int, suspect: bool) -> bool:
-        """Take an UP plane out of the rotation while it is probed, or put it back."""
+    def set_peer_up(self, plane: int, up: bool) -> bool:
         pl = self.planes[plane]
-        if pl.suspect == suspect or pl.state is not PlaneState.UP:
+        if pl.peer_up == up:
             return False
-        pl.suspect = suspect
-        pl.unanswered = 0
-        self.version += 1
+        pl.peer_up = up
+        self._version += 1
         return True
 
     def active_evs(self) -> dict[int, list[int]]:
-        """EVs in rotation, by UP plane that is not under suspicion."""
-        return {
-            p.number: p.evs
-            for p in self.planes.values()
-            if p.state is PlaneState.UP and not p.suspect
-        }
+        """EVs in rotation, by usable plane."""
+        return {p: self.evs.rotation(p) for p in self.planes if self.usable(p)}
 
     def reverse_plane(self, preferred: int) -> int | None:
-        """The plane to answer on: the preferred one if UP, else the first UP plane."""
-        if self.is_up(preferred):
+        """The plane to answer on: the preferred one if it works, else the first that does."""
+        pl = self.planes.get(preferred)
+        if pl is not None and pl.state is PlaneState.UP and not pl.reverse_dead:
             return preferred
-        up = self.up_planes()
-        return up[0] if up else None
+        for p in self.planes.values():
+            if p.state is PlaneState.UP and not p.reverse_dead:
+                return p.number
+        return preferred if self.is_up(preferred) else None
+
+    def port_mask(self) -> int:
+        """Planes we can receive on (PORTSTATE, WIRE.md §4): not locally down and not
+        silent to our EV_PROBEs."""
+        return sum(
+            1 << p
+            for p, pl in self.planes.items()
+            if pl.down_reason != "local" and not pl.reverse_dead
+        )

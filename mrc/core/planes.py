@@ -1,11 +1,19 @@
-"""Plane transitions of one session: suspicion, probing, DOWN and UP (DESIGN.md §4).
+"""Path health of one session: probes, plane DOWN/UP, port announcements (DESIGN.md §4).
 
-A plane whose RTO expired while other planes delivered later packets becomes *suspect*: it leaves
-the rotation and is probed with RELIABILITY_PROBE. An answer puts it back; three probes in a row
-left unanswered for longer than the plane's RTO take it DOWN. A DOWN plane (also after a local
-send error) is probed at 10 ms doubling to 1 s and returns after three answers. This module
-owns those transitions and the probes; the plane table (paths.py) holds the state, the sender
-declares a DOWN plane's packets lost (through `on_down`), and the session routes inputs here.
+Four kinds of probing live here, all answered by the peer at once:
+
+- retired (ASSUMED_BAD) EVs get a RELIABILITY_PROBE at 10 ms doubling to 1 s; after an answer,
+  confirming probes at 10 ms; three clean answers restore the EV (the EV table counts them);
+- a plane at its EV floor has its last EVs probed every 10 ms: three answers in a row missing
+  (each older than the plane's RTO) take the plane DOWN;
+- a DOWN plane is probed at 10 ms doubling to 1 s and comes back after three answers;
+- reverse EVs (what our SACKs, NACKs and answers ride on) are validated with EV_PROBE on every
+  plane nothing else proved in the last interval; a plane whose EV_PROBEs stop being answered
+  is dead to us both ways, so we clear its PORTSTATE bit and announce it.
+
+Planes also leave the rotation when the peer announces it cannot receive on them (PORTSTATE in
+its SACKs, PORT_STATUS), and return when it announces them again. The plane and EV tables hold
+the state; the sender declares a plane's packets lost (`on_down`); the session routes inputs.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Callable
 
 from ..wire.bth import Opcode
 from ..wire.packet import EndpointPacket, ProbePacket
-from ..wire.probe import ERTH, PETH, EndpointOp
+from ..wire.probe import EETH, ERTH, PETH, EndpointOp
 from .config import SessionConfig
 from .events import Event, PlaneDown, PlaneUp
 from .paths import PathTable, PlaneState
@@ -25,7 +33,9 @@ from .timers import Timer, TimerTable
 from .transmit import Addr, Transmit
 
 #: Probes remembered for matching answers; older ones count as unanswered anyway.
-MAX_PROBES_REMEMBERED = 256
+MAX_PROBES_REMEMBERED = 1024
+#: What a probe was for: a plane (DOWN or at its floor), a retired EV, a reverse EV.
+PLANE, EV, REVERSE = 0, 1, 2
 
 
 class PlaneMonitor:
@@ -40,20 +50,25 @@ class PlaneMonitor:
         peer_addrs: dict[int, Addr],
         out: list[Transmit],
         next_psn: Callable[[], int],
+        send_seq: Callable[[], int],
         on_down: Callable[[int], None],
     ) -> None:
         self.config = config
         self.paths = paths
+        self.evs = paths.evs
         self.timers = timers
         self.stats = stats
         self.events = events
         self.peer_addrs = peer_addrs
         self.out = out
         self.next_psn = next_psn
+        self.send_seq = send_seq
         self.on_down = on_down
         self.peer_qpn = 0
         self._probe_id = 0
-        self._probes: dict[int, int] = {}  # probe_id → plane
+        self._probes: dict[int, tuple[int, int, int]] = {}  # probe_id → (kind, plane, ev)
+        self._announced = paths.port_mask()
+        self.evs.on_floor = self.floor_reached
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -65,22 +80,36 @@ class PlaneMonitor:
             # Probe at once; answers bring it back (DESIGN.md §4).
             self._start_probing(plane, now)
 
-    def suspect(self, plane: int, now: float) -> None:
-        """An RTO hit this plane while others progressed: probe it before giving it up."""
-        if self.paths.set_suspect(plane, True):
+    def floor_reached(self, plane: int, now: float) -> None:
+        """A loss hit a plane at its EV floor: probe its last EVs every 10 ms."""
+        pl = self.paths.planes[plane]
+        if pl.state is PlaneState.UP and not pl.probing:
+            pl.probing = True
             self._start_probing(plane, now)
 
     def down(self, plane: int, reason: str, now: float) -> None:
+        was = self.paths.usable(plane)
         if not self.paths.set_state(plane, PlaneState.DOWN, reason):
             return
-        self.events.append(PlaneDown(plane=plane, reason=reason))
-        self.on_down(plane)
+        self.paths.planes[plane].probing = False
+        self._usable_changed(plane, was, reason)
         self._start_probing(plane, now + self.config.probe_interval)
+        self._announce_if_changed()
+
+    def peer_ports(self, mask: int, now: float) -> None:
+        """The peer announced the planes it can receive on (PORTSTATE or PORT_STATUS)."""
+        for plane in self.paths.planes:
+            was = self.paths.usable(plane)
+            if self.paths.set_peer_up(plane, bool(mask >> plane & 1)):
+                self._usable_changed(plane, was, "peer cannot receive")
 
     def on_timer(self, plane: int, now: float) -> None:
         """PLANE_PROBE of `plane` is due: judge the last probe, send the next."""
         pl = self.paths.planes[plane]
-        if plane not in self.peer_addrs or (pl.state is PlaneState.UP and not pl.suspect):
+        if plane not in self.peer_addrs or (pl.state is PlaneState.UP and not pl.probing):
+            return
+        if pl.state is PlaneState.UP and not self.evs.planes[plane].at_floor:
+            pl.probing = False  # EVs came back above the floor
             return
         if pl.probe_outstanding:
             # Unanswered = older than the plane's RTO: a busy receiver is not a dead plane.
@@ -90,82 +119,201 @@ class PlaneMonitor:
                 return
             pl.unanswered += 1
             pl.answers = 0
-            if pl.suspect and pl.unanswered >= self.config.restore_answers:
-                # Three probes in a row unanswered: the plane is DOWN (DESIGN.md §4).
+            if pl.state is PlaneState.UP and pl.unanswered >= self.config.restore_answers:
+                # The floor EVs stopped answering: the plane is DOWN (DESIGN.md §4).
                 self.down(plane, "probes unanswered", now)
                 return
-        self._send_probe(plane, now)
+        evs = (
+            self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)
+        )
+        self._send_probe(PLANE, plane, evs[self._probe_id % len(evs)], now)
+        pl.probe_outstanding = True
+        pl.probe_sent_at = now
         self.timers.set(Timer.PLANE_PROBE, now + pl.probe_interval, plane)
         if pl.state is PlaneState.DOWN:
             # Unanswered probes of a DOWN plane back off, 10 ms doubling to 1 s (DESIGN.md §4).
             pl.probe_interval = min(pl.probe_interval * 2, self.config.probe_max_interval)
 
-    def on_answer(self, probe_id: int, now: float) -> None:
-        """A SACK with PR answered probe `probe_id` (WIRE.md §4)."""
-        plane = self._probes.pop(probe_id, None)
-        if plane is None:
+    def on_ev_timer(self, now: float) -> None:
+        """EV_PROBE is due: probe every retired EV whose turn it is."""
+        planes = {p for p in self.paths.planes if self.paths.usable(p)}
+        for rec in self.evs.probes_due(now, planes):
+            probe_id = self._send_probe(EV, rec.plane, rec.ev, now)
+            self.evs.probe_sent(rec, probe_id, now)
+        self.arm_ev_timer()
+
+    def arm_ev_timer(self) -> None:
+        planes = {p for p in self.paths.planes if self.paths.usable(p)}
+        due = self.evs.next_probe_due(planes)
+        if due is None:
+            self.timers.cancel(Timer.EV_PROBE)
+        else:
+            self.timers.set(Timer.EV_PROBE, due)
+
+    def on_answer(self, probe_id: int, clean: bool, now: float) -> None:
+        """A SACK with PR answered RELIABILITY_PROBE `probe_id` (WIRE.md §4); `clean` = it
+        came back without a congestion mark."""
+        entry = self._probes.pop(probe_id, None)
+        if entry is None:
             return
+        kind, plane, ev = entry
         self.stats.probes_answered += 1
         pl = self.paths.planes[plane]
+        pl.proven_at = now
+        if kind == EV:
+            self.evs.probe_answered(ev, probe_id, clean, now, self.send_seq())
+            self.arm_ev_timer()
+            return
         pl.probe_outstanding = False
         pl.unanswered = 0
         if pl.state is PlaneState.UP:
-            # A suspect plane answered: it carries traffic; the RTO was the peer or a path.
-            self.paths.set_suspect(plane, False)
-            self.timers.cancel(Timer.PLANE_PROBE, plane)
-            return
+            return  # a floor probe answered: the plane still works
         pl.answers += 1
         if pl.answers >= self.config.restore_answers:
+            was = self.paths.usable(plane)
             self.paths.set_state(plane, PlaneState.UP)
+            self.evs.planes[plane].at_floor = False
             self.timers.cancel(Timer.PLANE_PROBE, plane)
-            self.events.append(PlaneUp(plane=plane))
+            self._usable_changed(plane, was, "")
+            self._announce_if_changed()
         else:
             # Confirming probes go at the base interval (DESIGN.md §4).
             pl.probe_interval = self.config.probe_interval
             self.timers.set(Timer.PLANE_PROBE, now + pl.probe_interval, plane)
 
+    # -- reverse EVs --------------------------------------------------------------------------
+
+    def traffic_received(self, now: float) -> None:
+        """Data arrived: keep validating our reverse EVs while it flows (DESIGN.md §4)."""
+        if self.timers.get(Timer.REVERSE_PROBE) is None:
+            self.timers.set(Timer.REVERSE_PROBE, now + self.config.probe_interval)
+
+    def on_reverse_timer(self, now: float) -> None:
+        """EV_PROBE every plane that nothing proved in the last interval."""
+        interval = self.config.probe_interval
+        keep = False
+        for plane, pl in self.paths.planes.items():
+            if plane not in self.peer_addrs or pl.state is not PlaneState.UP:
+                continue
+            if pl.reverse_probe_id is not None:
+                if now < pl.reverse_probe_sent_at + pl.rtt.rto:
+                    keep = True
+                    continue
+                pl.reverse_probe_id = None
+                pl.reverse_unanswered += 1
+                if pl.reverse_unanswered >= self.config.restore_answers and not pl.reverse_dead:
+                    pl.reverse_dead = True
+                    self._announce_if_changed()
+            if now - pl.proven_at < interval and not pl.reverse_dead:
+                continue
+            probe_id = self._next_probe_id()
+            pl.reverse_probe_id = probe_id
+            pl.reverse_probe_sent_at = now
+            self._probes[probe_id] = (REVERSE, plane, 0)
+            self._endpoint_request(plane, EndpointOp.EV_PROBE, probe_id, now)
+            keep = True
+        if keep:
+            self.timers.set(Timer.REVERSE_PROBE, now + interval)
+
+    def on_ev_probe_answer(self, plane: int, probe_id: int, now: float) -> None:
+        """An EETH answered our EV_PROBE: the plane's reverse EVs work."""
+        entry = self._probes.pop(probe_id, None)
+        if entry is None or entry[0] != REVERSE:
+            return
+        pl = self.paths.planes[entry[1]]
+        pl.proven_at = now
+        pl.reverse_probe_id = None
+        pl.reverse_unanswered = 0
+        if pl.reverse_dead:
+            pl.reverse_dead = False
+            self._announce_if_changed()
+
     # -- telling the peer -----------------------------------------------------------------
 
     def port_mask(self) -> int:
         """Planes we can receive on (PORTSTATE, WIRE.md §4)."""
-        return sum(1 << p for p, pl in self.paths.planes.items() if pl.down_reason != "local")
+        return self.paths.port_mask()
 
-    def announce_ports(self) -> None:
+    def announce_ports(self, now: float = 0.0) -> None:
         """PORT_STATUS to the peer's QPN on every UP plane; also tells a responder the
         requester is alive."""
+        self._announced = self.paths.port_mask()
         for plane in self.paths.up_planes():
-            pkt = EndpointPacket(
-                opcode=Opcode.ENDPOINT_REQUEST,
-                dest_qp=self.peer_qpn,
-                ev=self.paths.planes[plane].reverse_ev(),
-                header=ERTH(op=EndpointOp.PORT_STATUS, port_status_mask=self.port_mask()),
-                p_key=self.config.p_key,
-            )
-            self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
+            if plane in self.peer_addrs:
+                self._endpoint_request(plane, EndpointOp.PORT_STATUS, 0, now)
+
+    def _announce_if_changed(self) -> None:
+        if self.paths.port_mask() != self._announced:
+            self.announce_ports()
+
+    def _endpoint_request(self, plane: int, op: EndpointOp, probe_id: int, now: float) -> None:
+        pkt = EndpointPacket(
+            opcode=Opcode.ENDPOINT_REQUEST,
+            dest_qp=self.peer_qpn,
+            ev=self.paths.planes[plane].reverse_ev(),
+            header=ERTH(
+                op=op,
+                port_status_mask=self.paths.port_mask(),
+                probe_id=probe_id,
+                tx_timestamp=tx_timestamp(now),
+            ),
+            p_key=self.config.p_key,
+        )
+        self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
+
+    def answer_endpoint(self, header: ERTH, plane: int) -> None:
+        """Answer an ENDPOINT_REQUEST on the plane it came in on: that validates the peer's
+        reverse path (DESIGN.md §4)."""
+        if plane not in self.peer_addrs or plane not in self.paths.planes:
+            return
+        answer = EndpointPacket(
+            opcode=Opcode.ENDPOINT_RESPONSE,
+            dest_qp=self.peer_qpn,
+            ev=self.paths.planes[plane].reverse_ev(),
+            header=EETH(
+                op=header.op,
+                port_status_mask=self.paths.port_mask(),
+                probe_id=header.probe_id,
+                tx_timestamp=header.tx_timestamp,
+            ),
+            p_key=self.config.p_key,
+        )
+        self.out.append(Transmit(plane, self.peer_addrs[plane], answer.encode(), answer.ev))
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _usable_changed(self, plane: int, was: bool, reason: str) -> None:
+        now_usable = self.paths.usable(plane)
+        if was and not now_usable:
+            self.events.append(PlaneDown(plane=plane, reason=reason))
+            self.on_down(plane)
+        elif now_usable and not was:
+            self.events.append(PlaneUp(plane=plane))
+            self.arm_ev_timer()
 
     def _start_probing(self, plane: int, at: float) -> None:
         pl = self.paths.planes[plane]
         pl.probe_outstanding = False
+        pl.unanswered = 0
         pl.probe_interval = self.config.probe_interval
         self.timers.set(Timer.PLANE_PROBE, at, plane)
 
-    def _send_probe(self, plane: int, now: float) -> None:
-        pl = self.paths.planes[plane]
+    def _next_probe_id(self) -> int:
         self._probe_id = (self._probe_id + 1) & 0xFFFF
-        ev = pl.evs[self._probe_id % len(pl.evs)]
+        if len(self._probes) >= MAX_PROBES_REMEMBERED:
+            self._probes.pop(next(iter(self._probes)))
+        return self._probe_id
+
+    def _send_probe(self, kind: int, plane: int, ev: int, now: float) -> int:
+        probe_id = self._next_probe_id()
         pkt = ProbePacket(
             dest_qp=self.peer_qpn,
             psn=self.next_psn(),
             ev=ev,
-            peth=PETH(probe_id=self._probe_id, tx_timestamp=tx_timestamp(now)),
+            peth=PETH(probe_id=probe_id, tx_timestamp=tx_timestamp(now)),
             p_key=self.config.p_key,
         )
-        self._probes[self._probe_id] = plane
-        if len(self._probes) > MAX_PROBES_REMEMBERED:
-            self._probes.pop(next(iter(self._probes)))
-        pl.probe_outstanding = True
-        pl.probe_sent_at = now
+        self._probes[probe_id] = (kind, plane, ev)
         self.stats.probes_sent += 1
         self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), ev))
+        return probe_id

@@ -244,9 +244,10 @@ class Receiver:
 
     # -- probes -----------------------------------------------------------------------------
 
-    def on_probe(self, pkt: ProbePacket, plane: int) -> None:
-        """Answer a RELIABILITY_PROBE at once with a PR SACK on the plane it came in on."""
-        trig = _Trigger(self.cack, pkt.ev, plane, pkt.peth.tx_timestamp)
+    def on_probe(self, pkt: ProbePacket, plane: int, tos: int) -> None:
+        """Answer a RELIABILITY_PROBE at once with a PR SACK on the plane it came in on; a
+        CE mark on the probe is echoed, so the prober knows the path is congested."""
+        trig = _Trigger(self.cack, pkt.ev, plane, pkt.peth.tx_timestamp, ce=tos & 3 == 3)
         self._sack(trig, probe_id=pkt.peth.probe_id, force_plane=True)
 
     # -- output -----------------------------------------------------------------------------
@@ -284,6 +285,7 @@ class Receiver:
             sack_bitmap=bitmap,
             m=SackMark.SKIP_ONCE if trig.ce else SackMark.NONE,
             pr=probe_id is not None,
+            ps=True,
             mpr=self.config.mpr,
         )
         cc = CCState(
@@ -298,7 +300,8 @@ class Receiver:
             ev=ev,
             seth=seth,
             cc=cc,
-            port_state=None,
+            # PORTSTATE in every SACK: the planes we can receive on (DESIGN.md §4).
+            port_state=self.paths.port_mask(),
             p_key=self.config.p_key,
         ).encode()
         self._emit(plane, ev, data)

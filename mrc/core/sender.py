@@ -2,9 +2,9 @@
 
 Holds the message queue, one send record per transmission, the cumulative scoreboard built from
 SACKs, per-EV RACK loss inference and the per-plane RFC 6298 RTO (DESIGN.md §6), and raises
-`WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It does not decide
-plane states or answer the peer: it reports a plane it suspects through `on_plane_suspect`, and
-the session owns the plane table's transitions, probing and the receive half.
+`WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It turns what it
+learns into EV signals (loss, ECN, trim) for the EV table (evs.py); it does not decide plane
+states, send probes or answer the peer: the plane monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
 record in `inflight` (INFLIGHT, or LOST while it waits in the retransmit queue); nothing
@@ -15,14 +15,15 @@ in MSN order.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..wire.ack import NackReason
+from ..wire.ack import NackReason, SackMark
 from ..wire.bth import MSN_MOD, PSN_MOD, Opcode
 from ..wire.packet import AckPacket, NackPacket, SackPacket, encode_data_header
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import Event, WriteCompleted
+from .evs import EvSignal
 from .memory import Region
 from .paths import PathTable, ev_plane
 from .spray import SprayPolicy
@@ -99,7 +100,6 @@ class _Rack:
 class SenderSignals:
     """What one sender step asks of the session."""
 
-    suspect_planes: list[int] = field(default_factory=list)
     give_up: bool = False
 
 
@@ -120,6 +120,7 @@ class Sender:
         self.config = config
         self.paths = paths
         self.spray = spray
+        self.evs = paths.evs
         self.stats = stats
         self.timers = timers
         self.events = events
@@ -140,8 +141,9 @@ class Sender:
         self._rack_pending: set[int] = set()
         #: Bits of each 64-PSN block some SACK already reported (SETH bitmaps repeat).
         self._sacked: dict[int, int] = {}
-        #: Highest send seq acknowledged per plane: tells a dead plane from a stalled peer.
-        self._acked_seq: dict[int, int] = {}
+        #: The highest send seq acknowledged, and its EV; the highest on any other EV. They
+        #: tell a dead path from a stalled peer (DESIGN.md §6).
+        self._top_seq = self._top_ev = self._second_seq = 0
         self._seq = 0
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
@@ -185,6 +187,11 @@ class Sender:
         return msg.msn
 
     @property
+    def seq(self) -> int:
+        """Send sequence number of the latest transmission."""
+        return self._seq
+
+    @property
     def idle(self) -> bool:
         """Nothing posted is still waiting for its outcome."""
         return not self.outstanding
@@ -206,7 +213,7 @@ class Sender:
 
     def _send_new(self, now: float, out: list[Transmit]) -> None:
         while self.pending and self._window_open():
-            ev = self.spray.next_ev()
+            ev = self.spray.next_ev(now)
             if ev is None:
                 return
             msg = self.pending[0]
@@ -228,7 +235,7 @@ class Sender:
             if rec is None or rec.state != LOST:
                 self.rtx_queue.popleft()
                 continue
-            ev = self.spray.other_ev(rec.ev, avoid_plane)
+            ev = self.spray.other_ev(rec.ev, avoid_plane, now)
             if ev is None:
                 return
             self.rtx_queue.popleft()
@@ -248,7 +255,7 @@ class Sender:
                 continue
             if msg.completion_deadline > now:
                 continue
-            ev = self.spray.next_ev()
+            ev = self.spray.next_ev(now)
             if ev is None:
                 return
             out.append(self._build(msg, msg.npkts - 1, msg.last_psn, ev, now, rtx=True))
@@ -316,6 +323,7 @@ class Sender:
             rtx=rtx,
         )
         self.inflight[psn] = rec
+        self.evs.count_sent(ev, rtx)
         self._ev_fifo.setdefault(ev, deque()).append(rec)
         self._plane_fifo.setdefault(t.plane, deque()).append(rec)
         return t
@@ -356,21 +364,20 @@ class Sender:
         if oldest is None:
             return signals
         # Something sent after the oldest packet got through (on any plane): the oldest and
-        # everything older than the RTO are lost. Nothing got through: the peer stalled, so
-        # resend only the oldest, as RFC 6298 §5.4 does, and back off.
-        delivered_any = max(self._acked_seq.values(), default=0)
-        if delivered_any > oldest.seq:
+        # everything older than the RTO are lost, and the EVs they went on are retired when
+        # a later packet on another EV was acknowledged. Nothing got through: the peer
+        # stalled, so resend only the oldest, as RFC 6298 §5.4 does, back off, and blame no
+        # path (DESIGN.md §6).
+        if self._top_seq > oldest.seq:
             for rec in list(fifo):
                 if rec.state == INFLIGHT and rec.sent_at + rto <= now:
                     self._declare_lost(rec, "rto", avoid_plane=plane)
+                    if self._acked_elsewhere(rec):
+                        self._ev_loss(rec, now, "timeout")
         else:
             self._declare_lost(oldest, "rto", avoid_plane=plane)
-        est.backoff = min(est.backoff + 1, 16)
+            est.backoff = min(est.backoff + 1, 16)
         self.rto_expiries += 1
-        # A later packet acknowledged on another plane means this plane, not the peer, failed.
-        delivered = max((seq for p, seq in self._acked_seq.items() if p != plane), default=0)
-        if delivered > oldest.seq:
-            signals.suspect_planes.append(plane)
         if (
             self.rto_expiries >= self.config.rto_retries
             and now - self.last_progress >= self.config.give_up_after
@@ -402,11 +409,28 @@ class Sender:
             cack = self.una
         seth = pkt.seth
         trig = (pkt.cack_psn + seth.ack_psn_offset) & PSN_MASK
-        if pkt.cc.valid and not seth.pr:
-            rec = self.inflight.get(trig)
+        trig_rec = None if seth.pr else self.inflight.get(trig)
+        if trig_rec is not None:
+            plane = self.paths.planes[trig_rec.plane]
+            # Our packet on this plane reached the peer: the plane works (DESIGN.md §4).
+            plane.proven_at = now
             # Karn's rule: only a first transmission whose own timestamp came back.
-            if rec is not None and not rec.rtx and rec.tx_ts == pkt.cc.tx_timestamp:
-                self.paths.planes[rec.plane].rtt.sample(max(0.0, now - rec.sent_at))
+            if pkt.cc.valid and not trig_rec.rtx and trig_rec.tx_ts == pkt.cc.tx_timestamp:
+                plane.rtt.sample(max(0.0, now - trig_rec.sent_at))
+        ce_ev = None
+        if seth.m is not SackMark.NONE and not seth.pr:
+            # The packet that triggered this SACK met congestion on its path (SKIP_ONCE)
+            # or the peer wants the path avoided (ALWAYS_SKIP).
+            sig = EvSignal.ECN if seth.m is SackMark.SKIP_ONCE else EvSignal.ALWAYS_SKIP
+            ce_ev = seth.entropy
+            self.evs.signal(
+                ce_ev,
+                sig,
+                now=now,
+                seq=self._seq,
+                sent_seq=trig_rec.seq if trig_rec is not None else None,
+                reason="peer asked to skip",
+            )
         touched: set[int] = set()
         while self.una != cack:
             self._ack(self.una, now, touched)
@@ -434,6 +458,8 @@ class Sender:
             una = self.una
             for block in [b for b in self._sacked if 64 <= (una - b) & PSN_MASK < HALF]:
                 del self._sacked[block]
+        if touched:
+            self.spray.on_acked(touched, ce_ev, now)
         for ev in touched:
             self._detect_losses(ev, now)
 
@@ -473,6 +499,11 @@ class Sender:
                 return
             rec.trim_nacked = True
             self._declare_lost(rec, "nack_trimmed", avoid_plane=None, front=True)
+            if reason is NackReason.TRIMMED:
+                # Congestion on that path, not a failure: skip it a while (WIRE.md §4).
+                self.evs.signal(
+                    rec.ev, EvSignal.TRIMMED, now=now, seq=self._seq, sent_seq=rec.seq
+                )
         elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
             self._declare_lost(rec, "nack_other", avoid_plane=None)
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:
@@ -488,8 +519,14 @@ class Sender:
         self.stats.bytes_acked += rec.length
         self.last_progress = now
         self.rto_expiries = 0
-        if rec.seq > self._acked_seq.get(rec.plane, 0):
-            self._acked_seq[rec.plane] = rec.seq
+        seq = rec.seq
+        if seq > self._top_seq:
+            if rec.ev != self._top_ev:
+                self._second_seq = self._top_seq
+                self._top_ev = rec.ev
+            self._top_seq = seq
+        elif seq > self._second_seq and rec.ev != self._top_ev:
+            self._second_seq = seq
         # RFC 8985 §6.2: an ACK of a retransmitted PSN may be for the original copy, so it
         # says nothing about what the retransmission's EV delivered; only first
         # transmissions advance an EV's RACK state (else one spurious resend cascades).
@@ -537,9 +574,27 @@ class Sender:
                 return
             fifo.popleft()
             self._declare_lost(rec, "rack", avoid_plane=None)
+            self._ev_loss(rec, now, "loss")
+
+    def _acked_elsewhere(self, rec: SentPacket) -> bool:
+        """A packet sent after `rec` on another EV was acknowledged."""
+        later = self._top_seq if self._top_ev != rec.ev else self._second_seq
+        return later > rec.seq
+
+    def _ev_loss(self, rec: SentPacket, now: float, reason: str) -> None:
+        """A loss on `rec`'s EV retires it (MRC's rule; DESIGN.md §4 and §6)."""
+        self.evs.signal(
+            rec.ev, EvSignal.LOSS, now=now, seq=self._seq, sent_seq=rec.seq, reason=reason
+        )
+        self.spray.on_loss(rec.ev, now)
 
     def _declare_lost(
-        self, rec: SentPacket, cause: str, *, avoid_plane: int | None, front: bool = False
+        self,
+        rec: SentPacket,
+        cause: str,
+        *,
+        avoid_plane: int | None,
+        front: bool = False,
     ) -> None:
         rec.state = LOST
         entry = (rec.psn, cause, avoid_plane)

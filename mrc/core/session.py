@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
-from ..wire.ack import NackReason
+from ..wire.ack import NackReason, SackMark
 from ..wire.bth import Opcode
 from ..wire.cm import CMH, RejectReason
 from ..wire.errors import DecodeError
@@ -106,8 +106,8 @@ class Session:
         self._cm_attempts = 0
         self._cm_interval = config.cm_retry
         self._reply = b""
-        self.peer_port_mask = config.plane_mask
-        self.paths = PathTable(config)
+        self._data_seen = False
+        self.paths = PathTable(config, rng, self._events)
         self.spray = make_spray(config.spray, self.paths, rng)
         self.sender: Sender | None = None
         self.receiver: Receiver | None = None
@@ -203,7 +203,7 @@ class Session:
 
     def _establish(self, *, peer_initial_psn: int, now: float) -> None:
         self.state = SessionState.ESTABLISHED
-        self.paths = PathTable(self.config)
+        self.paths = PathTable(self.config, self.rng, self._events)
         self.spray = make_spray(self.config.spray, self.paths, self.rng)
         self.sender = Sender(
             self.config,
@@ -237,6 +237,7 @@ class Session:
             peer_addrs=self.peer_addrs,
             out=self._out,
             next_psn=lambda: sender.next_psn,
+            send_seq=lambda: sender.seq,
             on_down=sender.on_plane_down,
         )
         self.planes.peer_qpn = self.peer_qpn
@@ -300,6 +301,10 @@ class Session:
         """Every posted WRITE has completed."""
         return self.sender is None or self.sender.idle
 
+    def ev_stats(self, now: float) -> list[dict[str, Any]]:
+        """Per-EV counters and states (`end.mrc.evs[]`, DESIGN.md §10)."""
+        return self.paths.evs.report(now)
+
     def plane_state(self, plane: int) -> str:
         pl = self.paths.planes.get(plane)
         return pl.state.value if pl is not None else "absent"
@@ -335,6 +340,9 @@ class Session:
                 return
         if self.receiver is not None:
             self.receiver.end_batch(now)
+        if self._data_seen and self.planes is not None:
+            self._data_seen = False
+            self.planes.traffic_received(now)
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at `now`."""
@@ -343,15 +351,16 @@ class Session:
                 return
             if timer is Timer.RETRANSMIT and self.sender is not None and plane is not None:
                 signals = self.sender.on_retransmit_timer(plane, now)
-                for p in signals.suspect_planes:
-                    assert self.planes is not None
-                    self.planes.suspect(p, now)
                 if signals.give_up:
                     self._close("retry limit")
             elif timer is Timer.REORDER and self.sender is not None:
                 self.sender.on_reorder_timer(now)
             elif timer is Timer.PLANE_PROBE and plane is not None and self.planes is not None:
                 self.planes.on_timer(plane, now)
+            elif timer is Timer.EV_PROBE and self.planes is not None:
+                self.planes.on_ev_timer(now)
+            elif timer is Timer.REVERSE_PROBE and self.planes is not None:
+                self.planes.on_reverse_timer(now)
             elif timer is Timer.CM_RETRY:
                 self._send_requests(now)
             elif timer is Timer.HALF_OPEN:
@@ -369,6 +378,10 @@ class Session:
             self.receiver.out.clear()
         if self.sender is not None and self.state is SessionState.ESTABLISHED:
             out.extend(self.sender.datagrams(now))
+            if self.paths.evs.probes_changed and self.planes is not None:
+                # An EV was retired: its probes need the timer (DESIGN.md §4).
+                self.paths.evs.probes_changed = False
+                self.planes.arm_ev_timer()
         return out
 
     def get_timer(self) -> float | None:
@@ -381,12 +394,16 @@ class Session:
 
     def _handle_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
         assert self.receiver is not None
+        self._data_seen = True
         self.receiver.on_data(pkt, plane, tos, now)
 
     def _handle_sack(self, pkt: SackPacket, plane: int, tos: int, now: float) -> None:
         assert self.sender is not None and self.planes is not None
-        if pkt.seth.pr:
-            self.planes.on_answer(pkt.seth.ack_psn_offset & 0xFFFF, now)
+        seth = pkt.seth
+        if seth.pr:
+            self.planes.on_answer(seth.ack_psn_offset & 0xFFFF, seth.m is SackMark.NONE, now)
+        if pkt.port_state is not None:
+            self.planes.peer_ports(pkt.port_state, now)
         self.sender.on_sack(pkt, now)
 
     def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
@@ -403,32 +420,19 @@ class Session:
 
     def _handle_probe(self, pkt: ProbePacket, plane: int, tos: int, now: float) -> None:
         assert self.receiver is not None
-        self.receiver.on_probe(pkt, plane)
+        self.receiver.on_probe(pkt, plane, tos)
 
     def _handle_endpoint(self, pkt: EndpointPacket, plane: int, tos: int, now: float) -> None:
+        assert self.planes is not None
         header = pkt.header
         if isinstance(header, ERTH):
             if header.op is EndpointOp.PORT_STATUS:
-                self.peer_port_mask = header.port_status_mask
-            # Answer on the plane it came in on: that validates the reverse path (DESIGN.md §4).
-            answer = EndpointPacket(
-                opcode=Opcode.ENDPOINT_RESPONSE,
-                dest_qp=self.peer_qpn,
-                ev=self.paths.planes[plane].reverse_ev() if plane in self.paths.planes else 0,
-                header=EETH(
-                    op=header.op,
-                    port_status_mask=self.planes.port_mask() if self.planes else 0,
-                    probe_id=header.probe_id,
-                    tx_timestamp=header.tx_timestamp,
-                ),
-                p_key=self.config.p_key,
-            )
-            if plane in self.peer_addrs:
-                self._out.append(
-                    Transmit(plane, self.peer_addrs[plane], answer.encode(), answer.ev)
-                )
+                self.planes.peer_ports(header.port_status_mask, now)
+            self.planes.answer_endpoint(header, plane)
         elif isinstance(header, EETH):
-            self.peer_port_mask = header.port_status_mask
+            self.planes.peer_ports(header.port_status_mask, now)
+            if header.op is EndpointOp.EV_PROBE:
+                self.planes.on_ev_probe_answer(plane, header.probe_id, now)
 
     def _handle_cm(self, pkt: CmPacket, plane: int, tos: int, now: float) -> None:
         op = pkt.opcode
@@ -455,7 +459,7 @@ class Session:
             self._establish(peer_initial_psn=cmh.initial_psn, now=now)
             self._events.append(self._established_event(bytes(pkt.private_data)))
             assert self.planes is not None
-            self.planes.announce_ports()
+            self.planes.announce_ports(now)
         elif op is Opcode.CM_REJECT:
             if self.state is SessionState.CONNECTING and cmh.nonce == self.nonce:
                 self._close(f"rejected: {_reject_name(cmh)}")

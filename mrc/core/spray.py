@@ -1,8 +1,19 @@
-"""Spray policies: which EV carries the next packet (DESIGN.md §4).
+"""Spray policies: which EV carries the next packet (DESIGN.md §4, reference/protocol.md §2.8).
 
 A policy sits behind the small `SprayPolicy` ABC and is chosen by name from a registry, like
-aioquic's congestion controllers. Policies only order EVs; which EVs are usable comes from the
-`PathTable` (states, planes) and is re-read whenever its `version` changes.
+aioquic's congestion controllers. Policies only order EVs: which EVs are in rotation comes from
+the `PathTable` (plane states) and its `EvTable` (EV states), re-read whenever their `version`
+changes. Retirement on loss is MRC's rule and lives in the EV table, so every policy here runs
+with it; the policies differ in how they use GOOD and SKIP EVs:
+
+- `oblivious`: a fresh pseudo-random order each round, planes taking turns packet by packet
+  (equal plane shares); a SKIP EV is passed over once, for that one rotation;
+- `bitmap` (UEC's skip counters, the default): the same rotation, but an EV's skip counter
+  (ECN +1, TRIMMED +4, a loss at the floor = 15) is decremented each time the rotation lands
+  on it, and it is skipped until the counter is 0, at most one round of skips per pick;
+- `reps` (recycled entropy): reuse EVs whose packets came back clean (oldest first), else
+  explore a random EV (planes still taking turns); after a loss, freeze on known-good EVs for
+  10 ms, then explore 16 random EVs.
 """
 
 from __future__ import annotations
@@ -10,26 +21,38 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .errors import LocalProtocolError
+from .evs import EvState
 from .paths import PathTable, ev_plane
+
+#: REPS (reference/protocol.md §2.8): freeze after a loss, then explore this many EVs.
+REPS_FREEZE = 0.010
+REPS_EXPLORE = 16
 
 
 class SprayPolicy(ABC):
     def __init__(self, paths: PathTable, rng: random.Random) -> None:
         self.paths = paths
+        self.evs = paths.evs
         self.rng = rng
 
     @abstractmethod
-    def next_ev(self) -> int | None:
+    def next_ev(self, now: float) -> int | None:
         """The EV for the next packet, or None when no plane is usable."""
 
-    def other_ev(self, avoid_ev: int, avoid_plane: int | None = None) -> int | None:
+    def on_acked(self, evs: Iterable[int], ce_ev: int | None, now: float) -> None:  # noqa: B027
+        """First transmissions on `evs` were acknowledged; `ce_ev` came back ECN-marked."""
+
+    def on_loss(self, ev: int, now: float) -> None:  # noqa: B027
+        """A packet sent on `ev` was declared lost (RACK or RTO)."""
+
+    def other_ev(self, avoid_ev: int, avoid_plane: int | None, now: float) -> int | None:
         """An EV for a retransmission: not `avoid_ev`, and off `avoid_plane` when possible."""
         first = None
         for _ in range(64):
-            ev = self.next_ev()
+            ev = self.next_ev(now)
             if ev is None:
                 return None
             if first is None:
@@ -37,21 +60,21 @@ class SprayPolicy(ABC):
             if ev != avoid_ev and (avoid_plane is None or ev_plane(ev) != avoid_plane):
                 return ev
         if avoid_plane is not None:
-            return self.other_ev(avoid_ev)
+            return self.other_ev(avoid_ev, None, now)
         return first
 
 
 class ObliviousSpray(SprayPolicy):
-    """Rotate through every EV of every UP plane in a fresh pseudo-random order each round.
+    """Rotate through every EV of every usable plane in a fresh pseudo-random order per round."""
 
-    Planes take turns packet by packet, so each carries an equal share (MRC's rule for
-    symmetric fabrics); inside a plane the EV order is shuffled per round.
-    """
+    #: Skips an EV's counter loses when the rotation lands on it (None = all of them).
+    step: int | None = None
 
     def __init__(self, paths: PathTable, rng: random.Random) -> None:
         super().__init__(paths, rng)
         self._round: deque[int] = deque()
         self._version = -1
+        self._size = 0
 
     def _refill(self) -> None:
         active = self.paths.active_evs()
@@ -63,9 +86,10 @@ class ObliviousSpray(SprayPolicy):
         self.rng.shuffle(columns)
         depth = max((len(c) for c in columns), default=0)
         self._round.extend(c[i] for i in range(depth) for c in columns if i < len(c))
+        self._size = len(self._round)
         self._version = self.paths.version
 
-    def next_ev(self) -> int | None:
+    def _next(self) -> int | None:
         if self._version != self.paths.version:
             self._round.clear()
         if not self._round:
@@ -74,13 +98,98 @@ class ObliviousSpray(SprayPolicy):
                 return None
         return self._round.popleft()
 
+    def next_ev(self, now: float) -> int | None:
+        by_ev = self.evs.by_ev
+        ev = self._next()
+        # A penalised EV is passed over; after a whole round of skips the next one goes anyway.
+        for _ in range(self._size):
+            if ev is None:
+                return None
+            if not by_ev[ev].penalty:
+                return ev
+            self.evs.pass_over(ev, whole=self.step is None)
+            ev = self._next()
+        return ev
 
-_REGISTRY: dict[str, Callable[[PathTable, random.Random], SprayPolicy]] = {
+
+class BitmapSpray(ObliviousSpray):
+    """UEC's skip-counter policy with MRC's retirement rule (the default)."""
+
+    step = 1
+
+
+class RepsSpray(SprayPolicy):
+    """Recycled entropy (REPS): reuse EVs that came back clean, explore otherwise."""
+
+    def __init__(self, paths: PathTable, rng: random.Random) -> None:
+        super().__init__(paths, rng)
+        self._recycled: deque[int] = deque()
+        self._cap = max(8, 2 * len(paths.planes))
+        self._freeze_until: float | None = None
+        self._explore = 0
+        self._version = -1
+        self._planes: list[list[int]] = []
+        self._turn = 0
+
+    def _usable(self, ev: int) -> bool:
+        rec = self.evs.by_ev.get(ev)
+        return (
+            rec is not None
+            and rec.active
+            and rec.state is EvState.GOOD
+            and self.paths.usable(rec.plane)
+        )
+
+    def _random_ev(self) -> int | None:
+        if self._version != self.paths.version:
+            self._planes = [evs for evs in self.paths.active_evs().values() if evs]
+            self._version = self.paths.version
+        if not self._planes:
+            return None
+        self._turn = (self._turn + 1) % len(self._planes)
+        return self.rng.choice(self._planes[self._turn])
+
+    def _recycle(self) -> int | None:
+        while self._recycled:
+            ev = self._recycled.popleft()
+            if self._usable(ev):
+                return ev
+        return None
+
+    def next_ev(self, now: float) -> int | None:
+        if self._freeze_until is not None:
+            if now < self._freeze_until:
+                ev = self._recycle()
+                return ev if ev is not None else self._random_ev()
+            self._freeze_until = None
+            self._recycled.clear()
+            self._explore = REPS_EXPLORE
+        if self._explore:
+            self._explore -= 1
+            return self._random_ev()
+        ev = self._recycle()
+        return ev if ev is not None else self._random_ev()
+
+    def on_acked(self, evs: Iterable[int], ce_ev: int | None, now: float) -> None:
+        recycled = self._recycled
+        for ev in evs:
+            if ev != ce_ev and len(recycled) < self._cap:
+                recycled.append(ev)
+
+    def on_loss(self, ev: int, now: float) -> None:
+        self._freeze_until = now + REPS_FREEZE
+
+
+SprayFactory = Callable[[PathTable, random.Random], SprayPolicy]
+
+_REGISTRY: dict[str, SprayFactory] = {
     "oblivious": ObliviousSpray,
+    "bitmap": BitmapSpray,
+    "reps": RepsSpray,
 }
 
 
-def register_spray(name: str, factory: Callable[[PathTable, random.Random], SprayPolicy]) -> None:
+def register_spray(name: str, factory: SprayFactory) -> None:
     _REGISTRY[name] = factory
 
 

@@ -13,7 +13,9 @@ class Timer(Enum):
     RETRANSMIT = "retransmit"  # per plane: RFC 6298 RTO
     REORDER = "reorder"  # per-EV RACK reordering window (RFC 8985)
     COMPLETION = "completion"  # all PSNs of a message acked, its AETH not yet seen
-    PLANE_PROBE = "plane_probe"  # per plane: probe a DOWN plane
+    PLANE_PROBE = "plane_probe"  # per plane: probe a DOWN plane, or a plane at its EV floor
+    EV_PROBE = "ev_probe"  # probe retired (ASSUMED_BAD) EVs
+    REVERSE_PROBE = "reverse_probe"  # EV_PROBE the reverse EVs of planes nothing proved
     CM_RETRY = "cm_retry"  # requester: resend REQUEST
     HALF_OPEN = "half_open"  # responder: give up on a requester that never spoke after REPLY
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -72,6 +73,15 @@ class Server:
                 text=True,
                 env=env(),
             )
+            # Drain both pipes as the server writes: a full pipe would block its -J output.
+            self._out: list[str] = []
+            self._err: list[str] = []
+            self._readers = [
+                threading.Thread(target=_drain, args=(pipe, sink), daemon=True)
+                for pipe, sink in ((self.proc.stdout, self._out), (self.proc.stderr, self._err))
+            ]
+            for r in self._readers:
+                r.start()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if all(bound(a, self.port) for a in self.addrs):
@@ -84,11 +94,18 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, err = self.proc.communicate()
-        return self.proc.returncode, out, err
+            self.proc.wait()
+        for r in self._readers:
+            r.join(timeout=5)
+        return self.proc.returncode, "".join(self._out), "".join(self._err)
+
+
+def _drain(pipe: Any, sink: list[str]) -> None:
+    for chunk in iter(lambda: pipe.read(4096), ""):
+        sink.append(chunk)
 
 
 def client(

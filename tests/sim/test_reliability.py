@@ -10,7 +10,7 @@ from __future__ import annotations
 from sim_story import Transfer, chunks, make_transfer
 
 from mrc.core.config import SessionConfig
-from mrc.core.events import PlaneDown
+from mrc.core.events import PathRetired, PlaneDown
 from mrc.sim import LinkParams
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import DataPacket, decode_packet
@@ -127,15 +127,24 @@ def test_silent_blackhole_on_one_plane_is_found_by_rto_and_probes() -> None:
     t.run()
     t.assert_placed_exactly_once()
     assert_in_order(t)
-    stats = t.a.session().stats
+    session = t.a.session()
+    stats = session.stats
     assert stats.retransmits_by_cause["rto"] > 0
-    # Plane 2 left the rotation at its first RTO and is being probed every 10 ms; three
-    # probes in a row unanswered take it DOWN, even after the transfer is over.
+    # RTOs of plane 2 retired its EVs and the backups that replaced them, down to the floor
+    # (a quarter of 16 active, out of 32); the next loss on a floor EV started probing them
+    # every 10 ms, and three probes in a row left unanswered took the plane DOWN, even
+    # after the transfer is over.
     t.net.drive(t.net.now + 0.05)
+    retired = t.a.events_of(PathRetired)
+    assert len(retired) == 28 and {e.plane for e in retired} == {2}
+    assert {e.reason for e in retired} == {"timeout"}
     assert t.a.events_of(PlaneDown) == [PlaneDown(plane=2, reason="probes unanswered")]
     (down_at,) = [ts for ts, _, e in t.a.events if isinstance(e, PlaneDown)]
-    assert 0.0005 + 0.030 <= down_at <= 0.0005 + 0.005 + 0.031
+    retired_at = [ts for ts, _, e in t.a.events if isinstance(e, PathRetired)]
+    assert 0.005 <= min(retired_at) <= max(retired_at) <= down_at - 0.030
+    assert down_at <= 0.0005 + 0.050
     assert stats.probes_sent >= 3 and stats.probes_answered == 0
+    assert session.paths.evs.rotation(2) and not session.paths.usable(2)
 
 
 def test_psn_wraps_around_two_to_the_24() -> None:

@@ -1,0 +1,397 @@
+"""The EV table of one connection: entropy values, their states, backups and probe schedule.
+
+DESIGN.md §4: every plane has `ev_per_plane` active EVs plus a backup pool. An EV is
+`plane 8 | selector 24` (WIRE.md §3) and its path is `selector mod paths-of-the-plane`;
+selectors are drawn at random (so connections do not synchronise) in equal numbers per path.
+States follow MRC's table (reference/protocol.md §1.4) kept as data in `TRANSITIONS`: GOOD,
+SKIP (an ECN echo or a TRIMMED NACK, until the rotation has passed it), ASSUMED_BAD (a loss:
+retired at once, replaced by a backup of the same plane, probed back), DENIED (the operator).
+Losses stop retiring EVs once a plane is down to `min_active` usable EVs (MRC's
+`ev_min_active`): the last ones keep carrying data and `on_floor` asks for them to be probed.
+
+This module keeps the states, counters and the retired EVs' probe schedule. It does not send
+probes (planes.py), does not infer losses (sender.py) and does not order EVs (spray.py).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from .config import SessionConfig
+from .events import Event, PathRestored, PathRetired
+
+#: UEC's skip counter ceiling (reference/protocol.md §2.8): a timeout sets it.
+PENALTY_MAX = 15
+PENALTY = {"ecn": 1, "trimmed": 4}
+
+
+def ev_plane(ev: int) -> int:
+    return ev >> 24 & 0xFF
+
+
+def make_ev(plane: int, selector: int) -> int:
+    return (plane & 0xFF) << 24 | (selector & 0xFFFFFF)
+
+
+class EvState(Enum):
+    GOOD = "good"
+    SKIP = "skip"
+    ASSUMED_BAD = "assumed_bad"
+    DENIED = "denied"
+
+
+class EvSignal(Enum):
+    ECN = "ecn"  # a SACK echoed this EV with mark SKIP_ONCE
+    TRIMMED = "trimmed"  # NACK TRIMMED (not the last hop)
+    LOSS = "loss"  # a packet sent on it was lost (DESIGN.md §6)
+    ALWAYS_SKIP = "always_skip"  # a SACK echoed it with mark ALWAYS_SKIP
+    ROTATED = "rotated"  # the rotation passed it: its skip is used up
+    RESTORED = "restored"  # three clean probe answers in a row
+    DENY = "deny"
+    ALLOW = "allow"
+
+
+G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+
+#: MRC's EV state machine (reference/protocol.md §1.4). Pairs not listed leave the state alone.
+TRANSITIONS: dict[tuple[EvState, EvSignal], EvState] = {
+    (G, EvSignal.ECN): S,
+    (G, EvSignal.TRIMMED): S,
+    (G, EvSignal.LOSS): B,
+    (G, EvSignal.ALWAYS_SKIP): B,
+    (S, EvSignal.ECN): S,
+    (S, EvSignal.TRIMMED): S,
+    (S, EvSignal.LOSS): B,
+    (S, EvSignal.ALWAYS_SKIP): B,
+    (S, EvSignal.ROTATED): G,
+    (B, EvSignal.RESTORED): G,
+    (G, EvSignal.DENY): D,
+    (S, EvSignal.DENY): D,
+    (B, EvSignal.DENY): D,
+    (D, EvSignal.ALLOW): G,
+}
+
+USABLE = (G, S)
+
+
+@dataclass(eq=False, slots=True)
+class EvRecord:
+    ev: int
+    plane: int
+    path: int
+    state: EvState = G
+    #: In the plane's active set (carries data while usable); else a backup or retired.
+    active: bool = False
+    #: Skip counter: the rotation passes over the EV while it is positive.
+    penalty: int = 0
+    #: The sender's send sequence number at the last state change: losses of packets sent
+    #: before it say nothing about the EV's new state (DESIGN.md §4).
+    changed_seq: int = 0
+    packets_sent: int = 0
+    retransmits: int = 0
+    times_retired: int = 0
+    retired_at: float | None = None
+    seconds_retired: float = 0.0
+    #: Probing while ASSUMED_BAD: interval in force, next probe, outstanding probe id,
+    #: clean answers in a row.
+    probe_interval: float = 0.0
+    probe_due: float | None = None
+    probe_id: int | None = None
+    clean: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class PlaneEvs:
+    plane: int
+    npaths: int
+    active: list[EvRecord]
+    backups: deque[EvRecord]
+    #: A loss was not acted on because the plane is at its floor.
+    at_floor: bool = False
+
+    def usable(self) -> list[EvRecord]:
+        return [r for r in self.active if r.state in USABLE]
+
+
+class EvTable:
+    """Every EV of a connection, by plane."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        rng: random.Random,
+        events: deque[Event],
+        *,
+        npaths: dict[int, int] | None = None,
+    ) -> None:
+        self.config = config
+        self.events = events
+        self.by_ev: dict[int, EvRecord] = {}
+        self.planes: dict[int, PlaneEvs] = {}
+        self.min_active = config.min_active
+        #: Bumped whenever an EV enters or leaves a rotation, so spray policies rebuild.
+        self.version = 0
+        #: Set when an EV was retired: its probe schedule needs a timer (planes.py arms it).
+        self.probes_changed = False
+        #: Called with (plane, now) when a loss hits a plane at its floor (planes.py probes it).
+        self.on_floor: Callable[[int, float], None] | None = None
+        per_plane = config.ev_per_plane
+        total = per_plane + config.backups_per_plane
+        for p in config.planes:
+            n = max(1, (npaths or {}).get(p, config.paths_of(p)))
+            records = [
+                EvRecord(ev=make_ev(p, sel), plane=p, path=sel % n)
+                for sel in _selectors(rng, n, total)
+            ]
+            for r in records[:per_plane]:
+                r.active = True
+            for r in records:
+                self.by_ev[r.ev] = r
+            self.planes[p] = PlaneEvs(p, n, records[:per_plane], deque(records[per_plane:]))
+
+    # -- reading --------------------------------------------------------------------------
+
+    def rotation(self, plane: int) -> list[int]:
+        """The EVs of `plane` that carry data (active, GOOD or SKIP)."""
+        return [r.ev for r in self.planes[plane].usable()]
+
+    def all_evs(self, plane: int) -> list[int]:
+        pe = self.planes[plane]
+        return [r.ev for r in pe.active] + [r.ev for r in pe.backups]
+
+    def path_of(self, ev: int) -> int:
+        rec = self.by_ev.get(ev)
+        return rec.path if rec is not None else 0
+
+    def state_of(self, ev: int) -> EvState | None:
+        rec = self.by_ev.get(ev)
+        return rec.state if rec is not None else None
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def signal(
+        self,
+        ev: int,
+        sig: EvSignal,
+        *,
+        now: float,
+        seq: int,
+        sent_seq: int | None = None,
+        reason: str = "",
+    ) -> bool:
+        """Apply `sig` to `ev`; True if its state changed.
+
+        `seq` is the sender's send sequence now; `sent_seq` that of the packet the signal is
+        about, if any: a signal about a packet sent before the EV's last state change is
+        ignored (DESIGN.md §4).
+        """
+        rec = self.by_ev.get(ev)
+        if rec is None:
+            return False
+        if sent_seq is not None and sent_seq <= rec.changed_seq:
+            return False
+        new = TRANSITIONS.get((rec.state, sig))
+        if new is None:
+            return False
+        old = rec.state
+        if new is S:
+            rec.penalty = min(PENALTY_MAX, rec.penalty + PENALTY.get(sig.value, 1))
+            if old is S:
+                return False
+        elif new is B:
+            pe = self.planes[rec.plane]
+            if rec.active and len(pe.usable()) <= self.min_active:
+                # At the floor the last EVs keep carrying data; planes.py probes them and
+                # takes the plane DOWN if they stop answering (DESIGN.md §4).
+                rec.penalty = PENALTY_MAX
+                pe.at_floor = True
+                if self.on_floor is not None:
+                    self.on_floor(rec.plane, now)
+                return False
+        rec.state = new
+        rec.changed_seq = seq
+        if new is G:
+            rec.penalty = 0
+        if new is B:
+            self._retire(rec, now, reason or sig.value)
+        elif new is G and old is B:
+            self._restore(rec, now)
+        elif new is D:
+            self._deny(rec, now)
+        elif new is G and old is D:
+            self._place(rec)
+        return True
+
+    def pass_over(self, ev: int, *, whole: bool = False) -> None:
+        """The rotation landed on a penalised EV and skipped it: one skip (or all) used up;
+        a SKIP EV whose counter reaches 0 is GOOD again (MRC: "next rotation")."""
+        rec = self.by_ev[ev]
+        rec.penalty = 0 if whole else rec.penalty - 1
+        if rec.penalty <= 0:
+            rec.penalty = 0
+            if rec.state is S:
+                rec.state = G
+
+    def count_sent(self, ev: int, rtx: bool) -> None:
+        rec = self.by_ev.get(ev)
+        if rec is not None:
+            rec.packets_sent += 1
+            if rtx:
+                rec.retransmits += 1
+
+    # -- probing retired EVs ------------------------------------------------------------------
+
+    def probes_due(self, now: float, planes: set[int]) -> list[EvRecord]:
+        return [
+            r
+            for r in self.by_ev.values()
+            if r.state is B and r.plane in planes and r.probe_due is not None and r.probe_due <= now
+        ]
+
+    def next_probe_due(self, planes: set[int]) -> float | None:
+        return min(
+            (
+                r.probe_due
+                for r in self.by_ev.values()
+                if r.state is B and r.plane in planes and r.probe_due is not None
+            ),
+            default=None,
+        )
+
+    def probe_sent(self, rec: EvRecord, probe_id: int, now: float) -> None:
+        if rec.probe_id is not None:
+            # The previous probe went unanswered: back off, 10 ms doubling to 1 s.
+            rec.clean = 0
+            rec.probe_interval = min(rec.probe_interval * 2, self.config.probe_max_interval)
+        rec.probe_id = probe_id
+        rec.probe_due = now + rec.probe_interval
+
+    def probe_answered(self, ev: int, probe_id: int, clean: bool, now: float, seq: int) -> None:
+        rec = self.by_ev.get(ev)
+        if rec is None or rec.state is not B or rec.probe_id != probe_id:
+            return
+        rec.probe_id = None
+        rec.clean = rec.clean + 1 if clean else 0
+        if rec.clean >= self.config.restore_answers:
+            self.signal(ev, EvSignal.RESTORED, now=now, seq=seq)
+            return
+        # After an answer, confirming probes go at the base interval (DESIGN.md §4).
+        rec.probe_interval = self.config.probe_interval
+        rec.probe_due = now + rec.probe_interval
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def report(self, now: float) -> list[dict[str, Any]]:
+        """`end.mrc.evs[]` of `mrc bench -J` (DESIGN.md §10), every EV that carried or was
+        retired, in EV order."""
+        rows = []
+        for ev in sorted(self.by_ev):
+            r = self.by_ev[ev]
+            if not (r.packets_sent or r.times_retired or r.active):
+                continue
+            retired = r.seconds_retired + (now - r.retired_at if r.retired_at is not None else 0)
+            rows.append(
+                {
+                    "ev": ev,
+                    "plane": r.plane,
+                    "path": r.path,
+                    "state": r.state.value if r.active or r.state is not G else "backup",
+                    "packets_sent": r.packets_sent,
+                    "retransmits": r.retransmits,
+                    "times_retired": r.times_retired,
+                    "seconds_retired": round(retired, 6),
+                }
+            )
+        return rows
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _retire(self, rec: EvRecord, now: float, reason: str) -> None:
+        pe = self.planes[rec.plane]
+        if rec.active:
+            pe.active.remove(rec)
+            rec.active = False
+            backup = self._best_backup(pe)
+            if backup is not None:
+                backup.active = True
+                pe.active.append(backup)
+        rec.times_retired += 1
+        rec.retired_at = now
+        rec.probe_id = None
+        rec.clean = 0
+        rec.probe_interval = self.config.probe_interval
+        rec.probe_due = now + rec.probe_interval
+        self.probes_changed = True
+        self.version += 1
+        self.events.append(PathRetired(ev=rec.ev, plane=rec.plane, reason=reason))
+
+    def _best_backup(self, pe: PlaneEvs) -> EvRecord | None:
+        """The backup on the path with the fewest retired EVs: a dead path's EVs are not
+        replaced by more EVs on the same dead path."""
+        if not pe.backups:
+            return None
+        bad: dict[int, int] = {}
+        for r in self.by_ev.values():
+            if r.plane == pe.plane and r.state is B:
+                bad[r.path] = bad.get(r.path, 0) + 1
+        best = min(pe.backups, key=lambda r: bad.get(r.path, 0))
+        pe.backups.remove(best)
+        return best
+
+    def _restore(self, rec: EvRecord, now: float) -> None:
+        if rec.retired_at is not None:
+            rec.seconds_retired += now - rec.retired_at
+            rec.retired_at = None
+        rec.probe_due = rec.probe_id = None
+        self._place(rec)
+        pe = self.planes[rec.plane]
+        if len(pe.usable()) > self.min_active:
+            pe.at_floor = False
+        self.events.append(PathRestored(ev=rec.ev, plane=rec.plane))
+
+    def _place(self, rec: EvRecord) -> None:
+        pe = self.planes[rec.plane]
+        if len(pe.active) < self.config.ev_per_plane:
+            rec.active = True
+            pe.active.append(rec)
+            self.version += 1
+        else:
+            pe.backups.append(rec)
+
+    def _deny(self, rec: EvRecord, now: float) -> None:
+        pe = self.planes[rec.plane]
+        if rec.active:
+            pe.active.remove(rec)
+            rec.active = False
+            backup = self._best_backup(pe)
+            if backup is not None:
+                backup.active = True
+                pe.active.append(backup)
+            self.version += 1
+        elif rec in pe.backups:
+            pe.backups.remove(rec)
+        if rec.retired_at is not None:
+            rec.seconds_retired += now - rec.retired_at
+            rec.retired_at = None
+        rec.probe_due = rec.probe_id = None
+
+
+def _selectors(rng: random.Random, npaths: int, count: int) -> list[int]:
+    """`count` distinct random 24-bit selectors, the i-th on path i mod `npaths`, so every path
+    gets an equal share (DESIGN.md §4)."""
+    out: list[int] = []
+    seen: set[int] = set()
+    top = ((1 << 24) - npaths) // npaths
+    for i in range(count):
+        while True:
+            sel = rng.randint(0, top) * npaths + i % npaths
+            if sel not in seen:
+                seen.add(sel)
+                out.append(sel)
+                break
+    return out
