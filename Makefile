@@ -48,3 +48,12 @@ demo: sysdeps venv
 
 bench: venv
 	$(VENV)/bin/mrc bench --demo -J > bench.json
+
+# netns/veth testbed tests (need root; they skip cleanly without it), and lint for tools/.
+.PHONY: testbed testbed-lint
+testbed: sysdeps venv
+	$(PY) -m pytest -q tests/testbed
+
+testbed-lint: venv
+	$(VENV)/bin/ruff check tools tests/testbed
+	$(VENV)/bin/mypy --strict tools/testbed

@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mrc.core.config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from mrc.core.errors import LocalProtocolError
+from mrc.io.srv6 import PathTable, PathTableError
 
 from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
 
@@ -211,6 +213,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="lab fault: the sender's io drops everything for plane P from SEC on (repeatable)",
     )
     p.add_argument(
+        "--paths",
+        metavar="FILE",
+        help="SRv6 path table written by the testbed (JSON): one send socket per path, "
+        "each with its segment list; a plane's EVs are spread over its paths",
+    )
+    p.add_argument(
         "--connect-timeout",
         type=parse_seconds,
         default=5.0,
@@ -239,13 +247,18 @@ class BenchOptions:
     verify: bool = False
     injects: list[tuple[int, float]] = field(default_factory=list)
     connect_timeout: float = 5.0
+    #: --paths: the file name and the table read from it.
+    paths: str | None = None
+    path_table: PathTable | None = None
 
-    def config(self, planes: int) -> SessionConfig:
+    def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
+        counts = plane_paths or {}
         return SessionConfig(
             plane_mask=(1 << planes) - 1,
             payload_mtu=self.payload_mtu,
             mpr=self.mpr,
             ev_per_plane=self.ev_per_plane,
+            plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
         ).validate()
 
     def inject_specs(self) -> list[str]:
@@ -324,6 +337,14 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
     for plane, _ in opts.injects:
         if plane >= planes:
             raise UsageError(f"--inject names plane {plane}, but there are only {planes} planes")
+    if ns.paths is not None:
+        if role == "demo":
+            raise UsageError("--demo runs on loopback planes; --paths does not apply")
+        try:
+            opts.path_table = PathTable.load(ns.paths)
+        except PathTableError as exc:
+            raise UsageError(f"--paths: {exc}") from None
+        opts.paths = ns.paths
     try:
         opts.config(planes)
     except LocalProtocolError as exc:

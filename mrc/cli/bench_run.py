@@ -15,7 +15,7 @@ import random
 import signal
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from mrc.core.endpoint import Endpoint
@@ -25,6 +25,7 @@ from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name, new_event_loop
 from mrc.io.planes import PlaneSocket, SockAddr, resolve_addr
+from mrc.io.srv6 import PathSockets
 
 from .bench import BenchOptions
 from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
@@ -40,7 +41,18 @@ from .bench_report import (
 )
 from .bench_roles import BenchTest
 from .bench_server import BenchServer
-from .bench_setup import RECEIVER, WRITER, BenchError, TestParams, TestSetup, bind_planes
+from .bench_setup import (
+    RECEIVER,
+    WRITER,
+    BenchError,
+    TestParams,
+    TestSetup,
+    bind_planes,
+    client_binds,
+    client_paths,
+    record_paths,
+    server_paths,
+)
 
 __all__ = ["BenchClient", "BenchError", "run", "run_demo"]
 
@@ -57,6 +69,9 @@ class BenchClient:
         peers: dict[int, SockAddr],
         *,
         demo_fault: tuple[int, float] | None = None,
+        paths: PathSockets | None = None,
+        plane_paths: Mapping[int, int] | None = None,
+        path_lines: list[str] | None = None,
     ) -> None:
         self.loop = loop
         self.opts = opts
@@ -64,7 +79,12 @@ class BenchClient:
         self.peers = peers
         self.rng = random.Random()
         self.core = Endpoint(rng=self.rng, regions=RegionTable(self.rng))
-        self.io: IoEndpoint[Session] = IoEndpoint(loop, self.core, planes, self._on_event)
+        self.io: IoEndpoint[Session] = IoEndpoint(
+            loop, self.core, planes, self._on_event, paths=paths
+        )
+        #: --paths: paths per plane (1 = direct) and the lines that describe them.
+        self.plane_paths: dict[int, int] = dict(plane_paths or {})
+        self.path_lines = list(path_lines or [])
         self.demo_fault = demo_fault
         self.test: BenchTest | None = None
         self.session: Session | None = None
@@ -115,11 +135,14 @@ class BenchClient:
             injects=tuple(opts.injects) if opts.reverse else (),
         )
         self.out.line(f"Connecting to host {','.join(opts.server)}, port {opts.port}")
+        if opts.path_table is not None:
+            self.out.line(f"SRv6 paths from {opts.paths} (testbed {opts.path_table.testbed}):")
+            for line in self.path_lines:
+                self.out.line(f"  {line}")
         self.io.start()
         try:
-            session = self.io.connect(
-                opts.config(len(self.peers)), self.peers, req.encode(), connect_sockets=True
-            )
+            config = opts.config(len(self.peers), self.plane_paths)
+            session = self.io.connect(config, self.peers, req.encode(), connect_sockets=True)
         except OSError as exc:
             raise BenchError(f"cannot reach {self._where()}: {exc.strerror or exc}") from None
         self.session = session
@@ -154,6 +177,7 @@ class BenchClient:
             connecting_to={"host": ",".join(opts.server), "port": opts.port},
             event_loop=loop_name(self.loop),
         )
+        record_paths(self.start_info.test_start, [], opts.paths, self.plane_paths)
         for row in connected_rows(test):
             self.out.line(
                 f"[  5] local {row['local_host']} port {row['local_port']} connected to "
@@ -223,7 +247,11 @@ class BenchClient:
         test.final_sample()
         if self.out.json_mode and self.start_info is not None:
             self.start_info.connected = connected_rows(test)
-            self.out.doc(json_document(test, self.start_info))
+            doc = json_document(test, self.start_info)
+            if self.opts.path_table is not None:
+                rows = doc["start"]["connected"] + doc["end"]["mrc"]["planes"]
+                record_paths(doc["start"]["test_start"], rows, self.opts.paths, self.plane_paths)
+            self.out.doc(doc)
         else:
             for line in summary_lines(test):
                 self.out.line(line)
@@ -274,8 +302,26 @@ def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
 async def _serve(opts: BenchOptions) -> int:
     loop = asyncio.get_running_loop()
     assert opts.bind is not None
-    planes = bind_planes(opts.bind, opts.port)
-    server = BenchServer(loop, opts, Output(json_mode=opts.json), planes)
+    table = opts.path_table
+    planes = bind_planes(opts.bind, opts.port, reuseport=table is not None)
+    if table is None:
+        server = BenchServer(loop, opts, Output(json_mode=opts.json), planes)
+    else:
+        try:
+            paths, counts, lines = server_paths(table, planes, opts.payload_mtu, opts.port)
+        except BaseException:
+            for sock in planes.values():
+                sock.close()
+            raise
+        server = BenchServer(
+            loop,
+            opts,
+            Output(json_mode=opts.json),
+            planes,
+            paths=paths,
+            plane_paths=counts,
+            path_lines=lines,
+        )
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, server.stop)
@@ -290,8 +336,30 @@ async def _serve(opts: BenchOptions) -> int:
 async def _client(opts: BenchOptions) -> int:
     loop = asyncio.get_running_loop()
     peers, binds = _resolve_peers(opts)
-    planes = bind_planes(binds, 0)
-    client = BenchClient(loop, opts, Output(json_mode=opts.json), planes, peers)
+    table = opts.path_table
+    if table is None:
+        planes = bind_planes(binds, 0)
+        client = BenchClient(loop, opts, Output(json_mode=opts.json), planes, peers)
+    else:
+        if opts.bind is None:
+            binds = client_binds(table, opts.server, binds)
+        planes = bind_planes(binds, 0, reuseport=True)
+        try:
+            paths, counts, lines = client_paths(table, planes, peers, opts.payload_mtu, opts.port)
+        except BaseException:
+            for sock in planes.values():
+                sock.close()
+            raise
+        client = BenchClient(
+            loop,
+            opts,
+            Output(json_mode=opts.json),
+            planes,
+            peers,
+            paths=paths,
+            plane_paths=counts,
+            path_lines=lines,
+        )
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, client.interrupt)

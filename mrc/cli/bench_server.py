@@ -13,6 +13,7 @@ import asyncio
 import random
 import sys
 from collections import Counter
+from collections.abc import Mapping
 
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
@@ -21,6 +22,7 @@ from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name
 from mrc.io.planes import PlaneSocket
+from mrc.io.srv6 import PathSockets
 
 from .bench import BenchOptions
 from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, slot_count
@@ -35,7 +37,15 @@ from .bench_report import (
     test_start_info,
 )
 from .bench_roles import BenchTest
-from .bench_setup import RECEIVER, WRITER, IntervalSample, TestParams, TestSetup
+from .bench_setup import (
+    RECEIVER,
+    WRITER,
+    IntervalSample,
+    TestParams,
+    TestSetup,
+    path_counts,
+    record_paths,
+)
 
 __all__ = ["BenchServer"]
 
@@ -52,6 +62,9 @@ class BenchServer:
         *,
         max_tests: int = 8,
         start_timeout: float = 5.0,
+        paths: PathSockets | None = None,
+        plane_paths: Mapping[int, int] | None = None,
+        path_lines: list[str] | None = None,
     ) -> None:
         self.loop = loop
         self.opts = opts
@@ -59,9 +72,11 @@ class BenchServer:
         self.rng = random.Random()
         self.core = Endpoint(rng=self.rng, regions=RegionTable(self.rng))
         self.io: IoEndpoint[Session] = IoEndpoint(
-            loop, self.core, planes, self._on_event, on_error=self._on_error
+            loop, self.core, planes, self._on_event, on_error=self._on_error, paths=paths
         )
-        self.config = opts.config(len(planes))
+        #: --paths: lines that describe them for the banner.
+        self.path_lines = list(path_lines or [])
+        self.config = opts.config(len(planes), plane_paths)
         self.max_tests = max_tests
         self.start_timeout = start_timeout
         self.pending: dict[int, tuple[TestSetup, BenchRequest, float]] = {}
@@ -88,6 +103,8 @@ class BenchServer:
         self.out.line("-" * 59)
         n = len(self.io.planes)
         self.out.line(f"Server listening on {port} ({n} plane{'s' if n != 1 else ''}: {addrs})")
+        for line in self.path_lines:
+            self.out.line(line)
         self.out.line("-" * 59)
 
     def close(self) -> None:
@@ -188,11 +205,13 @@ class BenchServer:
             extra_drops=self._extra_drops,
         )
         self.tests[id(session)] = test
-        self.starts[id(session)] = StartInfo(
+        start = StartInfo(
             role="server",
             test_start=test_start_info(self.opts, test, est),
             event_loop=loop_name(self.loop),
         )
+        record_paths(start.test_start, [], self.opts.paths, {})
+        self.starts[id(session)] = start
         self._accepted_line(test)
         test.start()
 
@@ -231,7 +250,13 @@ class BenchServer:
         if start is not None:
             start.connected = connected_rows(test)
         if self.out.json_mode and start is not None:
-            self.out.doc(json_document(test, start))
+            doc = json_document(test, start)
+            table = self.opts.path_table
+            if table is not None:
+                counts = path_counts(table, self.io.planes, test.session.peer_addrs)
+                rows = doc["start"]["connected"] + doc["end"]["mrc"]["planes"]
+                record_paths(doc["start"]["test_start"], rows, self.opts.paths, counts)
+            self.out.doc(doc)
         else:
             self._announce(test)
             for line in summary_lines(test):

@@ -95,6 +95,8 @@ class EvRecord:
     packets_sent: int = 0
     retransmits: int = 0
     times_retired: int = 0
+    #: ECN echoes and TRIMMED NACKs that put it in SKIP (or added to its counter).
+    times_skipped: int = 0
     retired_at: float | None = None
     seconds_retired: float = 0.0
     #: Probing while ASSUMED_BAD: interval in force, next probe, outstanding probe id,
@@ -201,6 +203,7 @@ class EvTable:
         old = rec.state
         if new is S:
             rec.penalty = min(PENALTY_MAX, rec.penalty + PENALTY.get(sig.value, 1))
+            rec.times_skipped += 1
             if old is S:
                 return False
         elif new is B:

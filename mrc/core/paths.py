@@ -47,7 +47,11 @@ class RttEstimator:
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - r)
             self.srtt = 0.875 * self.srtt + 0.125 * r
-        self.rto = min(self.max_rto, max(self.min_rto, self.srtt + max(1e-6, 4 * self.rttvar)))
+        # RFC 6298 §2.3 with the clock-granularity term G read as a quarter of SRTT (the
+        # reordering window of DESIGN.md §6): a path with no jitter at all (the simulator)
+        # must not time out at the very instant its acknowledgements are due.
+        spread = max(4 * self.rttvar, self.srtt / 4)
+        self.rto = min(self.max_rto, max(self.min_rto, self.srtt + spread))
 
     @property
     def current(self) -> float:
@@ -75,18 +79,34 @@ class Plane:
     probe_interval: float = 0.0
     #: Reverse EVs (SACK/NACK/probe answers) and their EV_PROBE validation (DESIGN.md §4).
     reverse_evs: list[int] = field(default_factory=list)
+    #: Reverse EVs whose EV_PROBEs went unanswered: left out until one is answered.
+    reverse_bad: set[int] = field(default_factory=set)
+    #: Unanswered EV_PROBEs in a row, per reverse EV.
+    reverse_misses: dict[int, int] = field(default_factory=dict)
     reverse_next: int = 0
+    reverse_probe_next: int = 0
     #: When something last proved that our packets on this plane reach the peer.
     proven_at: float = 0.0
     reverse_probe_id: int | None = None
+    reverse_probe_ev: int = 0
     reverse_probe_sent_at: float = 0.0
-    reverse_unanswered: int = 0
-    #: Nothing we send on this plane is answered: we cannot count on it either way.
+    #: Every reverse EV of this plane is bad: we cannot count on the plane either way.
     reverse_dead: bool = False
 
     def reverse_ev(self) -> int:
-        ev = self.reverse_evs[self.reverse_next % len(self.reverse_evs)]
-        self.reverse_next += 1
+        """The next reverse EV in rotation, skipping bad ones while a good one is left."""
+        evs = self.reverse_evs
+        for _ in range(len(evs)):
+            ev = evs[self.reverse_next % len(evs)]
+            self.reverse_next += 1
+            if ev not in self.reverse_bad:
+                return ev
+        return evs[self.reverse_next % len(evs)]
+
+    def next_reverse_probe(self) -> int:
+        """The reverse EV to validate next: every one in turn, bad ones included."""
+        ev = self.reverse_evs[self.reverse_probe_next % len(self.reverse_evs)]
+        self.reverse_probe_next += 1
         return ev
 
 

@@ -34,6 +34,8 @@ from .transmit import Addr, Transmit
 
 #: Probes remembered for matching answers; older ones count as unanswered anyway.
 MAX_PROBES_REMEMBERED = 1024
+#: Unanswered EV_PROBEs in a row that take a reverse EV out of the rotation.
+REVERSE_MISSES = 2
 #: What a probe was for: a plane (DOWN or at its floor), a retired EV, a reverse EV.
 PLANE, EV, REVERSE = 0, 1, 2
 
@@ -123,9 +125,7 @@ class PlaneMonitor:
                 # The floor EVs stopped answering: the plane is DOWN (DESIGN.md §4).
                 self.down(plane, "probes unanswered", now)
                 return
-        evs = (
-            self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)
-        )
+        evs = self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)
         self._send_probe(PLANE, plane, evs[self._probe_id % len(evs)], now)
         pl.probe_outstanding = True
         pl.probe_sent_at = now
@@ -189,7 +189,12 @@ class PlaneMonitor:
             self.timers.set(Timer.REVERSE_PROBE, now + self.config.probe_interval)
 
     def on_reverse_timer(self, now: float) -> None:
-        """EV_PROBE every plane that nothing proved in the last interval."""
+        """EV_PROBE one reverse EV of every plane that nothing proved in the last interval.
+
+        Each plane's reverse EVs take turns, so every one is validated; one whose probes go
+        unanswered twice in a row leaves the reverse rotation, and a plane whose reverse EVs
+        are all bad is dead to us both ways (DESIGN.md §4).
+        """
         interval = self.config.probe_interval
         keep = False
         for plane, pl in self.paths.planes.items():
@@ -199,31 +204,40 @@ class PlaneMonitor:
                 if now < pl.reverse_probe_sent_at + pl.rtt.rto:
                     keep = True
                     continue
+                self._probes.pop(pl.reverse_probe_id, None)
                 pl.reverse_probe_id = None
-                pl.reverse_unanswered += 1
-                if pl.reverse_unanswered >= self.config.restore_answers and not pl.reverse_dead:
-                    pl.reverse_dead = True
-                    self._announce_if_changed()
-            if now - pl.proven_at < interval and not pl.reverse_dead:
+                ev = pl.reverse_probe_ev
+                pl.reverse_misses[ev] = pl.reverse_misses.get(ev, 0) + 1
+                if pl.reverse_misses[ev] >= REVERSE_MISSES:
+                    pl.reverse_bad.add(ev)
+                    if len(pl.reverse_bad) == len(pl.reverse_evs) and not pl.reverse_dead:
+                        pl.reverse_dead = True
+                        self._announce_if_changed()
+            if now - pl.proven_at < interval and not pl.reverse_bad:
                 continue
             probe_id = self._next_probe_id()
+            ev = pl.next_reverse_probe()
             pl.reverse_probe_id = probe_id
+            pl.reverse_probe_ev = ev
             pl.reverse_probe_sent_at = now
-            self._probes[probe_id] = (REVERSE, plane, 0)
-            self._endpoint_request(plane, EndpointOp.EV_PROBE, probe_id, now)
+            self._probes[probe_id] = (REVERSE, plane, ev)
+            self._endpoint_request(plane, EndpointOp.EV_PROBE, probe_id, now, ev=ev)
             keep = True
         if keep:
             self.timers.set(Timer.REVERSE_PROBE, now + interval)
 
     def on_ev_probe_answer(self, plane: int, probe_id: int, now: float) -> None:
-        """An EETH answered our EV_PROBE: the plane's reverse EVs work."""
+        """An EETH answered our EV_PROBE: that reverse EV works, and so does the plane."""
         entry = self._probes.pop(probe_id, None)
         if entry is None or entry[0] != REVERSE:
             return
         pl = self.paths.planes[entry[1]]
+        ev = entry[2]
         pl.proven_at = now
-        pl.reverse_probe_id = None
-        pl.reverse_unanswered = 0
+        if pl.reverse_probe_id == probe_id:
+            pl.reverse_probe_id = None
+        pl.reverse_misses.pop(ev, None)
+        pl.reverse_bad.discard(ev)
         if pl.reverse_dead:
             pl.reverse_dead = False
             self._announce_if_changed()
@@ -246,11 +260,13 @@ class PlaneMonitor:
         if self.paths.port_mask() != self._announced:
             self.announce_ports()
 
-    def _endpoint_request(self, plane: int, op: EndpointOp, probe_id: int, now: float) -> None:
+    def _endpoint_request(
+        self, plane: int, op: EndpointOp, probe_id: int, now: float, *, ev: int | None = None
+    ) -> None:
         pkt = EndpointPacket(
             opcode=Opcode.ENDPOINT_REQUEST,
             dest_qp=self.peer_qpn,
-            ev=self.paths.planes[plane].reverse_ev(),
+            ev=self.paths.planes[plane].reverse_ev() if ev is None else ev,
             header=ERTH(
                 op=op,
                 port_status_mask=self.paths.port_mask(),

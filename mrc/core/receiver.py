@@ -222,13 +222,16 @@ class Receiver:
                 self.cack = cack
                 self._complete(*last)
         self.cack = cack
-        sent = set()
-        for trig in self._immediate:
+        # Oldest block first: the sender infers losses per EV from what it has heard, so it
+        # must hear of a block before any later one (DESIGN.md §6). A block with an
+        # immediate trigger (A bit, CE, duplicate) needs no second, plain SACK.
+        triggers = list(self._immediate)
+        covered = {t.psn & ~63 & PSN_MASK for t in triggers}
+        triggers += [t for b, t in self._blocks.items() if b not in covered]
+        if len(triggers) > 1:
+            triggers.sort(key=lambda t: serial(t.psn - cack))
+        for trig in triggers:
             self._sack(trig)
-            sent.add(id(trig))
-        for trig in self._blocks.values():
-            if id(trig) not in sent:
-                self._sack(trig)
         self._blocks.clear()
         self._immediate.clear()
 

@@ -139,6 +139,8 @@ class Sender:
         self._plane_fifo: dict[int, deque[SentPacket]] = {}
         self._rack: dict[int, _Rack] = {}
         self._rack_pending: set[int] = set()
+        #: EVs with newly acknowledged first transmissions since the last output pull.
+        self._acked_evs: set[int] = set()
         #: Bits of each 64-PSN block some SACK already reported (SETH bitmaps repeat).
         self._sacked: dict[int, int] = {}
         #: The highest send seq acknowledged, and its EV; the highest on any other EV. They
@@ -200,6 +202,14 @@ class Sender:
 
     def datagrams(self, now: float) -> list[Transmit]:
         out: list[Transmit] = []
+        if self._acked_evs:
+            # Loss inference runs once per receive batch, after every SACK of it: SACKs of
+            # one batch (and of every plane read in one wake-up) report blocks in no
+            # particular order, and judging between them would blame packets whose
+            # acknowledgement is in the next SACK (DESIGN.md §6).
+            touched, self._acked_evs = self._acked_evs, set()
+            for ev in touched:
+                self._detect_losses(ev, now)
         self._send_retransmissions(now, out)
         self._send_new(now, out)
         self._send_completion_probes(now, out)
@@ -398,15 +408,21 @@ class Sender:
 
     # -- input ------------------------------------------------------------------------------
 
-    def on_sack(self, pkt: SackPacket, now: float) -> None:
-        cack = pkt.cack_psn
-        sent_span = (self.next_psn - self.una) & PSN_MASK
-        if (cack - self.una) & PSN_MASK > sent_span:
+    def _cumulative(self, cack: int) -> int | None:
+        """`cack` if it lies within what we sent, una for a late one, None for nonsense."""
+        if (cack - self.una) & PSN_MASK > (self.next_psn - self.una) & PSN_MASK:
             # Older than what we know (a late SACK) or beyond what we sent (a bad peer).
             if (self.una - cack) & PSN_MASK > self.config.window * 4:
                 self.drops["sack_out_of_range"] += 1
-                return
-            cack = self.una
+                return None
+            return self.una
+        return cack
+
+    def on_sack(self, pkt: SackPacket, now: float) -> None:
+        cack = self._cumulative(pkt.cack_psn)
+        if cack is None:
+            return
+        sent_span = (self.next_psn - self.una) & PSN_MASK
         seth = pkt.seth
         trig = (pkt.cack_psn + seth.ack_psn_offset) & PSN_MASK
         trig_rec = None if seth.pr else self.inflight.get(trig)
@@ -460,24 +476,31 @@ class Sender:
                 del self._sacked[block]
         if touched:
             self.spray.on_acked(touched, ce_ev, now)
-        for ev in touched:
-            self._detect_losses(ev, now)
+            self._acked_evs |= touched
 
     def on_acknowledge(self, pkt: AckPacket, now: float) -> None:
         msg = self.by_msn.get(pkt.aeth.msn)
         if msg is None or msg.last_psn < 0:
             self.drops["stale_aeth"] += 1
             return
+        touched: set[int] = set()
+        # BTH.PSN of an ACKNOWLEDGE is the responder's cack_psn (WIRE.md §2): everything
+        # before it arrived, which the SACKs still on their way may not have said yet.
+        cack = self._cumulative(pkt.psn)
+        if cack is not None:
+            while self.una != cack:
+                self._ack(self.una, now, touched)
+                self.una = (self.una + 1) & PSN_MASK
         if msg.status is None:
             # The AETH says every PSN of the message arrived or was consumed.
             psn = msg.first_psn
-            touched: set[int] = set()
             for _ in range(msg.npkts):
                 if (psn - self.una) & PSN_MASK < (self.next_psn - self.una) & PSN_MASK:
                     self._ack(psn, now, touched)
                 psn = (psn + 1) & PSN_MASK
-            self._advance_una()
             msg.status = pkt.aeth.syndrome
+        self._advance_una()
+        self._acked_evs |= touched
         while self.outstanding and self.outstanding[0].status is not None:
             done = self.outstanding.popleft()
             del self.by_msn[done.msn]
@@ -501,9 +524,7 @@ class Sender:
             self._declare_lost(rec, "nack_trimmed", avoid_plane=None, front=True)
             if reason is NackReason.TRIMMED:
                 # Congestion on that path, not a failure: skip it a while (WIRE.md §4).
-                self.evs.signal(
-                    rec.ev, EvSignal.TRIMMED, now=now, seq=self._seq, sent_seq=rec.seq
-                )
+                self.evs.signal(rec.ev, EvSignal.TRIMMED, now=now, seq=self._seq, sent_seq=rec.seq)
         elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
             self._declare_lost(rec, "nack_other", avoid_plane=None)
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:

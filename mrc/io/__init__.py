@@ -1,8 +1,9 @@
 """The I/O layer: the only part of `mrc` that touches sockets and the event loop.
 
-Holds plane sockets (`planes`), the endpoint that drives the sans-I/O core on them
-(`endpoint`) and event-loop setup (`loop`). The protocol itself lives in `mrc.core`; what to do
-with connections (benchmarks, the daemon) lives in `mrc.cli` and `mrc.daemon`.
+Holds plane sockets (`planes`), SRv6 path tables and per-path send sockets (`srv6`), the
+endpoint that drives the sans-I/O core on them (`endpoint`) and event-loop setup (`loop`). The
+protocol itself lives in `mrc.core`; what to do with connections (benchmarks, the daemon) lives
+in `mrc.cli` and `mrc.daemon`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .planes import (
     SockAddr,
     resolve_addr,
 )
+from .srv6 import PathEntry, PathMtuError, PathSockets, PathTable, PathTableError, SrPath
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -26,8 +28,14 @@ __all__ = [
     "CoreSession",
     "Fault",
     "IoEndpoint",
+    "PathEntry",
+    "PathMtuError",
+    "PathSockets",
+    "PathTable",
+    "PathTableError",
     "PlaneSocket",
     "SockAddr",
+    "SrPath",
     "loop_name",
     "new_event_loop",
     "resolve_addr",

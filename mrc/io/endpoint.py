@@ -3,7 +3,8 @@
 Holds the glue of DESIGN.md §3 on real sockets: a reader per plane socket that drains a batch and
 hands it to the core in one call, the "flush" that pulls a session's outputs after every input
 (transmits, then its ONE timer handle, then its events), send-error reporting as plane status,
-the lab blackhole fault (`inject_plane_down`) and clean shutdown. It decides nothing about the
+the lab blackhole fault (`inject_plane_down`), the choice of an SRv6 path socket by a transmit's
+EV when a `PathSockets` is given (`mrc.io.srv6`) and clean shutdown. It decides nothing about the
 protocol (that is `mrc.core`) nor about what an application does with events (the bench, the
 daemon); it only moves bytes, deadlines and events between them.
 
@@ -27,6 +28,7 @@ from mrc.core.events import Event
 from mrc.core.transmit import Transmit
 
 from .planes import PLANE_DOWN_ERRNOS, PlaneSocket, SockAddr
+from .srv6 import PathSockets
 
 __all__ = ["CoreEndpoint", "CoreSession", "Fault", "IoEndpoint"]
 
@@ -97,6 +99,7 @@ class IoEndpoint(Generic[S]):
         batch: int = 64,
         clock: Callable[[], float] = time.monotonic,
         on_error: Callable[[str], None] | None = None,
+        paths: PathSockets | None = None,
     ) -> None:
         self.loop = loop
         self.core = core
@@ -105,6 +108,10 @@ class IoEndpoint(Generic[S]):
         self.batch = batch
         self.now = clock
         self.on_error = on_error
+        #: SRv6 path sockets (closed with this endpoint); None = every plane is direct.
+        self.paths = paths
+        if paths is not None and paths.on_error is None:
+            paths.on_error = self._path_error
         #: io-level drops and incidents: injected blackhole drops, sends to planes we lack, …
         self.counters: Counter[str] = Counter()
         self.faults: list[Fault] = []
@@ -136,6 +143,8 @@ class IoEndpoint(Generic[S]):
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        if self.paths is not None:
+            self.paths.close()
         for sock in self.planes.values():
             sock.close()
 
@@ -159,13 +168,17 @@ class IoEndpoint(Generic[S]):
         """Start a connection; with `connect_sockets`, fix each plane socket to its peer.
 
         Connecting is faster (no address lookup per send) and lets ICMP errors from the peer show
-        up as ECONNREFUSED, but only suits an endpoint that talks to that one peer.
+        up as ECONNREFUSED, but only suits an endpoint that talks to that one peer. A plane that
+        sends on SRv6 path sockets stays unconnected (its peer may be reachable only via SIDs).
         """
         if connect_sockets:
             for plane, addr in peer_addrs.items():
                 sock = self.planes.get(plane)
-                if sock is not None:
-                    sock.connect(addr)
+                if sock is None:
+                    continue
+                if self.paths is not None and self.paths.source_routed(sock, addr):
+                    continue
+                sock.connect(addr)
         addrs: dict[int, Hashable] = {p: a for p, a in peer_addrs.items()}
         session = self.core.connect(config, addrs, private_data, self.now())
         self.flush(session)
@@ -243,7 +256,10 @@ class IoEndpoint(Generic[S]):
             seg = tx.segment_size
             self.counters["injected_plane_down"] += -(-len(tx.data) // seg) if seg else 1
             return None
-        return sock.send(tx.data, cast(SockAddr, tx.addr), tx.segment_size)
+        addr = cast(SockAddr, tx.addr)
+        if self.paths is not None:
+            return sock.send(tx.data, addr, tx.segment_size, self.paths.via(sock, addr, tx.ev))
+        return sock.send(tx.data, addr, tx.segment_size)
 
     def _arm(self, session: S, key: int, deadline: float | None, now: float) -> None:
         current = self._timers.get(key)
@@ -319,6 +335,13 @@ class IoEndpoint(Generic[S]):
         sessions: Any = getattr(self.core, "sessions", None)
         if sessions is None or session in sessions.values():
             self.core.discard(session)
+
+    def _path_error(self, message: str) -> None:
+        self.counters["path_open_error"] += 1
+        if self.on_error is not None:
+            self.on_error(message)
+        else:
+            log.error("%s", message)
 
     def _internal_error(self, where: str, exc: Exception) -> None:
         name = type(exc).__name__

@@ -14,6 +14,8 @@ Socket facts this module relies on (DESIGN.md §11, checked on Linux 6.x):
 - with `UDP_GRO` set, one read may return several coalesced datagrams and their size arrives as
   a `(SOL_UDP, UDP_GRO, int)` control message; `drain` splits them again;
 - `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE` lift `net.core.rmem_max` for root only.
+- with `reuseport`, other sockets (SRv6 path sockets, `mrc.io.srv6`) may bind the same address
+  and port; `send(via=…)` sends on such a socket while the counters stay this plane's.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class PlaneSocket:
         ring_size: int = 64,
         gro: bool = False,
         tos: int = ECT0,
+        reuseport: bool = False,
     ) -> None:
         self.plane = plane
         self.family, bind_addr = resolve_addr(host, port)
@@ -125,12 +128,21 @@ class PlaneSocket:
                     self.gro = True
                 except OSError:
                     self.counters["gro_unavailable"] += 1
+            if reuseport:
+                if bind_addr[1]:
+                    # A fixed port someone already holds is still refused (EADDRINUSE), as
+                    # without reuseport: only our own path sockets join this one.
+                    with socket.socket(self.family, socket.SOCK_DGRAM) as probe:
+                        probe.bind(bind_addr)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(bind_addr)
         except BaseException:
             sock.close()
             raise
         self.sock = sock
-        self.local_addr: SockAddr = tuple(sock.getsockname())
+        #: The address the socket is bound to (a wildcard stays a wildcard after `connect`).
+        self.bound_addr: SockAddr = tuple(sock.getsockname())
+        self.local_addr: SockAddr = self.bound_addr
         self._gso = True
         self._ring = [bytearray(RECV_BUFFER_BYTES) for _ in range(max(1, ring_size))]
         self._views = [memoryview(b) for b in self._ring]
@@ -217,9 +229,16 @@ class PlaneSocket:
     # -- send -------------------------------------------------------------------------------
 
     def send(
-        self, data: bytes | bytearray | memoryview, addr: SockAddr, segment_size: int | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        addr: SockAddr,
+        segment_size: int | None = None,
+        via: socket.socket | None = None,
     ) -> int | None:
         """Send one datagram, or a GSO batch of `segment_size` datagrams.
+
+        `via` is an unconnected socket to send on instead of this one (an SRv6 path socket);
+        what it sends is counted here, and its errors are mapped the same way.
 
         Returns None, or the errno of a send error that means the plane's local link is down
         (ENETUNREACH, ENETDOWN, EHOSTUNREACH) for the caller to report. ECONNREFUSED (an ICMP
@@ -227,21 +246,23 @@ class PlaneSocket:
         drops; any other error is counted by name.
         """
         size = len(data)
+        sock = self.sock if via is None else via
+        connected = via is None and addr == self.connected
         try:
             if segment_size is not None and 0 < segment_size < size:
                 if not self._gso:
-                    return self._send_split(data, addr, segment_size)
+                    return self._send_split(data, addr, segment_size, via)
                 cmsg = [(SOL_UDP, UDP_SEGMENT, _U16.pack(segment_size))]
-                if addr == self.connected:
-                    self.sock.sendmsg([data], cmsg)
+                if connected:
+                    sock.sendmsg([data], cmsg)
                 else:
-                    self.sock.sendmsg([data], cmsg, 0, addr)
+                    sock.sendmsg([data], cmsg, 0, addr)
                 self.packets_sent += -(-size // segment_size)
             else:
-                if addr == self.connected:
-                    self.sock.send(data)
+                if connected:
+                    sock.send(data)
                 else:
-                    self.sock.sendto(data, addr)
+                    sock.sendto(data, addr)
                 self.packets_sent += 1
         except OSError as exc:
             code = exc.errno or 0
@@ -255,18 +276,22 @@ class PlaneSocket:
                     self.counters["gso_disabled"] += 1
                 else:
                     self.counters["gso_split"] += 1
-                return self._send_split(data, addr, segment_size)
+                return self._send_split(data, addr, segment_size, via)
             return self._send_error(code)
         self.bytes_sent += size
         return None
 
     def _send_split(
-        self, data: bytes | bytearray | memoryview, addr: SockAddr, segment_size: int
+        self,
+        data: bytes | bytearray | memoryview,
+        addr: SockAddr,
+        segment_size: int,
+        via: socket.socket | None = None,
     ) -> int | None:
         view = memoryview(data)
         first: int | None = None
         for start in range(0, len(view), segment_size):
-            err = self.send(view[start : start + segment_size], addr)
+            err = self.send(view[start : start + segment_size], addr, None, via)
             if err is not None and first is None:
                 first = err
         return first

@@ -2,12 +2,16 @@
 
 Virtual time only: every input reaches the core with the simulated `now`, and the same
 pull-outputs loop as io/ runs after it (datagrams, timer, events). Hosts have one link per
-plane; a link direction has a rate, a latency, a finite queue (tail drop), seeded loss,
-reordering and duplication, and up/down schedules. Nothing here reads a clock, opens a socket
-or consumes randomness from anywhere but the network's own seeded `random.Random`.
+plane; a link direction has a rate, a latency, a finite queue (tail drop), an optional ECN
+threshold, seeded loss, reordering and duplication, queue-delay statistics, and up/down
+schedules. A packet in flight is a small tuple, `InFlight` (payload, source host name,
+destination address, EV, IP TOS byte): what a switch may look at instead of parsing mrc bytes.
+Nothing here reads a clock, opens a socket or consumes randomness from anywhere but the
+network's own seeded `random.Random`.
 
-What it leaves to others: protocol behaviour (mrc.core), switches and Clos fabrics (added in
-their own module), and application logic (tests and experiments attach `on_event` callbacks).
+What it leaves to others: protocol behaviour (mrc.core), switches, trimming and Clos fabrics
+(fabric.py: its switch ports are `Link`s with a priority queue), and application logic (tests
+and experiments attach `on_event` / `on_receive` callbacks).
 """
 
 from __future__ import annotations
@@ -18,19 +22,31 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.config import SessionConfig
 from ..core.endpoint import AcceptFn, Endpoint
 from ..core.events import Event
 from ..core.memory import RegionTable
 from ..core.session import Session
-from ..core.transmit import Transmit
+from ..core.transmit import Addr, Transmit
+
+if TYPE_CHECKING:
+    from .fabric import Switch
 
 #: TOS byte of a packet nobody marked: ECT(0), as every mrc packet is sent (WIRE.md §1).
 TOS_ECT0 = 0x02
+#: The ECN field (low 2 bits of the TOS byte): Not-ECT 0, ECT(1) 1, ECT(0) 2, CE 3 (RFC 3168).
+ECN_MASK = 0x03
+ECN_CE = 0x03
+
+#: A packet in flight: (UDP payload, source host name, destination address, EV, TOS byte).
+InFlight = tuple[bytes, str, Addr, int, int]
+#: What a host's endpoint receives: (UDP payload, source address, TOS byte).
+Datagram = tuple[bytes, Addr, int]
 
 EventHook = Callable[["Host", Session, Event], None]
+ReceiveHook = Callable[["Host", int, list[Datagram]], None]
 
 
 @dataclass(slots=True)
@@ -45,22 +61,163 @@ class LinkParams:
     reorder_delay: float = 100e-6
     #: Drops every packet for which it returns True (targeted losses in tests).
     drop_if: Callable[[bytes], bool] | None = None
+    #: Mark CE on an ECN-capable packet enqueued while more than this many bytes wait
+    #: (None: never mark). Not-ECT packets are never marked (WIRE.md §1).
+    ecn_threshold: int | None = None
+    #: Trim instead of dropping when the queue is full (switch ports only, fabric.py).
+    trim: bool = False
+    #: Bytes of UDP payload a trimmed packet keeps (WIRE.md §5).
+    trim_size: int = 64
 
 
 @dataclass(slots=True)
-class Link:
-    """One direction of a plane's cable, from `src` to `dst`."""
+class QueueStats:
+    """Queueing at one link direction since `since`, for congestion-control experiments.
 
-    src: Host
-    dst: Host
+    The backlog is measured in seconds of transmission work (bytes × 8 / rate): the delay a
+    packet enqueued at that instant would wait before its first bit leaves.
+    """
+
+    since: float = 0.0
+    #: ∫ backlog dt over [since, last] (seconds²).
+    area: float = 0.0
+    last: float = 0.0
+    #: Per packet: time from enqueue to the start of its transmission.
+    delay_sum: float = 0.0
+    delay_max: float = 0.0
+    samples: int = 0
+    #: The most bytes ever queued (the new packet included).
+    max_bytes: float = 0.0
+
+    def mean_delay(self) -> float:
+        """Mean queueing delay per transmitted packet."""
+        return self.delay_sum / self.samples if self.samples else 0.0
+
+
+def _backlog_area(busy_until: float, t0: float, t1: float) -> float:
+    """∫ max(0, busy_until - t) dt over [t0, t1]: the backlog drains linearly between enqueues."""
+    if busy_until <= t0:
+        return 0.0
+    end = t1 if t1 < busy_until else busy_until
+    return (2 * busy_until - t0 - end) * 0.5 * (end - t0)
+
+
+@dataclass(slots=True, eq=False)
+class Link:
+    """One direction of a cable, from `src` to `dst`: a FIFO egress queue and the wire.
+
+    Hosts' links (and direct cables between hosts) are plain `Link`s; a switch's egress ports
+    are `fabric.Port`s, which add a priority queue for trimmed packets.
+    """
+
+    src: Host | Switch
+    dst: Host | Switch
     plane: int
     params: LinkParams
     up: bool = True
+    #: When everything accepted so far will have left (the backlog, as total work).
     busy_until: float = 0.0
     counters: Counter[str] = field(default_factory=Counter)
+    #: The other direction of the same cable.
+    reverse: Link | None = None
+    stats: QueueStats = field(default_factory=QueueStats)
 
     def queued_bytes(self, now: float) -> float:
         return max(0.0, self.busy_until - now) * self.params.rate_bps / 8
+
+    def mean_queue_delay(self, now: float) -> float:
+        """Time-weighted mean queueing delay (seconds) since the last `reset_stats`."""
+        s = self.stats
+        span = now - s.since
+        if span <= 0:
+            return 0.0
+        return (s.area + _backlog_area(self.busy_until, s.last, now)) / span
+
+    def mean_queue_bytes(self, now: float) -> float:
+        """Time-weighted mean queue depth (bytes) since the last `reset_stats`."""
+        return self.mean_queue_delay(now) * self.params.rate_bps / 8
+
+    def reset_stats(self, now: float) -> None:
+        """Start a new measurement window at `now` (e.g. after a warm-up)."""
+        self.stats = QueueStats(since=now, last=now)
+
+    # -- the data path (called by Network) ---------------------------------------------------
+
+    def _admit(self, net: Network, data: bytes) -> bool:
+        """Link state, targeted drops and seeded loss, before any queueing decision."""
+        p = self.params
+        c = self.counters
+        c["sent"] += 1
+        if not self.up:
+            c["dropped_down"] += 1
+            return False
+        if p.drop_if is not None and p.drop_if(data):
+            c["dropped_filter"] += 1
+            return False
+        if p.loss and net.rng.random() < p.loss:
+            c["dropped_loss"] += 1
+            return False
+        return True
+
+    def _integrate(self, now: float) -> None:
+        """Bring the time-weighted statistics up to `now` (before `busy_until` changes)."""
+        s = self.stats
+        s.area += _backlog_area(self.busy_until, s.last, now)
+        s.last = now
+
+    def _account(self, now: float, size: int, backlog: float) -> None:
+        """Statistics for an accepted packet; `backlog` is the work ahead of it (seconds)."""
+        self._integrate(now)
+        s = self.stats
+        queued = backlog * self.params.rate_bps / 8 + size
+        if queued > s.max_bytes:
+            s.max_bytes = queued
+
+    def _launch(self, net: Network, pkt: InFlight, arrival: float) -> None:
+        """Put a packet whose last bit leaves at `arrival - latency` on the wire."""
+        p = self.params
+        c = self.counters
+        c["forwarded"] += 1
+        c["forwarded_bytes"] += len(pkt[0])
+        if p.reorder and net.rng.random() < p.reorder:
+            arrival += net.rng.random() * p.reorder_delay
+            c["reordered"] += 1
+        net._push(arrival, "arrive", (self, pkt))
+        if p.duplicate and net.rng.random() < p.duplicate:
+            c["duplicated"] += 1
+            net._push(arrival + net.rng.random() * p.reorder_delay, "arrive", (self, pkt))
+
+    def send(self, net: Network, pkt: InFlight) -> None:
+        """Enqueue `pkt` at `net.now`: tail drop, ECN marking at enqueue, FIFO service."""
+        data = pkt[0]
+        if not self._admit(net, data):
+            return
+        p = self.params
+        now = net.now
+        backlog = self.busy_until - now
+        if backlog < 0.0:
+            backlog = 0.0
+        queued = backlog * p.rate_bps / 8
+        size = len(data)
+        if queued + size > p.queue_bytes:
+            self.counters["dropped_queue"] += 1
+            return
+        threshold = p.ecn_threshold
+        if threshold is not None and queued > threshold and pkt[4] & ECN_MASK:
+            pkt = (data, pkt[1], pkt[2], pkt[3], pkt[4] | ECN_CE)
+            self.counters["ce_marked"] += 1
+        self._account(now, size, backlog)
+        s = self.stats
+        s.delay_sum += backlog
+        s.samples += 1
+        if backlog > s.delay_max:
+            s.delay_max = backlog
+        self.busy_until = now + backlog + size * 8 / p.rate_bps
+        self._launch(net, pkt, self.busy_until + p.latency)
+
+    def _set_up(self, net: Network, up: bool) -> None:
+        """Cable state; what is already on the wire is dropped on arrival while down."""
+        self.up = up
 
 
 class Host:
@@ -75,9 +232,11 @@ class Host:
         #: Every event any of this host's sessions raised: (time, session, event).
         self.events: list[tuple[float, Session, Event]] = []
         self.on_event: EventHook | None = None
+        #: Sees every receive batch before the endpoint does: (host, plane, datagrams).
+        self.on_receive: ReceiveHook | None = None
         #: While set, arrivals wait here until the host resumes (a stalled receiver).
         self.paused_until: float | None = None
-        self._backlog: list[tuple[int, bytes, int]] = []
+        self._backlog: list[tuple[int, Datagram]] = []
         self._timer_at: dict[int, float] = {}
 
     # -- application calls -----------------------------------------------------------------
@@ -125,27 +284,45 @@ class Host:
         for t in self.endpoint.datagrams_to_send():
             self._send(t)
 
+    def inject(
+        self, plane: int, peer: Addr, data: bytes, *, ev: int = 0, tos: int = TOS_ECT0
+    ) -> None:
+        """Send one raw datagram on `plane` now, as if the core had (tests and experiments)."""
+        link = self.links.get(plane)
+        if link is None:
+            self.net.counters["no_link"] += 1
+            return
+        link.send(self.net, (data, self.name, peer, ev, tos))
+
     def _send(self, t: Transmit) -> None:
         link = self.links.get(t.plane)
         if link is None:
             self.net.counters["no_link"] += 1
             return
+        net, name, addr, ev = self.net, self.name, t.addr, t.ev
         if t.segment_size:
             size = t.segment_size
             for off in range(0, len(t.data), size):
-                self.net._transmit(link, t.data[off : off + size])
+                link.send(net, (t.data[off : off + size], name, addr, ev, TOS_ECT0))
         else:
-            self.net._transmit(link, t.data)
+            link.send(net, (t.data, name, addr, ev, TOS_ECT0))
 
-    def _deliver(self, plane: int, batch: list[tuple[bytes, int]]) -> None:
+    def _deliver(self, batches: dict[int, list[Datagram]]) -> None:
+        """One wake-up: every plane's batch goes in before any output is pulled, as io/
+        drains all its sockets before acting (DESIGN.md §3)."""
         now = self.net.now
         if self.paused_until is not None:
-            self._backlog.extend((plane, d, tos) for d, tos in batch)
+            for plane, batch in batches.items():
+                self._backlog.extend((plane, d) for d in batch)
             return
-        peer = self.links[plane].dst.name
-        touched = self.endpoint.receive_datagrams(plane, [(d, peer, tos) for d, tos in batch], now)
+        touched: dict[int, Session] = {}
+        for plane, batch in batches.items():
+            if self.on_receive is not None:
+                self.on_receive(self, plane, batch)
+            for session in self.endpoint.receive_datagrams(plane, batch, now):
+                touched[session.qpn] = session
         self._flush_endpoint()
-        for session in touched:
+        for session in touched.values():
             self.flush(session)
 
     def _on_timer(self, session: Session) -> None:
@@ -170,11 +347,10 @@ class Host:
     def _resume(self) -> None:
         self.paused_until = None
         backlog, self._backlog = self._backlog, []
-        by_plane: dict[int, list[tuple[bytes, int]]] = {}
-        for plane, data, tos in backlog:
-            by_plane.setdefault(plane, []).append((data, tos))
-        for plane, batch in by_plane.items():
-            self._deliver(plane, batch)
+        by_plane: dict[int, list[Datagram]] = {}
+        for plane, datagram in backlog:
+            by_plane.setdefault(plane, []).append(datagram)
+        self._deliver(by_plane)
         for session in list(self.endpoint.sessions.values()):
             self._on_timer(session)
 
@@ -186,6 +362,8 @@ class Network:
         self.rng = random.Random(seed)
         self.now = 0.0
         self.hosts: dict[str, Host] = {}
+        #: Switches of fabrics built on this network (fabric.py registers them).
+        self.switches: dict[str, Switch] = {}
         self.counters: Counter[str] = Counter()
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
@@ -199,8 +377,11 @@ class Network:
     def link(self, a: Host, b: Host, plane: int, params: LinkParams | None = None) -> None:
         """A full-duplex cable between `a` and `b` on `plane` (same parameters both ways)."""
         p = params or LinkParams()
-        a.links[plane] = Link(a, b, plane, replace(p))
-        b.links[plane] = Link(b, a, plane, replace(p))
+        if p.trim:
+            raise ValueError("trimming needs a switch port (mrc.sim.fabric)")
+        ab = a.links[plane] = Link(a, b, plane, replace(p))
+        ba = b.links[plane] = Link(b, a, plane, replace(p))
+        ab.reverse, ba.reverse = ba, ab
 
     def pair(self, planes: int = 4, params: LinkParams | None = None) -> tuple[Host, Host]:
         """Two hosts "a" and "b" joined by `planes` direct planes."""
@@ -220,15 +401,22 @@ class Network:
 
         `notify` = both ends see it locally (a cable pull: carrier loss, ENETUNREACH), as io/
         reports it; without it the link is a silent blackhole found only by the protocol.
+        In a fabric the far end is a switch, so only `host` hears of it.
         """
+        self.set_cable(host.links[plane], up, at=at, notify=notify)
+
+    def set_cable(self, link: Link, up: bool, *, at: float, notify: bool = True) -> None:
+        """Take both directions of `link`'s cable down or up at time `at`; with `notify`,
+        each end that is a host is told (`Host.plane_status`), as in `set_link`."""
 
         def change() -> None:
-            link = host.links[plane]
-            back = link.dst.links[plane]
-            link.up = back.up = up
+            ends = [link] if link.reverse is None else [link, link.reverse]
+            for direction in ends:
+                direction._set_up(self, up)
             if notify:
-                host.plane_status(plane, up)
-                link.dst.plane_status(plane, up)
+                for end in (link.src, link.dst):
+                    if isinstance(end, Host):
+                        end.plane_status(link.plane, up)
 
         self.at(at, change)
 
@@ -253,57 +441,39 @@ class Network:
     def _push(self, t: float, kind: str, payload: Any) -> None:
         heapq.heappush(self._heap, (max(t, self.now), next(self._seq), kind, payload))
 
-    def _transmit(self, link: Link, data: bytes) -> None:
-        p = link.params
-        c = link.counters
-        c["sent"] += 1
-        if not link.up:
-            c["dropped_down"] += 1
-            return
-        if p.drop_if is not None and p.drop_if(data):
-            c["dropped_filter"] += 1
-            return
-        if p.loss and self.rng.random() < p.loss:
-            c["dropped_loss"] += 1
-            return
-        if link.queued_bytes(self.now) + len(data) > p.queue_bytes:
-            c["dropped_queue"] += 1
-            return
-        start = max(self.now, link.busy_until)
-        link.busy_until = start + len(data) * 8 / p.rate_bps
-        arrival = link.busy_until + p.latency
-        if p.reorder and self.rng.random() < p.reorder:
-            arrival += self.rng.random() * p.reorder_delay
-            c["reordered"] += 1
-        self._push(arrival, "arrive", (link, data))
-        if p.duplicate and self.rng.random() < p.duplicate:
-            c["duplicated"] += 1
-            self._push(arrival + self.rng.random() * p.reorder_delay, "arrive", (link, data))
-
     def step(self) -> bool:
         """Process everything due at the next event time; False when nothing is left."""
         if not self._heap:
             return False
         t = self._heap[0][0]
         self.now = t
-        batches: dict[tuple[str, int], list[tuple[bytes, int]]] = {}
-        hosts: dict[tuple[str, int], Host] = {}
+        batches: dict[str, dict[int, list[Datagram]]] = {}
+        hosts: dict[str, Host] = {}
         others = []
-        while self._heap and self._heap[0][0] == t:
-            _, _, kind, payload = heapq.heappop(self._heap)
+        heap = self._heap
+        while heap and heap[0][0] == t:
+            _, _, kind, payload = heapq.heappop(heap)
             if kind == "arrive":
-                link, data = payload
+                link, pkt = payload
                 if not link.up:
                     link.counters["dropped_down"] += 1
                     continue
                 link.counters["delivered"] += 1
-                key = (link.dst.name, link.plane)
-                batches.setdefault(key, []).append((data, TOS_ECT0))
-                hosts[key] = link.dst
+                dst = link.dst
+                if isinstance(dst, Host):
+                    planes = batches.get(dst.name)
+                    if planes is None:
+                        planes = batches[dst.name] = {}
+                        hosts[dst.name] = dst
+                    planes.setdefault(link.plane, []).append((pkt[0], pkt[1], pkt[4]))
+                else:
+                    dst.receive(self, link, pkt)
+            elif kind == "port":
+                payload._wake(self)
             else:
                 others.append((kind, payload))
-        for key, batch in batches.items():
-            hosts[key]._deliver(key[1], batch)
+        for name, planes in batches.items():
+            hosts[name]._deliver(planes)
         for kind, payload in others:
             if kind == "timer":
                 host, session = payload
@@ -345,5 +515,8 @@ class Network:
         return max_steps
 
     def links(self) -> Iterator[Link]:
+        """Every link direction: hosts' own links first, then switch ports."""
         for host in self.hosts.values():
             yield from host.links.values()
+        for switch in self.switches.values():
+            yield from switch.ports.values()

@@ -1,0 +1,376 @@
+"""Switches and a two-tier multi-plane Clos fabric for the simulator (DESIGN.md §4, §5).
+
+What it holds: `Port`, a switch's egress direction (a `Link` with a finite data queue, ECN
+marking at enqueue, trimming into a priority queue that goes ahead of queued data, tail drop and
+per-port counters); `Switch`, which forwards by the metadata a packet carries (destination host
+and EV), never by parsing mrc bytes; and `clos(...)`, which builds `planes` independent planes of
+tier-0 (one per rack) and tier-1 switches over hosts `h0..hN`, with switch and link failures.
+
+Routing is static and source-chosen, like the kernel SRv6 fabric: a tier-0 switch delivers
+same-rack traffic straight down; anything else goes up to tier-1 number `route = selector mod
+tier1`, where the EV is `plane 8 | selector 24` (WIRE.md §3, DESIGN.md §4); a tier-1 switch
+sends it down to the destination rack's tier-0, which sends it down to the host.
+
+What it leaves to others: the protocol (mrc.core), the event loop, hosts' own links and
+direct cables (network.py), and experiments (tests attach counters and hooks).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from ..core.transmit import Addr
+from .network import ECN_MASK, Host, InFlight, Link, LinkParams, Network
+
+#: DSCP a trimming switch sets (WIRE.md §5 [ours: the Cumulus defaults]).
+DSCP_TRIMMED = 11
+DSCP_TRIMMED_LASTHOP = 21
+#: Every data header, ImmDt included, must survive a trim (WIRE.md §5).
+MIN_TRIM_SIZE = 44
+SELECTOR_MASK = 0xFFFFFF
+_PRIORITY_DSCP = frozenset((DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
+
+#: A queued packet and when it was enqueued.
+_Queued = tuple[float, InFlight]
+
+
+@dataclass(slots=True, eq=False)
+class Port(Link):
+    """A switch's egress toward one neighbour: data queue, priority queue, one wire.
+
+    Occupancy (`queued_bytes`, ECN and overflow decisions) counts everything accepted and not
+    yet sent, both queues and the rest of the packet on the wire. Trimmed headers (DSCP 11 or
+    21) travel in the priority queue, which has its own `queue_bytes` of room and goes first.
+    Counters: `sent` (offered), `forwarded` / `forwarded_bytes`, `ce_marked`, `trimmed`,
+    `priority` (packets queued at priority), `dropped_queue`, `dropped_down` (cable or switch
+    down), `delivered` (reached the far end); queueing delay in `stats` (network.QueueStats).
+    """
+
+    #: The egress toward the destination host: trimmed packets get DSCP 21, not 11.
+    last_hop: bool = False
+    #: False while the switch that owns this port is down.
+    node_up: bool = True
+    waiting: deque[_Queued] = field(default_factory=deque)
+    urgent: deque[_Queued] = field(default_factory=deque)
+    urgent_bytes: int = 0
+    #: When the packet now on the wire has left.
+    tx_end: float = 0.0
+    #: An end-of-transmission event is scheduled.
+    wake_pending: bool = False
+
+    def send(self, net: Network, pkt: InFlight) -> None:
+        """Enqueue at `net.now`: ECN mark, or trim to the priority queue, or tail drop."""
+        if not self.node_up:
+            self.counters["sent"] += 1
+            self.counters["dropped_down"] += 1
+            return
+        data = pkt[0]
+        if not self._admit(net, data):
+            return
+        p = self.params
+        now = net.now
+        backlog = self.busy_until - now
+        if backlog < 0.0:
+            backlog = 0.0
+        size = len(data)
+        dscp = pkt[4] >> 2
+        # A header trimmed upstream keeps its priority class at every later hop (WIRE.md §5).
+        urgent = dscp in _PRIORITY_DSCP
+        if not urgent:
+            queued = backlog * p.rate_bps / 8
+            if queued + size > p.queue_bytes:
+                if not p.trim or size <= p.trim_size:
+                    self.counters["dropped_queue"] += 1
+                    return
+                # WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, send at priority.
+                dscp = DSCP_TRIMMED_LASTHOP if self.last_hop else DSCP_TRIMMED
+                size = p.trim_size
+                data = data[:size]
+                pkt = (data, pkt[1], pkt[2], pkt[3], dscp << 2 | pkt[4] & ECN_MASK)
+                self.counters["trimmed"] += 1
+                urgent = True
+            else:
+                threshold = p.ecn_threshold
+                if threshold is not None and queued > threshold and pkt[4] & ECN_MASK:
+                    pkt = (data, pkt[1], pkt[2], pkt[3], pkt[4] | ECN_MASK)
+                    self.counters["ce_marked"] += 1
+        # The priority queue has its own `queue_bytes` of room and is never CE-marked.
+        if urgent:
+            if self.urgent_bytes + size > p.queue_bytes:
+                self.counters["dropped_queue"] += 1
+                return
+            self.counters["priority"] += 1
+        self._account(now, size, backlog)
+        self.busy_until = now + backlog + size * 8 / p.rate_bps
+        if self.tx_end <= now and not self.waiting and not self.urgent:
+            self._start(net, pkt, 0.0)
+            return
+        if urgent:
+            self.urgent.append((now, pkt))
+            self.urgent_bytes += size
+        else:
+            self.waiting.append((now, pkt))
+        if not self.wake_pending:
+            self.wake_pending = True
+            net._push(self.tx_end, "port", self)
+
+    def _start(self, net: Network, pkt: InFlight, waited: float) -> None:
+        p = self.params
+        s = self.stats
+        s.delay_sum += waited
+        s.samples += 1
+        if waited > s.delay_max:
+            s.delay_max = waited
+        self.tx_end = net.now + len(pkt[0]) * 8 / p.rate_bps
+        self._launch(net, pkt, self.tx_end + p.latency)
+
+    def _wake(self, net: Network) -> None:
+        """The packet on the wire has left: start the next, priority first."""
+        now = net.now
+        if self.tx_end > now:  # another packet started since this was scheduled
+            net._push(self.tx_end, "port", self)
+            return
+        if self.urgent:
+            enqueued, pkt = self.urgent.popleft()
+            self.urgent_bytes -= len(pkt[0])
+        elif self.waiting:
+            enqueued, pkt = self.waiting.popleft()
+        else:
+            self.wake_pending = False
+            return
+        self._start(net, pkt, now - enqueued)
+        if self.urgent or self.waiting:
+            net._push(self.tx_end, "port", self)
+        else:
+            self.wake_pending = False
+
+    def _flush(self, net: Network) -> None:
+        """Drop everything still queued (the packet on the wire is already gone)."""
+        n = len(self.waiting) + len(self.urgent)
+        if n:
+            self.counters["dropped_down"] += n
+            self.waiting.clear()
+            self.urgent.clear()
+            self.urgent_bytes = 0
+        now = net.now
+        self._integrate(now)
+        self.busy_until = max(now, self.tx_end)
+
+    def _set_up(self, net: Network, up: bool) -> None:
+        self.up = up
+        if not up:
+            self._flush(net)
+
+
+@dataclass(slots=True, eq=False)
+class Switch:
+    """A switch of one plane. `down` maps a destination host name to the egress toward it;
+    anything else goes up, to `uplinks[selector mod len(uplinks)]` (DESIGN.md §4)."""
+
+    name: str
+    plane: int
+    #: 0 (top of rack) or 1 (spine).
+    tier: int
+    #: The rack of a tier-0 switch, the route number of a tier-1 switch.
+    index: int
+    up: bool = True
+    #: Egress ports by neighbour name.
+    ports: dict[str, Port] = field(default_factory=dict)
+    down: dict[Addr, Port] = field(default_factory=dict)
+    uplinks: list[Port] = field(default_factory=list)
+    #: Packets this switch could not route: `dropped_misrouted` (EV of another plane),
+    #: `dropped_no_route` (unknown destination and no uplink).
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def receive(self, net: Network, link: Link, pkt: InFlight) -> None:
+        """A packet arrived on `link`: pick the egress port by destination and EV."""
+        ev = pkt[3]
+        # EV 0 is what CM packets carry on every plane: the plane's default route.
+        if ev and ev >> 24 != self.plane:
+            self.counters["dropped_misrouted"] += 1
+            return
+        port = self.down.get(pkt[2])
+        if port is None:
+            uplinks = self.uplinks
+            if not uplinks:
+                self.counters["dropped_no_route"] += 1
+                return
+            port = uplinks[(ev & SELECTOR_MASK) % len(uplinks)]
+        port.send(net, pkt)
+
+
+@dataclass(slots=True, eq=False)
+class Clos:
+    """A built two-tier fabric: `planes` independent planes, each with one tier-0 switch per
+    rack and `paths_per_plane` tier-1 switches; every host has one link per plane."""
+
+    net: Network
+    hosts: list[Host]
+    #: tier0[plane][rack], tier1[plane][route].
+    tier0: list[list[Switch]]
+    tier1: list[list[Switch]]
+    rack_of: dict[str, int]
+
+    @property
+    def planes(self) -> int:
+        return len(self.tier0)
+
+    @property
+    def racks(self) -> int:
+        return len(self.tier0[0])
+
+    @property
+    def paths_per_plane(self) -> int:
+        """Routes between two racks of a plane (= tier-1 switches per plane)."""
+        return len(self.tier1[0])
+
+    @property
+    def plane_paths(self) -> tuple[int, ...]:
+        """Paths of each plane, by plane number (what `SessionConfig.plane_paths` wants)."""
+        return (self.paths_per_plane,) * self.planes
+
+    def rack(self, rack: int) -> list[Host]:
+        return [h for h in self.hosts if self.rack_of[h.name] == rack]
+
+    # -- EVs and routes ------------------------------------------------------------------------
+
+    def route_of(self, ev: int) -> int:
+        """The tier-1 switch number an EV's packets cross between racks (DESIGN.md §4)."""
+        return (ev & SELECTOR_MASK) % self.paths_per_plane
+
+    def tier1_of(self, ev: int) -> Switch:
+        """The tier-1 switch an EV's packets cross between racks (plane = ev >> 24)."""
+        return self.tier1[ev >> 24 & 0xFF][self.route_of(ev)]
+
+    # -- links -----------------------------------------------------------------------------
+
+    def link(self, a: Host | Switch, b: Host | Switch) -> Link:
+        """The direction a → b of the cable between two neighbours."""
+        if isinstance(a, Host):
+            if not isinstance(b, Switch):
+                raise ValueError(f"{a.name} and {b.name} are not neighbours")
+            link = a.links.get(b.plane)
+            if link is None or link.dst is not b:
+                raise ValueError(f"{a.name} and {b.name} are not neighbours")
+            return link
+        port = a.ports.get(b.name)
+        if port is None:
+            raise ValueError(f"{a.name} and {b.name} are not neighbours")
+        return port
+
+    def switches(self) -> Iterator[Switch]:
+        for plane in range(self.planes):
+            yield from self.tier0[plane]
+            yield from self.tier1[plane]
+
+    def ports(self) -> Iterator[Port]:
+        for switch in self.switches():
+            yield from switch.ports.values()
+
+    # -- failures ----------------------------------------------------------------------------
+
+    def set_link(
+        self, a: Host | Switch, b: Host | Switch, up: bool, *, at: float, notify: bool = True
+    ) -> None:
+        """Both directions of the cable a–b down or up at `at`. Only a host end is ever told
+        (and only with `notify`): a failure between switches is silent (DESIGN.md §4)."""
+        self.net.set_cable(self.link(a, b), up, at=at, notify=notify)
+
+    def flap(
+        self,
+        a: Host | Switch,
+        b: Host | Switch,
+        *,
+        start: float,
+        period: float,
+        count: int,
+        notify: bool = True,
+    ) -> None:
+        """The cable a–b down for half a period, up for half a period, `count` times."""
+        for i in range(count):
+            t = start + i * period
+            self.set_link(a, b, False, at=t, notify=notify)
+            self.set_link(a, b, True, at=t + period / 2, notify=notify)
+
+    def set_switch(self, switch: Switch, up: bool, *, at: float, notify: bool = False) -> None:
+        """A whole switch down or up at `at`: while down, every port drops what it is given
+        and what it had queued (`dropped_down`). With `notify`, hosts cabled to it are told
+        (their link lost carrier); without it the failure is silent."""
+
+        def change() -> None:
+            switch.up = up
+            for port in switch.ports.values():
+                port.node_up = up
+                if not up:
+                    port._flush(self.net)
+            if notify:
+                for port in switch.ports.values():
+                    if isinstance(port.dst, Host):
+                        port.dst.plane_status(switch.plane, up)
+
+        self.net.at(at, change)
+
+
+def clos(
+    net: Network,
+    planes: int = 4,
+    racks: int = 2,
+    hosts_per_rack: int = 2,
+    tier1: int = 4,
+    host_link: LinkParams | None = None,
+    fabric_link: LinkParams | None = None,
+    ecn_threshold: int | None = None,
+    trim: bool = False,
+    trim_size: int = 64,
+) -> Clos:
+    """Build a two-tier multi-plane Clos on `net`: hosts `h0..h{racks × hosts_per_rack - 1}`
+    (rack r holds the next `hosts_per_rack`), switches `p{plane}.t0.r{rack}` and
+    `p{plane}.t1.{route}`. `host_link` is used by host–tier-0 cables, `fabric_link` by
+    tier-0–tier-1 cables; every switch port gets `ecn_threshold`, `trim` and `trim_size`
+    (hosts neither mark nor trim)."""
+    if planes < 1 or racks < 1 or hosts_per_rack < 1 or tier1 < 1:
+        raise ValueError("a Clos needs at least one plane, rack, host per rack and tier-1")
+    if planes > 256:
+        raise ValueError("an EV has 8 bits of plane (WIRE.md §3)")
+    if trim and trim_size < MIN_TRIM_SIZE:
+        raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (WIRE.md §5)")
+    hp = host_link or LinkParams()
+    fp = fabric_link or LinkParams()
+    nic = replace(hp, ecn_threshold=None, trim=False)
+    host_port = replace(hp, ecn_threshold=ecn_threshold, trim=trim, trim_size=trim_size)
+    fabric_port = replace(fp, ecn_threshold=ecn_threshold, trim=trim, trim_size=trim_size)
+
+    names = [f"h{i}" for i in range(racks * hosts_per_rack)]
+    if any(name in net.hosts for name in names):
+        raise ValueError("the network already has hosts named h0, h1, …")
+    hosts = [net.add_host(name) for name in names]
+    rack_of = {h.name: i // hosts_per_rack for i, h in enumerate(hosts)}
+    t0s: list[list[Switch]] = []
+    t1s: list[list[Switch]] = []
+    for plane in range(planes):
+        t0 = [Switch(f"p{plane}.t0.r{r}", plane, 0, r) for r in range(racks)]
+        t1 = [Switch(f"p{plane}.t1.{i}", plane, 1, i) for i in range(tier1)]
+        for sw in (*t0, *t1):
+            if sw.name in net.switches:
+                raise ValueError(f"switch {sw.name} already exists on this network")
+            net.switches[sw.name] = sw
+        for h in hosts:
+            sw = t0[rack_of[h.name]]
+            up = h.links[plane] = Link(h, sw, plane, replace(nic))
+            down = sw.ports[h.name] = Port(sw, h, plane, replace(host_port), last_hop=True)
+            up.reverse, down.reverse = down, up
+            sw.down[h.name] = down
+        for lower in t0:
+            for upper in t1:
+                a = lower.ports[upper.name] = Port(lower, upper, plane, replace(fabric_port))
+                b = upper.ports[lower.name] = Port(upper, lower, plane, replace(fabric_port))
+                a.reverse, b.reverse = b, a
+                lower.uplinks.append(a)
+        for upper in t1:
+            for h in hosts:
+                upper.down[h.name] = upper.ports[t0[rack_of[h.name]].name]
+        t0s.append(t0)
+        t1s.append(t1)
+    return Clos(net, hosts, t0s, t1s, rack_of)

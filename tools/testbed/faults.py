@@ -1,0 +1,254 @@
+"""The fault injector: link down/up, flaps, random loss, blackholes, rate limits, clear.
+
+A fault targets a link by name (`h1-p0`, `t0r1p0-t1ap0`: both ends) or one end as
+`node:iface` (`t0r1p0:h1`: that end only). What each does at an end:
+
+- `link-down`/`link-up`: `ip link set dev IF down|up`; on up, the addresses and routes the
+  kernel removed with the device are re-installed. Downing both ends (a link name) makes a
+  host's sends on that plane fail at once with ENETUNREACH.
+- `flap LINK --period MS --count N`: N cycles of down for MS/2 then up for MS/2, in the
+  foreground; with `--background` a detached child does it and its pid is recorded, so
+  `clear` or `down` stops it (N = 0 flaps until stopped). The link is left up at the end.
+- `loss LINK PERCENT` / `blackhole LINK`: an nftables `netdev` table `mrc_testbed` with an
+  ingress chain per interface, `numgen random mod 100 < P counter drop` or `counter drop`:
+  packets arriving at that end are dropped, so a link name drops in both directions and the
+  link stays up (no ENETUNREACH: a silent fault).
+- `rate LINK RATE`: a `tbf` root qdisc on each end (egress), replacing any other.
+- `clear [LINK]`: stops flaps, removes the nft chains and tbf qdiscs (restoring the rate the
+  topology gave the link), brings the interfaces up and re-installs their routes.
+
+The records of active faults live in the testbed's state file (`build.State.faults`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tools.testbed.build import State, kill_flap, restore_iface, tbf_line
+from tools.testbed.model import Endpoint, Link, TestbedError
+from tools.testbed.runner import Runner, ensure_tools
+from tools.testbed.topology import parse_rate
+
+NFT_TABLE = "mrc_testbed"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def target(state: State, spec: str) -> tuple[Link, list[Endpoint]]:
+    """The link and the end(s) a fault names: a link name, or one end as `node:iface`."""
+    links = state.topo.links
+    if spec in links:
+        link = links[spec]
+        return link, [link.a, link.b]
+    if spec.count(":") == 1:
+        node, iface = spec.split(":")
+        n = state.topo.nodes.get(node)
+        if n is not None and iface in n.ifaces:
+            link = links[n.ifaces[iface].link]
+            return link, [Endpoint(node, iface)]
+    example = next(iter(links), "h1-p0")
+    raise TestbedError(
+        f"unknown link '{spec}' in testbed {state.name} (e.g. {example}, or node:iface; "
+        f"see status)"
+    )
+
+
+def _record(state: State, ends: list[Endpoint], key: str, value: Any) -> None:
+    for end in ends:
+        faults = state.faults.setdefault(str(end), {})
+        if value is None:
+            faults.pop(key, None)
+        else:
+            faults[key] = value
+        if not faults:
+            del state.faults[str(end)]
+
+
+def _set_down(state: State, ends: list[Endpoint], runner: Runner) -> None:
+    for end in ends:
+        runner.batch("ip", [f"link set dev {end.iface} down"], state.ns(end.node))
+
+
+def _set_up(state: State, ends: list[Endpoint], runner: Runner) -> None:
+    for end in ends:
+        restore_iface(state, end.node, [end.iface], runner)
+
+
+def link_down(state: State, spec: str, runner: Runner) -> str:
+    _, ends = target(state, spec)
+    _set_down(state, ends, runner)
+    _record(state, ends, "down", True)
+    state.save()
+    return f"{spec}: down ({', '.join(map(str, ends))})"
+
+
+def link_up(state: State, spec: str, runner: Runner) -> str:
+    _, ends = target(state, spec)
+    _set_up(state, ends, runner)
+    _record(state, ends, "down", None)
+    state.save()
+    return f"{spec}: up ({', '.join(map(str, ends))})"
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so a stopped flap still leaves its link up."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def flap(state: State, spec: str, period_ms: int, count: int, runner: Runner,
+         background: bool = False) -> str:
+    """Flap a link: `count` cycles (0: until stopped) of down for half the period, then up."""
+    link, ends = target(state, spec)
+    if period_ms < 2:
+        raise TestbedError(f"--period {period_ms}: want at least 2 ms")
+    if count < 0:
+        raise TestbedError(f"--count {count}: want 0 (until stopped) or more")
+    if background:
+        old = state.flaps.get(link.name)
+        if old:
+            kill_flap(old)
+        argv = [sys.executable, "-m", "tools.testbed", "fault", "--name", state.name, "flap",
+                spec, "--period", str(period_ms), "--count", str(count)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH"))
+                                            if p)
+        runner.show("python " + " ".join(argv[1:]) + " &")
+        child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True, cwd=str(REPO_ROOT))
+        state.flaps[link.name] = child.pid
+        state.save()
+        return f"{spec}: flapping every {period_ms} ms in the background (pid {child.pid})"
+    half = period_ms / 2000
+    done = 0
+    start = time.monotonic()  # changes follow a fixed schedule, whatever the commands cost
+
+    def wait_until(t: float) -> None:
+        time.sleep(max(0.0, start + t - time.monotonic()))
+
+    with _terminate_as_interrupt():
+        try:
+            while count == 0 or done < count:
+                wait_until(2 * half * done)
+                _set_down(state, ends, runner)
+                wait_until(2 * half * done + half)
+                _set_up(state, ends, runner)
+                done += 1
+        except KeyboardInterrupt:
+            _set_up(state, ends, runner)
+    return f"{spec}: flapped {done} times (period {period_ms} ms), now up"
+
+
+def _chain(iface: str) -> str:
+    return "in_" + iface.replace("-", "_")
+
+
+def _nft_drop(state: State, ends: list[Endpoint], rule: str, runner: Runner) -> None:
+    ensure_tools(["nft"], runner)
+    for end in ends:
+        chain = _chain(end.iface)
+        script = (
+            f"add table netdev {NFT_TABLE}\n"
+            f"add chain netdev {NFT_TABLE} {chain} {{ type filter hook ingress device "
+            f"\"{end.iface}\" priority 0; policy accept; }}\n"
+            f"flush chain netdev {NFT_TABLE} {chain}\n"
+            f"add rule netdev {NFT_TABLE} {chain} {rule}\n"
+        )
+        runner.nft(state.ns(end.node), script)
+
+
+def loss(state: State, spec: str, percent: float, runner: Runner) -> str:
+    _, ends = target(state, spec)
+    if not 0 <= percent <= 100:
+        raise TestbedError(f"loss {percent}: want a percentage 0 … 100")
+    if percent >= 100:
+        rule = "counter drop"  # numgen's value range stops at mod - 1
+    elif percent == int(percent):
+        rule = f"numgen random mod 100 < {int(percent)} counter drop"
+    else:
+        rule = f"numgen random mod 10000 < {round(percent * 100)} counter drop"
+    _nft_drop(state, ends, rule, runner)
+    _record(state, ends, "blackhole", None)
+    _record(state, ends, "loss", percent)
+    state.save()
+    return f"{spec}: {percent:g} % random loss arriving at {', '.join(map(str, ends))}"
+
+
+def blackhole(state: State, spec: str, runner: Runner) -> str:
+    _, ends = target(state, spec)
+    _nft_drop(state, ends, "counter drop", runner)
+    _record(state, ends, "loss", None)
+    _record(state, ends, "blackhole", True)
+    state.save()
+    return f"{spec}: blackholed (everything arriving at {', '.join(map(str, ends))} dropped)"
+
+
+def rate(state: State, spec: str, value: str, runner: Runner) -> str:
+    link, ends = target(state, spec)
+    bits = parse_rate(value, "rate")
+    for end in ends:
+        runner.batch("tc", [tbf_line(end.iface, bits, link.mtu)], state.ns(end.node))
+    _record(state, ends, "rate", bits)
+    state.save()
+    return f"{spec}: rate limited to {value} (tbf on {', '.join(map(str, ends))})"
+
+
+def clear(state: State, spec: str | None, runner: Runner) -> str:
+    """Undo faults on one link (or end), or on the whole testbed."""
+    if spec is None:
+        ends = [e for lk in state.topo.links.values() for e in lk.ends]
+        flaps = list(state.flaps)
+    else:
+        link, ends = target(state, spec)
+        flaps = [link.name] if link.name in state.flaps else []
+    for name in flaps:
+        kill_flap(state.flaps.pop(name))
+    by_node: dict[str, list[str]] = {}
+    for end in ends:
+        by_node.setdefault(end.node, []).append(end.iface)
+    has_nft = shutil.which("nft") is not None
+    for node, ifaces in by_node.items():
+        ns = state.ns(node)
+        if spec is None:
+            script = f"add table netdev {NFT_TABLE}\ndelete table netdev {NFT_TABLE}\n"
+        else:
+            script = "".join(
+                f"add table netdev {NFT_TABLE}\n"
+                f"add chain netdev {NFT_TABLE} {_chain(i)} {{ type filter hook ingress device "
+                f"\"{i}\" priority 0; policy accept; }}\n"
+                f"delete chain netdev {NFT_TABLE} {_chain(i)}\n"
+                for i in ifaces
+            )
+        if has_nft:
+            runner.nft(ns, script, check=False)
+        tc_lines = []
+        for iface in ifaces:
+            link = state.topo.links[state.topo.nodes[node].ifaces[iface].link]
+            if link.rate:
+                tc_lines.append(tbf_line(iface, link.rate, link.mtu))
+            else:
+                tc_lines.append(f"qdisc del dev {iface} root")
+        runner.batch("tc", tc_lines, ns, force=True)
+        restore_iface(state, node, ifaces, runner)
+    for end in ends:
+        state.faults.pop(str(end), None)
+    state.save()
+    return f"{spec}: faults cleared" if spec else "all faults cleared"
