@@ -324,16 +324,23 @@ def receiver_stall(spray: str, *, seed: int = 1, size: int = 32 * MiB) -> Outcom
 
 
 def congested_tier1(
-    spray: str, *, trim: bool = False, seed: int = 1, size: int = 24 * MiB
+    spray: str,
+    *,
+    trim: bool = False,
+    rate: float = 200e6,
+    queue: int = 64_000,
+    seed: int = 1,
+    size: int = 24 * MiB,
 ) -> Outcome:
-    """Tier-1 #0 of plane 0 forwards to rack 1 at a quarter of the line rate; switches mark
-    ECN above 32 KB of queue; with `trim`, a full 128 KB queue trims instead of dropping."""
+    """Tier-1 #0 of plane 0 forwards to rack 1 at `rate` (its share of a full plane is
+    250 Mbit/s) with a `queue`-byte buffer; switches mark ECN above 16 KB of queue; with
+    `trim`, a full queue trims instead of dropping (WIRE.md §5)."""
     net = Network(seed)
-    fab = _clos(net, 1e9, ecn_threshold=32_000, trim=trim)
+    fab = _clos(net, 1e9, ecn_threshold=16_000, trim=trim)
     h0, h1 = fab.hosts
     hot = fab.tier1[0][0]
     port = fab.link(hot, fab.tier0[0][1])
-    port.params = replace(port.params, rate_bps=250e6, queue_bytes=128_000)
+    port.params = replace(port.params, rate_bps=rate, queue_bytes=queue)
     arrivals: dict[int, float] = {}
     trim_to_rtx: list[float] = []
 
@@ -380,7 +387,10 @@ SCENARIOS: dict[str, Callable[[str], Outcome]] = {
     "flap": flap,
     "receiver_stall": receiver_stall,
     "congested_tier1": congested_tier1,
-    "congested_tier1_trim": lambda spray: congested_tier1(spray, trim=True),
+    # A tenth of its share and a 24 KB buffer: the queue overflows and trims.
+    "congested_tier1_trim": lambda spray: congested_tier1(
+        spray, trim=True, rate=100e6, queue=24_000
+    ),
 }
 
 

@@ -1,0 +1,101 @@
+"""Adaptive multipath in the simulator: the scenarios of the MRC paper, with exact checks.
+
+Each story runs one scenario of `mrc.sim.scenarios` (the same code `python -m
+mrc.sim.scenarios` compares across spray policies) with the default `bitmap` policy and checks
+what MRC promises: a lossy path is retired at its first loss and replaced, a dead tier-1 costs
+its paths within two RTOs and they come back by probes, a host's lost plane is announced and
+avoided, flapping and stalls do not stop placement, congestion moves load.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mrc.sim import scenarios
+
+SPRAY = "bitmap"
+
+
+def test_twenty_percent_loss_on_one_ev_retires_it_at_its_first_loss() -> None:
+    lossless = scenarios.ev_loss(SPRAY, loss=0.0)
+    lossy = scenarios.ev_loss(SPRAY, loss=0.2)
+    assert lossless.intact and lossy.intact
+    d = lossy.detail
+    # Retired once, right after its first drop (RACK: a later packet on it got through,
+    # plus the reordering window), and nothing else was blamed.
+    assert d["victim_times_retired"] == 1 and d["other_retired"] == []
+    (retired_at,) = d["victim_retired_at"]
+    assert 0 < retired_at - d["first_drop"] < 0.002
+    assert lossy.retired == 1 and lossy.retransmits == {"rack": 1}
+    # A backup of the same plane took its place: plane 1 still has 16 active EVs.
+    assert d["plane1_active"] == 16
+    assert lossy.goodput_bps >= 0.95 * lossless.goodput_bps
+    assert lossless.retired == 0 and lossless.retransmits == {}
+
+
+def test_a_dead_tier1_costs_its_paths_within_two_rtos_and_probes_bring_them_back() -> None:
+    o = scenarios.tier1_failure(SPRAY, die=0.010, back=0.300)
+    assert o.completed and o.intact
+    d = o.detail
+    # Plane 1 has 16 EVs over 4 tier-1 switches: 4 go through the one that dies.
+    assert len(d["through_dead"]) == 4
+    assert sorted(d["retire_after"]) == sorted(d["through_dead"])
+    assert max(d["retire_after"].values()) <= 2 * d["rto_at_death"]
+    # No other path was blamed, and no plane went down.
+    assert d["other_paths_retired"] == [] and o.planes_down == []
+    # Back within 2 s of the switch's return (three clean probe answers each).
+    assert sorted(d["restore_after"]) == sorted(d["through_dead"])
+    assert max(d["restore_after"].values()) < 2.0
+    assert d["still_retired"] == []
+
+
+def test_a_receivers_lost_plane_is_announced_and_avoided_within_two_rtts() -> None:
+    o = scenarios.host_link_down(SPRAY, fail=0.030)
+    assert o.completed and o.intact
+    d = o.detail
+    # The receiver saw its link go, cleared the plane in PORTSTATE / PORT_STATUS, and the
+    # sender put nothing more into plane 2 (its in-flight packets were resent elsewhere).
+    assert o.planes_down == [(pytest.approx(0.030, abs=1e-4), 2, "peer cannot receive")]
+    assert d["stopped_after"] <= 2 * d["srtt"]
+    assert o.retransmits.get("plane_down", 0) > 0
+    assert d["rate_after"] >= 0.7 * 0.75 * d["rate_before"]
+
+
+def test_a_flapping_fabric_link_never_stops_placement_for_10_ms() -> None:
+    o = scenarios.flap(SPRAY, period=0.050, count=40)
+    assert o.completed and o.intact
+    assert o.detail["done_at"] > o.detail["flap_until"]  # the transfer outlived the flapping
+    assert o.longest_stall < 0.010
+    assert o.retired > 0 and o.planes_down == []
+
+
+def test_a_stalled_receiver_takes_down_no_plane_and_retires_no_path() -> None:
+    o = scenarios.receiver_stall(SPRAY)
+    assert o.completed and o.intact
+    # 50 ms without processing: the sender backed off and resent only the oldest packets.
+    assert o.longest_stall == pytest.approx(0.050, abs=1e-3)
+    assert o.planes_down == [] and o.retired == 0
+    assert o.detail["still_retired"] == [] and o.detail["planes_usable"] == [0, 1, 2, 3]
+    assert set(o.retransmits) == {"rto"}
+
+
+def test_ecn_on_a_congested_tier1_skips_its_paths_and_moves_load() -> None:
+    o = scenarios.congested_tier1(SPRAY)
+    assert o.completed and o.intact
+    d = o.detail
+    assert d["ce_marked"] > 0 and d["hot_skips"] > 0 and d["other_skips"] == 0
+    # Congestion is not failure: nothing retired, nothing lost.
+    assert o.retired == 0 and o.retransmits == {}
+    # Its fair share of plane 0 is a quarter; skipping moved part of it elsewhere.
+    assert d["hot_share"] < 0.23
+
+
+def test_trimmed_packets_bring_nacks_and_are_resent_within_one_rtt() -> None:
+    o = scenarios.congested_tier1(SPRAY, trim=True, rate=100e6, queue=24_000)
+    assert o.completed and o.intact
+    d = o.detail
+    assert d["trimmed"] > 0 and d["dropped_queue"] == 0
+    # Every trimmed header was NACKed and its PSN resent at once (one retransmit each).
+    assert o.retransmits["nack_trimmed"] == d["trimmed"] == d["trim_to_rtx_count"]
+    assert d["trim_to_rtx_max"] <= d["srtt_plane0"]
+    assert d["hot_skips"] > 0 and d["hot_share"] < 0.2
