@@ -22,6 +22,7 @@ from typing import Any
 
 from mrc.core.config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from mrc.core.errors import LocalProtocolError
+from mrc.core.spray import spray_names
 from mrc.io.srv6 import PathTable, PathTableError
 
 from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
@@ -202,6 +203,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="window in units of 128 packets (default 8)",
     )
     p.add_argument(
+        "--spray",
+        choices=spray_names(),
+        default="bitmap",
+        help="spray policy of the side that writes (default bitmap, MRC's retirement rule)",
+    )
+    p.add_argument(
         "--verify", action="store_true", help="check every message's bytes on the receiver"
     )
     p.add_argument(
@@ -244,6 +251,7 @@ class BenchOptions:
     payload_mtu: int = 4096
     ev_per_plane: int = 16
     mpr: int = 8
+    spray: str = "bitmap"
     verify: bool = False
     injects: list[tuple[int, float]] = field(default_factory=list)
     connect_timeout: float = 5.0
@@ -258,6 +266,7 @@ class BenchOptions:
             payload_mtu=self.payload_mtu,
             mpr=self.mpr,
             ev_per_plane=self.ev_per_plane,
+            spray=self.spray,
             plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
         ).validate()
 
@@ -300,6 +309,7 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         payload_mtu=ns.payload_mtu,
         ev_per_plane=ns.ev_per_plane,
         mpr=ns.mpr,
+        spray=ns.spray,
         verify=ns.verify,
         injects=list(ns.inject),
         connect_timeout=ns.connect_timeout,

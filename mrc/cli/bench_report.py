@@ -103,6 +103,7 @@ def test_start_info(
         "payload_mtu": est.payload_mtu,
         "ev_per_plane": est.ev_per_plane,
         "mpr": est.mpr,
+        "spray": opts.spray,
         "plane_mask": est.plane_mask,
         "inject": (
             [f"plane-down={pl}@{at:g}" for pl, at in p.injects]

@@ -394,6 +394,7 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
         payload_mtu=opts.payload_mtu,
         ev_per_plane=opts.ev_per_plane,
         mpr=opts.mpr,
+        spray=opts.spray,
         one_off=True,
     )
     server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), planes)

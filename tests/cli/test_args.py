@@ -36,6 +36,7 @@ BAD = [
     (["bench", "-s", "-B", "127.0.0.2", "-t", "3"], "client flags"),
     (["bench", "--demo", "-c", "127.0.0.2"], "exactly one of"),
     (["bench", "-c", "127.0.0.2,,127.0.0.3"], "empty address"),
+    (["bench", "-c", "127.0.0.2", "--spray", "nope"], "invalid choice: 'nope'"),
 ]
 
 
