@@ -189,6 +189,15 @@ class PathTable:
                 return p.number
         return preferred if self.is_up(preferred) else None
 
+    def probe_timeout(self, plane: int) -> float:
+        """How long a probe on `plane` may go unanswered: the plane's RTO once it has RTT
+        samples, else the largest RTO a plane with samples has, else the initial RTO."""
+        est = self.planes[plane].rtt
+        if est.srtt is not None:
+            return est.rto
+        known = [p.rtt.rto for p in self.planes.values() if p.rtt.srtt is not None]
+        return max(known) if known else est.rto
+
     def port_mask(self) -> int:
         """Planes we can receive on (PORTSTATE, WIRE.md §4): not locally down and not
         silent to our EV_PROBEs."""

@@ -115,7 +115,7 @@ class PlaneMonitor:
             return
         if pl.probe_outstanding:
             # Unanswered = older than the plane's RTO: a busy receiver is not a dead plane.
-            overdue = pl.probe_sent_at + pl.rtt.rto
+            overdue = pl.probe_sent_at + self.paths.probe_timeout(plane)
             if now < overdue:
                 self.timers.set(Timer.PLANE_PROBE, overdue, plane)
                 return
@@ -201,7 +201,7 @@ class PlaneMonitor:
             if plane not in self.peer_addrs or pl.state is not PlaneState.UP:
                 continue
             if pl.reverse_probe_id is not None:
-                if now < pl.reverse_probe_sent_at + pl.rtt.rto:
+                if now < pl.reverse_probe_sent_at + self.paths.probe_timeout(plane):
                     keep = True
                     continue
                 self._probes.pop(pl.reverse_probe_id, None)
@@ -236,6 +236,8 @@ class PlaneMonitor:
         pl.proven_at = now
         if pl.reverse_probe_id == probe_id:
             pl.reverse_probe_id = None
+            # A host that only receives has no data RTT: its probes give the plane one.
+            pl.rtt.sample(max(0.0, now - pl.reverse_probe_sent_at))
         pl.reverse_misses.pop(ev, None)
         pl.reverse_bad.discard(ev)
         if pl.reverse_dead:

@@ -12,8 +12,16 @@ from __future__ import annotations
 import pytest
 
 from mrc.sim import scenarios
+from mrc.wire.packet import ProbePacket
+from mrc.wire.probe import PETH
 
 SPRAY = "bitmap"
+#: One RELIABILITY_PROBE on the wire (UDP payload).
+PROBE_BYTES = len(ProbePacket(dest_qp=1, psn=0, ev=1, peth=PETH(probe_id=1)).encode())
+
+
+def probe_share(o: scenarios.Outcome, size: int) -> float:
+    return o.probes_sent * PROBE_BYTES / size
 
 
 def test_twenty_percent_loss_on_one_ev_retires_it_at_its_first_loss() -> None:
@@ -47,6 +55,7 @@ def test_a_dead_tier1_costs_its_paths_within_two_rtos_and_probes_bring_them_back
     assert sorted(d["restore_after"]) == sorted(d["through_dead"])
     assert max(d["restore_after"].values()) < 2.0
     assert d["still_retired"] == []
+    assert 0 < probe_share(o, 24 * scenarios.MiB) < 0.01
 
 
 def test_a_receivers_lost_plane_is_announced_and_avoided_within_two_rtts() -> None:
@@ -67,6 +76,7 @@ def test_a_flapping_fabric_link_never_stops_placement_for_10_ms() -> None:
     assert o.detail["done_at"] > o.detail["flap_until"]  # the transfer outlived the flapping
     assert o.longest_stall < 0.010
     assert o.retired > 0 and o.planes_down == []
+    assert 0 < probe_share(o, 56 * scenarios.MiB) < 0.01
 
 
 def test_a_stalled_receiver_takes_down_no_plane_and_retires_no_path() -> None:
@@ -99,3 +109,28 @@ def test_trimmed_packets_bring_nacks_and_are_resent_within_one_rtt() -> None:
     assert o.retransmits["nack_trimmed"] == d["trimmed"] == d["trim_to_rtx_count"]
     assert d["trim_to_rtx_max"] <= d["srtt_plane0"]
     assert d["hot_skips"] > 0 and d["hot_share"] < 0.2
+
+
+def test_a_receiver_finds_its_dead_return_path_by_ev_probes_and_announces_it() -> None:
+    """Plane 2 silently loses everything from the receiver back to the sender at 5 ms.
+
+    The receiver only receives, so no acknowledgement can tell it; its EV_PROBEs on plane 2
+    go unanswered, every reverse EV of the plane goes bad, it clears plane 2 from PORTSTATE
+    and PORT_STATUS, and the sender stops using the plane (DESIGN.md §4 "Reverse path").
+    """
+    net = scenarios.Network(3)
+    a, b = net.pair(4, scenarios.LinkParams(rate_bps=1e9, latency=5e-6, queue_bytes=8 << 20))
+    b.links[2].params.drop_if = lambda data: net.now >= 0.005
+    t = scenarios.Transfer(net, a, b, scenarios._config(SPRAY), 32 * scenarios.MiB, 1 << 20)
+    assert net.drive_until(t.done, timeout=5)
+    rx = next(iter(b.endpoint.sessions.values()))
+    plane = rx.paths.planes[2]
+    assert plane.reverse_dead and plane.reverse_bad == set(plane.reverse_evs)
+    assert rx.paths.port_mask() == 0b1011
+    downs = [(ts, e) for ts, s, e in a.events if type(e).__name__ == "PlaneDown"]
+    assert [(e.plane, e.reason) for _, e in downs] == [(2, "peer cannot receive")]
+    # Two probes per reverse EV (10 ms apart, one reverse EV per tick) before it is bad.
+    assert 0.005 < downs[0][0] < 0.005 + 0.1
+    assert bytes(t.dst) == t.src
+    # The plane's own SACKs went elsewhere once it was dead: nothing was lost for good.
+    assert not t.session.paths.usable(2) and t.session.paths.is_up(2)
