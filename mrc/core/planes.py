@@ -27,7 +27,7 @@ from ..wire.probe import EETH, ERTH, PETH, EndpointOp
 from .config import SessionConfig
 from .events import Event, PlaneDown, PlaneUp
 from .paths import PathTable, PlaneState
-from .sender import tx_timestamp
+from .records import tx_timestamp
 from .stats import SessionStats
 from .timers import Timer, TimerTable
 from .transmit import Addr, Transmit

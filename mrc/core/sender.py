@@ -18,7 +18,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from ..wire.ack import NackReason, SackMark
-from ..wire.bth import MSN_MOD, PSN_MOD, Opcode
+from ..wire.bth import MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket, encode_data_header
 from .config import SessionConfig
 from .errors import LocalProtocolError
@@ -26,6 +26,7 @@ from .events import Event, WriteCompleted
 from .evs import EvSignal
 from .memory import Region
 from .paths import PathTable, ev_plane
+from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, opcode_for, tx_timestamp
 from .spray import SprayPolicy
 from .stats import SessionStats
 from .timers import Timer, TimerTable
@@ -36,56 +37,6 @@ MSN_MASK = MSN_MOD - 1
 HALF = PSN_MOD >> 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
 MAX_OUTSTANDING_MESSAGES = 1 << 15
-
-INFLIGHT, ACKED, LOST = 0, 1, 2
-
-
-def tx_timestamp(now: float) -> int:
-    """WIRE.md §3 TSETH: the sender's clock in microseconds modulo 2^16."""
-    return int(now * 1e6) & 0xFFFF
-
-
-@dataclass(eq=False, slots=True)
-class OutMessage:
-    msn: int
-    src: memoryview
-    remote_va: int
-    rkey: int
-    imm: int | None
-    npkts: int
-    first_psn: int = -1
-    last_psn: int = -1
-    #: Packets handed out so far (new transmissions only).
-    sent: int = 0
-    #: Packets acknowledged so far.
-    acked: int = 0
-    #: AETH syndrome once the outcome arrived.
-    status: int | None = None
-    #: When to resend the LAST to fetch a missing AETH, and the interval in force.
-    completion_deadline: float | None = None
-    completion_interval: float = 0.0
-
-    @property
-    def length(self) -> int:
-        return len(self.src)
-
-
-@dataclass(eq=False, slots=True)
-class SentPacket:
-    psn: int
-    msg: OutMessage
-    index: int
-    length: int
-    ev: int
-    plane: int
-    sent_at: float
-    #: Send order across the whole session; orders packets sent at the same `now`.
-    seq: int
-    tx_ts: int
-    rtx: bool
-    state: int = INFLIGHT
-    #: Acted on one TRIMMED NACK already (WIRE.md §4: at most one per send record).
-    trim_nacked: bool = False
 
 
 @dataclass(slots=True)
@@ -273,16 +224,6 @@ class Sender:
             msg.completion_interval = min(self.config.max_rto, msg.completion_interval * 2)
             msg.completion_deadline = now + msg.completion_interval
 
-    def _opcode(self, msg: OutMessage, index: int) -> Opcode:
-        last = index == msg.npkts - 1
-        if msg.npkts == 1:
-            return Opcode.WRITE_ONLY if msg.imm is None else Opcode.WRITE_ONLY_IMM
-        if index == 0:
-            return Opcode.WRITE_FIRST
-        if last:
-            return Opcode.WRITE_LAST if msg.imm is None else Opcode.WRITE_LAST_IMM
-        return Opcode.WRITE_MIDDLE
-
     def _build(
         self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
     ) -> Transmit:
@@ -292,7 +233,7 @@ class Sender:
         last = index == msg.npkts - 1
         rqmsn = self.outstanding[0].msn if self.outstanding else msg.msn
         header = encode_data_header(
-            opcode=self._opcode(msg, index),
+            opcode=opcode_for(msg, index),
             dest_qp=self.dest_qp,
             psn=psn,
             ev=ev,

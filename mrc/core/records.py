@@ -1,0 +1,73 @@
+"""Send records: one posted WRITE (`OutMessage`) and one transmission of a packet of it
+(`SentPacket`), their states, and what a packet's opcode and timestamp are.
+
+Plain data shared by the sender (which owns the records and their life cycle) and the plane
+monitor (which stamps probes with the same clock); nothing here sends or decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..wire.bth import Opcode
+
+INFLIGHT, ACKED, LOST = 0, 1, 2
+
+
+def tx_timestamp(now: float) -> int:
+    """WIRE.md §3 TSETH: the sender's clock in microseconds modulo 2^16."""
+    return int(now * 1e6) & 0xFFFF
+
+
+@dataclass(eq=False, slots=True)
+class OutMessage:
+    msn: int
+    src: memoryview
+    remote_va: int
+    rkey: int
+    imm: int | None
+    npkts: int
+    first_psn: int = -1
+    last_psn: int = -1
+    #: Packets handed out so far (new transmissions only).
+    sent: int = 0
+    #: Packets acknowledged so far.
+    acked: int = 0
+    #: AETH syndrome once the outcome arrived.
+    status: int | None = None
+    #: When to resend the LAST to fetch a missing AETH, and the interval in force.
+    completion_deadline: float | None = None
+    completion_interval: float = 0.0
+
+    @property
+    def length(self) -> int:
+        return len(self.src)
+
+
+@dataclass(eq=False, slots=True)
+class SentPacket:
+    psn: int
+    msg: OutMessage
+    index: int
+    length: int
+    ev: int
+    plane: int
+    sent_at: float
+    #: Send order across the whole session; orders packets sent at the same `now`.
+    seq: int
+    tx_ts: int
+    rtx: bool
+    state: int = INFLIGHT
+    #: Acted on one TRIMMED NACK already (WIRE.md §4: at most one per send record).
+    trim_nacked: bool = False
+
+
+def opcode_for(msg: OutMessage, index: int) -> Opcode:
+    """The opcode of packet `index` of `msg` (WIRE.md §2)."""
+    if msg.npkts == 1:
+        return Opcode.WRITE_ONLY if msg.imm is None else Opcode.WRITE_ONLY_IMM
+    if index == 0:
+        return Opcode.WRITE_FIRST
+    if index == msg.npkts - 1:
+        return Opcode.WRITE_LAST if msg.imm is None else Opcode.WRITE_LAST_IMM
+    return Opcode.WRITE_MIDDLE
