@@ -85,8 +85,10 @@ class Plane:
     reverse_misses: dict[int, int] = field(default_factory=dict)
     reverse_next: int = 0
     reverse_probe_next: int = 0
-    #: When something last proved that our packets on this plane reach the peer.
+    #: When something last proved that our packets on this plane reach the peer, and the
+    #: send time of the latest packet of ours on this plane the peer answered.
     proven_at: float = 0.0
+    answered_sent_at: float = 0.0
     reverse_probe_id: int | None = None
     reverse_probe_ev: int = 0
     reverse_probe_sent_at: float = 0.0

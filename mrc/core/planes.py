@@ -68,8 +68,14 @@ class PlaneMonitor:
         self.on_down = on_down
         self.peer_qpn = 0
         self._probe_id = 0
-        self._probes: dict[int, tuple[int, int, int]] = {}  # probe_id → (kind, plane, ev)
+        #: probe_id → (kind, plane, ev, sent at)
+        self._probes: dict[int, tuple[int, int, int, float]] = {}
         self._announced = paths.port_mask()
+        #: The peer's receive mask in force, the cack_psn of the announcement that set it,
+        #: and the newest cack_psn any SACK carried (to order PORTSTATE against PORT_STATUS).
+        self._peer_mask = config.plane_mask
+        self._mask_cack: int | None = None
+        self._seen_cack: int | None = None
         self.evs.on_floor = self.floor_reached
 
     # -- inputs -------------------------------------------------------------------------------
@@ -98,8 +104,28 @@ class PlaneMonitor:
         self._start_probing(plane, now + self.config.probe_interval)
         self._announce_if_changed()
 
-    def peer_ports(self, mask: int, now: float) -> None:
-        """The peer announced the planes it can receive on (PORTSTATE or PORT_STATUS)."""
+    def peer_ports(self, mask: int, now: float, cack: int | None = None) -> None:
+        """The peer announced the planes it can receive on: PORTSTATE in a SACK whose
+        cack_psn is `cack`, or PORT_STATUS / an EETH (`cack` None).
+
+        SACKs travel on several planes and overtake each other, so a SACK's PORTSTATE may
+        change the mask only if its cack_psn is newer than that of the announcement that
+        last changed it; otherwise a late SACK would undo a fresh PORT_STATUS.
+        """
+        if cack is not None:
+            if self._seen_cack is None or 0 < (cack - self._seen_cack) & 0xFFFFFF < 1 << 23:
+                self._seen_cack = cack
+            if mask == self._peer_mask:
+                return
+            if (
+                self._mask_cack is not None
+                and not 0 < (cack - self._mask_cack) & 0xFFFFFF < 1 << 23
+            ):
+                return  # no newer than the announcement in force: stale
+        if mask == self._peer_mask:
+            return
+        self._peer_mask = mask
+        self._mask_cack = cack if cack is not None else self._seen_cack
         for plane in self.paths.planes:
             was = self.paths.usable(plane)
             if self.paths.set_peer_up(plane, bool(mask >> plane & 1)):
@@ -119,8 +145,11 @@ class PlaneMonitor:
             if now < overdue:
                 self.timers.set(Timer.PLANE_PROBE, overdue, plane)
                 return
-            pl.unanswered += 1
             pl.answers = 0
+            if pl.state is PlaneState.DOWN or self._answered_later_elsewhere(
+                plane, pl.probe_sent_at
+            ):
+                pl.unanswered += 1
             if pl.state is PlaneState.UP and pl.unanswered >= self.config.restore_answers:
                 # The floor EVs stopped answering: the plane is DOWN (DESIGN.md §4).
                 self.down(plane, "probes unanswered", now)
@@ -156,10 +185,11 @@ class PlaneMonitor:
         entry = self._probes.pop(probe_id, None)
         if entry is None:
             return
-        kind, plane, ev = entry
+        kind, plane, ev, sent_at = entry
         self.stats.probes_answered += 1
         pl = self.paths.planes[plane]
         pl.proven_at = now
+        pl.answered_sent_at = max(pl.answered_sent_at, sent_at)
         if kind == EV:
             self.evs.probe_answered(ev, probe_id, clean, now, self.send_seq())
             self.arm_ev_timer()
@@ -207,8 +237,9 @@ class PlaneMonitor:
                 self._probes.pop(pl.reverse_probe_id, None)
                 pl.reverse_probe_id = None
                 ev = pl.reverse_probe_ev
-                pl.reverse_misses[ev] = pl.reverse_misses.get(ev, 0) + 1
-                if pl.reverse_misses[ev] >= REVERSE_MISSES:
+                if self._answered_later_elsewhere(plane, pl.reverse_probe_sent_at):
+                    pl.reverse_misses[ev] = pl.reverse_misses.get(ev, 0) + 1
+                if pl.reverse_misses.get(ev, 0) >= REVERSE_MISSES:
                     pl.reverse_bad.add(ev)
                     if len(pl.reverse_bad) == len(pl.reverse_evs) and not pl.reverse_dead:
                         pl.reverse_dead = True
@@ -220,7 +251,7 @@ class PlaneMonitor:
             pl.reverse_probe_id = probe_id
             pl.reverse_probe_ev = ev
             pl.reverse_probe_sent_at = now
-            self._probes[probe_id] = (REVERSE, plane, ev)
+            self._probes[probe_id] = (REVERSE, plane, ev, now)
             self._endpoint_request(plane, EndpointOp.EV_PROBE, probe_id, now, ev=ev)
             keep = True
         if keep:
@@ -231,8 +262,9 @@ class PlaneMonitor:
         entry = self._probes.pop(probe_id, None)
         if entry is None or entry[0] != REVERSE:
             return
-        pl = self.paths.planes[entry[1]]
-        ev = entry[2]
+        _, plane, ev, sent_at = entry
+        pl = self.paths.planes[plane]
+        pl.answered_sent_at = max(pl.answered_sent_at, sent_at)
         pl.proven_at = now
         if pl.reverse_probe_id == probe_id:
             pl.reverse_probe_id = None
@@ -300,6 +332,12 @@ class PlaneMonitor:
 
     # -- helpers ----------------------------------------------------------------------------
 
+    def _answered_later_elsewhere(self, plane: int, sent_at: float) -> bool:
+        """The peer answered something sent on another plane no earlier than `sent_at`: so
+        silence on `plane` is the plane's fault, not a stalled peer's (DESIGN.md §6)."""
+        planes = self.paths.planes.items()
+        return any(p.answered_sent_at >= sent_at for n, p in planes if n != plane)
+
     def _usable_changed(self, plane: int, was: bool, reason: str) -> None:
         now_usable = self.paths.usable(plane)
         if was and not now_usable:
@@ -331,7 +369,7 @@ class PlaneMonitor:
             peth=PETH(probe_id=probe_id, tx_timestamp=tx_timestamp(now)),
             p_key=self.config.p_key,
         )
-        self._probes[probe_id] = (kind, plane, ev)
+        self._probes[probe_id] = (kind, plane, ev, now)
         self.stats.probes_sent += 1
         self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), ev))
         return probe_id

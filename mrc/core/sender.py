@@ -371,6 +371,8 @@ class Sender:
             plane = self.paths.planes[trig_rec.plane]
             # Our packet on this plane reached the peer: the plane works (DESIGN.md §4).
             plane.proven_at = now
+            if trig_rec.sent_at > plane.answered_sent_at:
+                plane.answered_sent_at = trig_rec.sent_at
             # Karn's rule: only a first transmission whose own timestamp came back.
             if pkt.cc.valid and not trig_rec.rtx and trig_rec.tx_ts == pkt.cc.tx_timestamp:
                 plane.rtt.sample(max(0.0, now - trig_rec.sent_at))

@@ -403,7 +403,7 @@ class Session:
         if seth.pr:
             self.planes.on_answer(seth.ack_psn_offset & 0xFFFF, seth.m is SackMark.NONE, now)
         if pkt.port_state is not None:
-            self.planes.peer_ports(pkt.port_state, now)
+            self.planes.peer_ports(pkt.port_state, now, pkt.cack_psn)
         self.sender.on_sack(pkt, now)
 
     def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
@@ -429,10 +429,10 @@ class Session:
             if header.op is EndpointOp.PORT_STATUS:
                 self.planes.peer_ports(header.port_status_mask, now)
             self.planes.answer_endpoint(header, plane)
-        elif isinstance(header, EETH):
-            self.planes.peer_ports(header.port_status_mask, now)
-            if header.op is EndpointOp.EV_PROBE:
-                self.planes.on_ev_probe_answer(plane, header.probe_id, now)
+        elif isinstance(header, EETH) and header.op is EndpointOp.EV_PROBE:
+            # Its port_status_mask is a snapshot from when the peer answered; answers cross
+            # newer announcements on the way, so only PORT_STATUS and PORTSTATE set the mask.
+            self.planes.on_ev_probe_answer(plane, header.probe_id, now)
 
     def _handle_cm(self, pkt: CmPacket, plane: int, tos: int, now: float) -> None:
         op = pkt.opcode
