@@ -40,8 +40,8 @@ test: sysdeps venv
 	$(PY) -m pytest -q
 
 lint: venv
-	$(VENV)/bin/ruff check mrc tests
-	$(VENV)/bin/mypy --strict mrc
+	$(VENV)/bin/ruff check mrc tests tools
+	$(VENV)/bin/mypy --strict mrc tools
 
 demo: sysdeps venv
 	$(VENV)/bin/mrc bench --demo
@@ -57,3 +57,10 @@ testbed: sysdeps venv
 testbed-lint: venv
 	$(VENV)/bin/ruff check tools tests/testbed
 	$(VENV)/bin/mypy --strict tools/testbed
+
+# mrc side by side with iperf3, MPTCP, aioquic and a raw-UDP ceiling, plus a failover run, on a
+# netns testbed (tools/compare; root only). Writes compare.json; COMPARE_ARGS="-n 4G --logs DIR".
+.PHONY: compare
+compare: sysdeps venv
+	@$(PY) -c "import aioquic" 2>/dev/null || $(PY) -m pip install -q -e '.[compare]'
+	$(PY) -m tools.compare $(COMPARE_ARGS)

@@ -1,0 +1,133 @@
+"""tools.compare without a testbed: failover arithmetic, the MPTCP receiver's log, sizes,
+the report, and the root check."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import pytest
+
+from tools.compare import analysis, cli, mptcp, report
+from tools.compare.analysis import Window
+
+RATE = 1e9  # bits/s of the synthetic transfers
+PER_MS = int(RATE / 8 / 1000)
+
+
+def series(seconds: float, fault: float, stall: float, after: float) -> list[Window]:
+    """1 ms windows from t=10 s: RATE until the fault, nothing for `stall`, then `after`×RATE."""
+    out = []
+    for i in range(int(seconds * 1000)):
+        t = i / 1000
+        if t < fault:
+            n = PER_MS
+        elif t < fault + stall:
+            n = 0
+        else:
+            n = int(PER_MS * after)
+        out.append(Window(10 + t, 10 + t + 0.001, n))
+    return out
+
+
+def test_steady_transfer_has_no_gap_and_no_loss() -> None:
+    m = analysis.failover(series(6, 2.0, 0.0, 1.0), 12.0)
+    assert m["pre_bps"] == pytest.approx(RATE, rel=0.01)
+    assert m["longest_gap_s"] == 0.0
+    assert m["to_half_s"] == 0.0
+    assert m["lost_in_first_s"] == pytest.approx(0.0, abs=0.01)
+    assert m["post_vs_3_of_4"] == pytest.approx(4 / 3, rel=0.01)
+
+
+def test_stall_then_three_planes() -> None:
+    m = analysis.failover(series(6, 2.0, 0.2, 0.75), 12.0)
+    assert m["longest_gap_s"] == pytest.approx(0.2, abs=0.0015)
+    assert m["longest_gap_at_s"] == pytest.approx(0.0, abs=0.0015)
+    assert m["fault_gap_s"] == pytest.approx(0.2, abs=0.0015)
+    assert m["pre_gap_s"] == 0.0
+    assert m["to_half_s"] == pytest.approx(0.2, abs=0.011)
+    assert m["lost_in_first_s"] == pytest.approx(0.2 + 0.8 * 0.25, abs=0.01)
+    assert m["post_vs_3_of_4"] == pytest.approx(1.0, rel=0.01)
+
+
+def test_trickle_between_stalls_is_not_recovery() -> None:
+    w = series(6, 2.0, 1.0, 1.0)
+    for k in (200, 400, 600, 800):  # one busy millisecond every 200 ms during the stall
+        i = 2000 + k
+        w[i] = Window(w[i].start, w[i].end, PER_MS)
+    m = analysis.failover(w, 12.0)
+    assert m["to_half_s"] == pytest.approx(1.0, abs=0.011)
+    assert m["longest_gap_s"] == pytest.approx(0.2, abs=0.002)
+
+
+def test_exact_gaps_override_the_bins() -> None:
+    w = series(6, 2.0, 0.0, 1.0)
+    gaps = [[1.0, 0.05], [2.1, 0.25], [3.5, 0.01]]  # [start after the first byte, length]
+    m = analysis.failover(w, 12.0, exact=gaps, first=10.0)
+    assert m["longest_gap_s"] == 0.25
+    assert m["longest_gap_at_s"] == pytest.approx(0.1)
+    assert m["fault_gap_s"] == 0.25
+    assert m["pre_gap_s"] == 0.05
+
+
+def test_sampler_windows_and_plane_shares() -> None:
+    doc = {"t": [0.0, 0.001, 0.002, 0.003], "ifaces": ["p0", "p1"],
+           "rx": [[0, 10, 20, 20], [0, 5, 5, 15]]}
+    total, per_iface = analysis.sampler_windows(doc)
+    assert [w.bytes for w in total] == [15, 10, 10]
+    assert analysis.plane_shares(per_iface, 0.0, 0.003) == [20, 15]
+    assert analysis.first_data(total, 12) == 0.001
+
+
+def test_mptcp_receiver_summary() -> None:
+    times = array("d", [5.0, 5.0005, 5.0015, 5.2, 5.2001])
+    sizes = array("q", [100, 100, 100, 100, 100])
+    s = mptcp.summarize(times, sizes)
+    assert s["bytes"] == 500
+    assert s["bins_ms"][0] == 200 and s["bins_ms"][1] == 100 and s["bins_ms"][200] == 200
+    assert s["gaps"] == [[pytest.approx(0.0015), pytest.approx(0.1985)]]
+
+
+@pytest.mark.parametrize(("text", "value"), [("8G", 8 << 30), ("512M", 512 << 20),
+                                             ("2GB", 2 * 10**9), ("4GiB", 4 << 30),
+                                             ("1000", 1000)])
+def test_parse_size(text: str, value: int) -> None:
+    assert cli.parse_size(text) == value
+
+
+def test_report_text_and_goals() -> None:
+    doc: dict[str, Any] = {
+        "params": {"fault": "link-down", "fail_plane": 0, "fault_after": 2.0,
+                   "failover_seconds": 6.0},
+        "throughput": {
+            "iperf3": {"goodput_bps": 10e9, "bytes": 8 << 30, "seconds": 6.9,
+                       "cpu_s_per_gb": 0.5, "retransmits": 3},
+            "aioquic": {"error": "aioquic client: boom"},
+            "mrc": {"goodput_bps": 4e9, "bytes": 8 << 30, "seconds": 17.0, "cpu_s_per_gb": 2.0,
+                    "integrity": "ok", "retransmits": 0},
+        },
+        "failover": {"mrc": {"pre_bps": 4e9, "longest_gap_s": 0.004, "longest_gap_at_s": None,
+                             "fault_gap_s": 0.004, "pre_gap_s": 0.002, "to_half_s": 0.0,
+                             "lost_in_first_s": 0.01, "post_bps": 3.9e9,
+                             "post_vs_3_of_4": 1.3},
+                     "mptcp": {"error": "mptcp client: exit status 1: x"}},
+    }
+    doc["ratios"] = report.ratios(doc["throughput"])
+    doc["goals"] = report.goals(doc)
+    assert doc["ratios"]["mrc/iperf3"] == pytest.approx(0.4)
+    assert doc["ratios"]["mrc/aioquic"] is None
+    met = {g["goal"]: g["met"] for g in doc["goals"]}
+    assert met["mrc goodput >= 0.30 x iperf3"] is True
+    assert met["mrc failover: longest gap <= 10 ms"] is True
+    assert met["mrc goodput >= 20 x aioquic"] is None
+    text = report.text(doc)
+    assert "FAILED: aioquic client: boom" in text
+    assert "4.00 Gbit/s" in text
+
+
+def test_not_root_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)
+    assert cli.main(["-o", "/nonexistent/x.json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs root" in err[0]

@@ -1,0 +1,5 @@
+"""`python -m tools.compare`."""
+
+from tools.compare.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""The failover runs: a timed mrc or MPTCP transfer over all planes, one plane failed 2 s in.
+
+For each transport: the 1 ms interface sampler (`tools.compare.sampler`) starts in h2, then
+the receiver, then the sender in time mode. When the sampler reports `FLOWING` (1 MiB has
+arrived) the fault is scheduled at that instant + `fault_after` (2 s): `tools.testbed`'s own
+`faults.link_down` (the code behind `python -m tools.testbed fault link-down`) on link
+`h1-p<plane>`, called in-process so its time is known to a few ms; `t_fault` is taken just
+before the call. After the sender ends, the sampler is stopped and the fault cleared
+(`faults.clear`: interface up, addresses and routes back).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from tools.compare import analysis
+from tools.compare.analysis import Window
+from tools.compare.procs import Proc, ProcError
+from tools.compare.runs import Bed, finish, mptcp_procs, mrc_procs, mrc_summary
+from tools.testbed import faults
+from tools.testbed.build import State
+from tools.testbed.runner import Runner
+
+DATA_PACKET = 4096  # a sample "has new bytes" when it grew by at least one data payload
+
+
+def _sampler(bed: Bed, seconds: float) -> Proc:
+    return Proc(bed.ns2, [bed.python, "-m", "tools.compare.sampler", "--ifaces",
+                          ",".join(bed.ifaces), "--max-seconds", str(seconds + 60)],
+                "sampler", pipe_stdout=True)
+
+
+def _inject(bed: Bed, sampler: Proc, state: State, runner: Runner, kind: str, link: str,
+            after: float, sender: Proc) -> tuple[float, float]:
+    """Wait for the flow, then fault `link` `after` seconds into it; (t_flow, t_fault)."""
+    line = sampler.readline(30)
+    if not line or not line.startswith("FLOWING "):
+        why = sender.stderr_tail() if sender.poll() is not None else "no data after 30 s"
+        raise ProcError(f"the transfer did not start: {why}")
+    t_flow = float(line.split()[1])
+    delay = t_flow + after - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    if sender.poll() is not None:
+        raise ProcError(f"{sender.name} ended before the fault: {sender.stderr_tail()}")
+    t_fault = time.monotonic()
+    if kind == "blackhole":
+        faults.blackhole(state, link, runner)
+    else:
+        faults.link_down(state, link, runner)
+    return t_flow, t_fault
+
+
+def _stop_sampler(sampler: Proc) -> dict[str, Any]:
+    sampler.signal(signal.SIGTERM)
+    sampler.wait(15)
+    return sampler.json()
+
+
+def _wire(doc: dict[str, Any], t_fault: float, plane: int) -> dict[str, Any]:
+    total, per_iface = analysis.sampler_windows(doc)
+    m = analysis.failover(total, t_fault, min_bytes=DATA_PACKET)
+    last = total[-1].end if total else t_fault
+    m["plane_rx_bytes_before"] = analysis.plane_shares(per_iface, t_fault - 1.5, t_fault)
+    m["plane_rx_bytes_after"] = analysis.plane_shares(per_iface, t_fault + 0.5, last)
+    m["failed_plane"] = plane
+    return m
+
+
+def run_mptcp(bed: Bed, seconds: float, plane: int, kind: str, after: float, state: State,
+              runner: Runner) -> dict[str, Any]:
+    link = f"h1-p{plane}"
+    sampler = _sampler(bed, seconds)
+    try:
+        server, client = mptcp_procs(bed, ["--seconds", str(seconds)])
+        _, t_fault = _inject(bed, sampler, state, runner, kind, link, after, client)
+        finish(client, server, seconds + 60)
+        wire_doc = _stop_sampler(sampler)
+    finally:
+        sampler.kill()
+        faults.clear(state, link, runner)
+    srv = server.json()
+    bed.keep("failover-mptcp-receiver.json", srv)
+    bed.keep("failover-mptcp-sampler.json", wire_doc)
+    bed.keep("failover-mptcp-fault.json", {"t_fault": t_fault})
+    app: list[Window] = analysis.bins_windows(srv["first"], srv["bins_ms"])
+    m = analysis.failover(app, t_fault, exact=srv["gaps"], first=srv["first"])
+    m["measured_on"] = "bytes read by the MPTCP receiver (recv_into timestamps; 1 ms bins)"
+    m["wire"] = _wire(wire_doc, t_fault, plane)
+    m["bytes"] = srv["bytes"]
+    m["subflows"] = client.json().get("max_subflows", 0) + 1
+    return m
+
+
+def run_mrc(bed: Bed, seconds: float, plane: int, kind: str, after: float, state: State,
+            runner: Runner, extra: list[str]) -> dict[str, Any]:
+    link = f"h1-p{plane}"
+    sampler = _sampler(bed, seconds)
+    try:
+        server, client = mrc_procs(bed, ["-t", str(seconds), "-i", "0.01", "--verify"], extra)
+        _, t_fault = _inject(bed, sampler, state, runner, kind, link, after, client)
+        finish(client, server, seconds + 60)
+        wire_doc = _stop_sampler(sampler)
+    finally:
+        sampler.kill()
+        faults.clear(state, link, runner)
+    cdoc, sdoc = client.json(), server.json()
+    bed.keep("failover-mrc-client.json", cdoc)
+    bed.keep("failover-mrc-server.json", sdoc)
+    bed.keep("failover-mrc-sampler.json", wire_doc)
+    bed.keep("failover-mrc-fault.json", {"t_fault": t_fault})
+    total, _ = analysis.sampler_windows(wire_doc)
+    t0 = analysis.first_data(total, DATA_PACKET)
+    if t0 is None:
+        raise ProcError("mrc failover: the sampler saw no data")
+    placed = analysis.interval_windows(t0, sdoc.get("intervals", []))
+    stall = cdoc.get("end", {}).get("mrc", {}).get("longest_stall_seconds")
+    m = analysis.failover(placed, t_fault)
+    wire = _wire(wire_doc, t_fault, plane)
+    # mrc places packets as they arrive (no head-of-line blocking), so the 1 ms wire log is
+    # its finest goodput-level view of the stall at the fault; 10 ms intervals are coarser.
+    for key in ("fault_gap_s", "fault_gap_at_s", "pre_gap_s"):
+        m[key] = wire[key]
+    m["longest_gap_10ms_s"] = m.pop("longest_gap_s")
+    m["longest_gap_10ms_at_s"] = m.pop("longest_gap_at_s")
+    m["longest_gap_s"] = float(stall) if stall is not None else m["longest_gap_10ms_s"]
+    m["longest_gap_at_s"] = None if stall is not None else m["longest_gap_10ms_at_s"]
+    m["measured_on"] = ("bytes placed by the mrc receiver (-i 0.01 intervals, aligned on the "
+                        "first data packet on the wire); gap: end.mrc.longest_stall_seconds")
+    m["wire"] = wire
+    m["bytes"] = cdoc.get("end", {}).get("sum_received", {}).get("bytes")
+    summary = mrc_summary(cdoc)
+    m.update({k: summary[k] for k in ("integrity", "retransmits", "retransmits_by_cause")})
+    events = sdoc.get("end", {}).get("mrc", {}).get("events", [])
+    events += cdoc.get("end", {}).get("mrc", {}).get("events", [])
+    fault_rel = t_fault - t0
+    m["events_after_fault"] = _event_digest(events, fault_rel)
+    return m
+
+
+def _event_digest(events: list[dict[str, Any]], fault_rel: float) -> dict[str, Any]:
+    """Counts of mrc's events by kind, and when (s after the fault) each kind first came."""
+    out: dict[str, Any] = {}
+    for ev in events:
+        t = float(ev.get("t", 0.0)) - fault_rel
+        if t < -0.05:
+            continue
+        d = out.setdefault(ev.get("event", "?"), {"count": 0, "first_s": round(t, 3)})
+        d["count"] += 1
+        d["first_s"] = min(d["first_s"], round(t, 3))
+    return out

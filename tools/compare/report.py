@@ -1,0 +1,154 @@
+"""Ratios, goal checks and the printed tables of a comparison document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LABELS = {
+    "iperf3": "iperf3 TCP, 1 stream, 1 plane",
+    "mptcp": "MPTCP, 4 planes",
+    "aioquic": "aioquic, 1 stream, 1 plane",
+    "raw_udp": "raw UDP GSO/GRO ceiling",
+    "mrc": "mrc bench --verify",
+}
+PEERS = ("iperf3", "mptcp", "aioquic", "raw_udp")
+# issue 5's goals: (description, key, comparison, threshold)
+GOALS = (
+    ("mrc goodput >= 0.30 x iperf3", "mrc/iperf3", ">=", 0.30),
+    ("mrc goodput >= 20 x aioquic", "mrc/aioquic", ">=", 20.0),
+    ("mrc goodput >= 0.7 x raw-UDP ceiling", "mrc/raw_udp", ">=", 0.7),
+    ("mrc failover: longest gap <= 10 ms", "failover.mrc.longest_gap_s", "<=", 0.010),
+    ("mrc failover: post-failure goodput >= 0.9 x 3-plane share",
+     "failover.mrc.post_vs_3_of_4", ">=", 0.9),
+)
+
+
+def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """mrc/peer for goodput (`mrc/PEER`) and for CPU seconds per GB (`cpu mrc/PEER`)."""
+    out: dict[str, Any] = {}
+    mrc = throughput.get("mrc", {})
+    for peer in PEERS:
+        p = throughput.get(peer, {})
+        g_m, g_p = mrc.get("goodput_bps"), p.get("goodput_bps")
+        out[f"mrc/{peer}"] = round(g_m / g_p, 4) if g_m and g_p else None
+        c_m, c_p = mrc.get("cpu_s_per_gb"), p.get("cpu_s_per_gb")
+        out[f"cpu mrc/{peer}"] = round(c_m / c_p, 3) if c_m and c_p else None
+    return out
+
+
+def goals(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for text, key, op, limit in GOALS:
+        if key.startswith("failover."):
+            _, who, field = key.split(".")
+            value = doc.get("failover", {}).get(who, {}).get(field)
+        else:
+            value = doc.get("ratios", {}).get(key)
+        met = None if value is None else (value >= limit if op == ">=" else value <= limit)
+        rows.append({"goal": text, "value": value, "met": met})
+    return rows
+
+
+def rate(bps: float | None) -> str:
+    if bps is None:
+        return "-"
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.2f} {unit}"
+    return f"{bps:.0f} bit/s"
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.1f} ms"
+
+
+def _split(b: list[int] | None) -> str:
+    if not b or not sum(b):
+        return ""
+    return "/".join(f"{100 * x / sum(b):.0f}" for x in b) + " %"
+
+
+def _note(key: str, r: dict[str, Any]) -> str:
+    if "error" in r:
+        return f"FAILED: {r['error']}"
+    bits = []
+    if r.get("plane_rx_bytes"):
+        bits.append(f"planes {_split(r['plane_rx_bytes'])}")
+    if key == "mptcp" and r.get("subflows"):
+        bits.append(f"{r['subflows']} subflows")
+    if key == "iperf3" and r.get("retransmits") is not None:
+        bits.append(f"{r['retransmits']} retransmits")
+    if key == "aioquic" and r.get("capped"):
+        bits.append(f"capped: moved {r['bytes'] / 1e9:.2f} of {r['bytes_requested'] / 1e9:.2f} GB")
+    if key == "raw_udp" and r.get("lost_bytes"):
+        bits.append(f"{r['lost_bytes']} bytes lost")
+    if key == "mrc":
+        bits.append(f"integrity {r.get('integrity')}, {r.get('retransmits')} retransmits")
+    if r.get("other_load_cpu_s", 0) > 0.5 * r.get("wall_seconds", 1e9):
+        bits.append(f"other load {r['other_load_cpu_s']:.1f} CPU s")
+    if r.get("warning"):
+        bits.append(f"WARNING {r['warning']}")
+    return "; ".join(bits)
+
+
+def text(doc: dict[str, Any]) -> str:
+    lines = []
+    tp = doc.get("throughput", {})
+    rt = doc.get("ratios", {})
+    lines.append(f"{'transport':<32}{'goodput':>14}{'GB':>7}{'s':>7}{'CPU s/GB':>10}"
+                 f"{'mrc/this':>10}  notes")
+    for key, label in LABELS.items():
+        if key not in tp:
+            continue
+        r = tp[key]
+        if "error" in r:
+            lines.append(f"{label:<32}{'-':>14}{'-':>7}{'-':>7}{'-':>10}{'-':>10}  "
+                         f"{_note(key, r)}")
+            continue
+        ratio = rt.get(f"mrc/{key}") if key != "mrc" else None
+        lines.append(
+            f"{label:<32}{rate(r.get('goodput_bps')):>14}"
+            f"{(r['bytes'] / 1e9 if 'bytes' in r else 0):>7.2f}{r.get('seconds', 0):>7.2f}"
+            f"{(r.get('cpu_s_per_gb') or 0):>10.2f}"
+            f"{(f'{ratio:.3f}' if ratio is not None else '-'):>10}  {_note(key, r)}")
+    fo = doc.get("failover", {})
+    if fo:
+        p = doc.get("params", {})
+        lines.append("")
+        lines.append(f"failover: {p.get('fault')} of plane {p.get('fail_plane')} "
+                     f"{p.get('fault_after')} s into a {p.get('failover_seconds')} s transfer")
+        lines.append(f"{'transport':<10}{'pre-fault':>14}{'longest gap':>13}{'at':>9}"
+                     f"{'gap before':>12}{'fault gap':>11}{'to 50 %':>10}{'lost 1st s':>11}"
+                     f"{'post-fault':>14}{'post/(3/4 pre)':>16}")
+        for key in ("mptcp", "mrc"):
+            if key not in fo:
+                continue
+            r = fo[key]
+            if "error" in r:
+                lines.append(f"{key:<10}FAILED: {r['error']}")
+                continue
+            share, lost = r.get("post_vs_3_of_4"), r.get("lost_in_first_s")
+            at = r.get("longest_gap_at_s")
+            lines.append(
+                f"{key:<10}{rate(r.get('pre_bps')):>14}{_ms(r.get('longest_gap_s')):>13}"
+                f"{('whole' if at is None else f'{at:+.3f} s'):>9}"
+                f"{_ms(r.get('pre_gap_s')):>12}{_ms(r.get('fault_gap_s')):>11}"
+                f"{_ms(r.get('to_half_s')):>10}"
+                f"{('-' if lost is None else f'{lost:.3f} s'):>11}{rate(r.get('post_bps')):>14}"
+                f"{(f'{share:.2f}' if share is not None else '-'):>16}")
+        lines.append("  longest gap: MPTCP: exact read-to-read gap from 1 s before the fault on, "
+                     "'at' = its start after the fault;\n"
+                     "  mrc: its own end.mrc.longest_stall_seconds over the whole test. "
+                     "fault gap: longest gap starting within -50..+500 ms\n"
+                     "  of the fault; gap before: the same over the 1.5 s before it (MPTCP "
+                     "exact, mrc 1 ms interface counters).\n"
+                     "  lost 1st s: progress missing in the first second after the fault, in "
+                     "seconds at the pre-fault rate.")
+    gl = doc.get("goals", [])
+    if gl:
+        lines.append("")
+        for g in gl:
+            mark = {True: "met", False: "NOT met", None: "n/a"}[g["met"]]
+            v = g["value"]
+            lines.append(f"  [{mark:>7}] {g['goal']}: {'-' if v is None else round(v, 4)}")
+    return "\n".join(lines)
