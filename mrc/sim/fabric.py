@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from ..core.transmit import Addr
-from .network import ECN_MASK, Host, InFlight, Link, LinkParams, Network
+from .network import ECN_MASK, Host, InFlight, Link, LinkParams, Network, flap_schedule
 
 #: DSCP a trimming switch sets (WIRE.md §5 [ours: the Cumulus defaults]).
 DSCP_TRIMMED = 11
@@ -289,10 +289,8 @@ class Clos:
         notify: bool = True,
     ) -> None:
         """The cable a–b down for half a period, up for half a period, `count` times."""
-        for i in range(count):
-            t = start + i * period
-            self.set_link(a, b, False, at=t, notify=notify)
-            self.set_link(a, b, True, at=t + period / 2, notify=notify)
+        for at, up in flap_schedule(start, period, count):
+            self.set_link(a, b, up, at=at, notify=notify)
 
     def set_switch(self, switch: Switch, up: bool, *, at: float, notify: bool = False) -> None:
         """A whole switch down or up at `at`: while down, every port drops what it is given

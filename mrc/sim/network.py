@@ -355,6 +355,14 @@ class Host:
             self._on_timer(session)
 
 
+def flap_schedule(start: float, period: float, count: int) -> Iterator[tuple[float, bool]]:
+    """(time, up) pairs of a flap: down for half a period, then up, `count` times."""
+    for i in range(count):
+        t = start + i * period
+        yield t, False
+        yield t + period / 2, True
+
+
 class Network:
     """The simulator: hosts, links, one event heap, one seeded RNG."""
 
@@ -431,10 +439,8 @@ class Network:
         notify: bool = True,
     ) -> None:
         """Down for half a period, up for half a period, `count` times."""
-        for i in range(count):
-            t = start + i * period
-            self.set_link(host, plane, False, at=t, notify=notify)
-            self.set_link(host, plane, True, at=t + period / 2, notify=notify)
+        for at, up in flap_schedule(start, period, count):
+            self.set_link(host, plane, up, at=at, notify=notify)
 
     # -- the event loop ----------------------------------------------------------------------
 
