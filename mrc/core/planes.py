@@ -68,6 +68,7 @@ class PlaneMonitor:
         self.on_down = on_down
         self.peer_qpn = 0
         self._probe_id = 0
+        self._answer_next = 0
         #: probe_id → (kind, plane, ev, sent at)
         self._probes: dict[int, tuple[int, int, int, float]] = {}
         self._announced = paths.port_mask()
@@ -316,10 +317,18 @@ class PlaneMonitor:
         reverse path (DESIGN.md §4)."""
         if plane not in self.peer_addrs or plane not in self.paths.planes:
             return
+        # The peer judges its own reverse EV by this answer, so it must not die on a bad path
+        # of ours: answer on a data EV our acknowledgements prove, else on a reverse EV.
+        rotation = self.evs.rotation(plane)
+        if rotation:
+            self._answer_next += 1
+            ev = rotation[self._answer_next % len(rotation)]
+        else:
+            ev = self.paths.planes[plane].reverse_ev()
         answer = EndpointPacket(
             opcode=Opcode.ENDPOINT_RESPONSE,
             dest_qp=self.peer_qpn,
-            ev=self.paths.planes[plane].reverse_ev(),
+            ev=ev,
             header=EETH(
                 op=header.op,
                 port_status_mask=self.paths.port_mask(),
