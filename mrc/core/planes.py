@@ -279,10 +279,6 @@ class PlaneMonitor:
 
     # -- telling the peer -----------------------------------------------------------------
 
-    def port_mask(self) -> int:
-        """Planes we can receive on (PORTSTATE, WIRE.md §4)."""
-        return self.paths.port_mask()
-
     def announce_ports(self, now: float = 0.0) -> None:
         """PORT_STATUS to the peer's QPN on every UP plane; also tells a responder the
         requester is alive."""

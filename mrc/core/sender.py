@@ -47,13 +47,6 @@ class _Rack:
     rtt: float
 
 
-@dataclass(slots=True)
-class SenderSignals:
-    """What one sender step asks of the session."""
-
-    give_up: bool = False
-
-
 class Sender:
     def __init__(
         self,
@@ -303,17 +296,16 @@ class Sender:
         else:
             self.timers.set(Timer.COMPLETION, deadline)
 
-    def on_retransmit_timer(self, plane: int, now: float) -> SenderSignals:
-        """The RTO of `plane` expired (DESIGN.md §6)."""
-        signals = SenderSignals()
+    def on_retransmit_timer(self, plane: int, now: float) -> bool:
+        """The RTO of `plane` expired (DESIGN.md §6). True: give up on the connection."""
         fifo = self._plane_fifo.get(plane)
         if not fifo:
-            return signals
+            return False
         est = self.paths.planes[plane].rtt
         rto = est.current
         oldest = next((r for r in fifo if r.state == INFLIGHT), None)
         if oldest is None:
-            return signals
+            return False
         # Something sent after the oldest packet got through (on any plane): the oldest and
         # everything older than the RTO are lost, and the EVs they went on are retired when
         # a later packet on another EV was acknowledged. Nothing got through: the peer
@@ -329,12 +321,10 @@ class Sender:
             self._declare_lost(oldest, "rto", avoid_plane=plane)
             est.backoff = min(est.backoff + 1, 16)
         self.rto_expiries += 1
-        if (
+        return (
             self.rto_expiries >= self.config.rto_retries
             and now - self.last_progress >= self.config.give_up_after
-        ):
-            signals.give_up = True
-        return signals
+        )
 
     def on_reorder_timer(self, now: float) -> None:
         pending, self._rack_pending = self._rack_pending, set()
@@ -391,9 +381,7 @@ class Sender:
                 reason="peer asked to skip",
             )
         touched: set[int] = set()
-        while self.una != cack:
-            self._ack(self.una, now, touched)
-            self.una = (self.una + 1) & PSN_MASK
+        self._ack_through(cack, now, touched)
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
         seen = self._sacked.get(base, 0)
@@ -431,9 +419,7 @@ class Sender:
         # before it arrived, which the SACKs still on their way may not have said yet.
         cack = self._cumulative(pkt.psn)
         if cack is not None:
-            while self.una != cack:
-                self._ack(self.una, now, touched)
-                self.una = (self.una + 1) & PSN_MASK
+            self._ack_through(cack, now, touched)
         if msg.status is None:
             # The AETH says every PSN of the message arrived or was consumed.
             psn = msg.first_psn
@@ -506,6 +492,12 @@ class Sender:
             msg.completion_interval = interval
             msg.completion_deadline = now + interval
             self.awaiting_aeth.append(msg)
+
+    def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
+        """Everything before `cack` arrived (a cumulative acknowledgement)."""
+        while self.una != cack:
+            self._ack(self.una, now, touched)
+            self.una = (self.una + 1) & PSN_MASK
 
     def _advance_una(self) -> None:
         while self.una != self.next_psn and self.una not in self.inflight:

@@ -350,8 +350,7 @@ class Session:
             if self.state is SessionState.CLOSED:
                 return
             if timer is Timer.RETRANSMIT and self.sender is not None and plane is not None:
-                signals = self.sender.on_retransmit_timer(plane, now)
-                if signals.give_up:
+                if self.sender.on_retransmit_timer(plane, now):
                     self._close("retry limit")
             elif timer is Timer.REORDER and self.sender is not None:
                 self.sender.on_reorder_timer(now)
