@@ -89,6 +89,8 @@ class Plane:
     #: send time of the latest packet of ours on this plane the peer answered.
     proven_at: float = 0.0
     answered_sent_at: float = 0.0
+    #: When an acknowledgement last covered a first transmission of ours on this plane.
+    acked_at: float = 0.0
     reverse_probe_id: int | None = None
     reverse_probe_ev: int = 0
     reverse_probe_sent_at: float = 0.0

@@ -83,6 +83,10 @@ class Sender:
         self._plane_fifo: dict[int, deque[SentPacket]] = {}
         self._rack: dict[int, _Rack] = {}
         self._rack_pending: set[int] = set()
+        #: Per plane, the age of the oldest first transmission the current ACK covers.
+        self._ages: dict[int, float] = {}
+        #: Per plane, no RTO before this: its acknowledgements were still flowing.
+        self._rto_hold: dict[int, float] = {}
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
         #: Bits of each 64-PSN block some SACK already reported (SETH bitmaps repeat).
@@ -280,7 +284,8 @@ class Sender:
                 fifo.popleft()
             if fifo:
                 rto = self.paths.planes[plane].rtt.current
-                self.timers.set(Timer.RETRANSMIT, fifo[0].sent_at + rto, plane)
+                due = max(fifo[0].sent_at + rto, self._rto_hold.get(plane, 0.0))
+                self.timers.set(Timer.RETRANSMIT, due, plane)
             else:
                 self.timers.cancel(Timer.RETRANSMIT, plane)
         deadline = min(
@@ -301,22 +306,37 @@ class Sender:
         fifo = self._plane_fifo.get(plane)
         if not fifo:
             return False
-        est = self.paths.planes[plane].rtt
+        pl = self.paths.planes[plane]
+        est = pl.rtt
         rto = est.current
         oldest = next((r for r in fifo if r.state == INFLIGHT), None)
         if oldest is None:
             return False
-        # Something sent after the oldest packet got through (on any plane): the oldest and
-        # everything older than the RTO are lost, and the EVs they went on are retired when
-        # a later packet on another EV was acknowledged. Nothing got through: the peer
-        # stalled, so resend only the oldest, as RFC 6298 §5.4 does, back off, and blame no
-        # path (DESIGN.md §6).
-        if self._top_seq > oldest.seq:
+        # A plane is one FIFO at the peer (one socket), so a later packet on this plane
+        # acknowledged says the old ones are not merely queued: they are lost, and so are
+        # their paths. Later packets acknowledged only on other planes say that only if
+        # this plane has been silent for an RTO while the others are current: while its
+        # acknowledgements still flow it lags (the peer drains its planes' sockets in turn,
+        # and one can fall behind by more than an RTO), so wait. Nothing sent later
+        # acknowledged: the peer stalled, or our window did; resend only the oldest, as
+        # RFC 6298 §5.4 does, back off, and blame no path (DESIGN.md §6).
+        here = self._acked_on_plane(fifo, oldest.seq)
+        later_elsewhere = self._top_seq > oldest.seq
+        dead = later_elsewhere and now - pl.acked_at >= est.rto and self._others_current(
+            plane, now
+        )
+        if here is not None or dead:
             for rec in list(fifo):
                 if rec.state == INFLIGHT and rec.sent_at + rto <= now:
                     self._declare_lost(rec, "rto", avoid_plane=plane)
-                    if self._acked_elsewhere(rec):
+                    if self._acked_later(rec, here) or (dead and self._acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
+        elif later_elsewhere and now - pl.acked_at < est.rto:
+            self._rto_hold[plane] = pl.acked_at + est.rto  # lagging: wait
+            return False
+        elif now - self.last_progress < est.rto:
+            self._rto_hold[plane] = self.last_progress + est.rto  # the window, not the peer
+            return False
         else:
             self._declare_lost(oldest, "rto", avoid_plane=plane)
             est.backoff = min(est.backoff + 1, 16)
@@ -325,6 +345,40 @@ class Sender:
             self.rto_expiries >= self.config.rto_retries
             and now - self.last_progress >= self.config.give_up_after
         )
+
+    def _others_current(self, plane: int, now: float) -> bool:
+        """No other plane has a packet in flight for longer than its RTO without backoff
+        (a backed-off RTO would hide a stalled peer): the peer answers."""
+        for other, fifo in self._plane_fifo.items():
+            if other == plane:
+                continue
+            rec = next((r for r in fifo if r.state == INFLIGHT), None)
+            if rec is not None and now - rec.sent_at >= self.paths.planes[other].rtt.rto:
+                return False
+        return True
+
+    @staticmethod
+    def _acked_on_plane(fifo: deque[SentPacket], after: int) -> tuple[int, int, int] | None:
+        """(top seq, its EV, top seq on any other EV) of this plane's packets acknowledged
+        after send seq `after`; None when there are none."""
+        top = top_ev = second = 0
+        for rec in fifo:
+            if rec.state == ACKED and rec.seq > after:
+                if rec.seq > top:
+                    if rec.ev != top_ev:
+                        second = top
+                    top, top_ev = rec.seq, rec.ev
+                elif rec.seq > second and rec.ev != top_ev:
+                    second = rec.seq
+        return (top, top_ev, second) if top else None
+
+    @staticmethod
+    def _acked_later(rec: SentPacket, here: tuple[int, int, int] | None) -> bool:
+        """A packet sent after `rec` on another EV of its plane was acknowledged."""
+        if here is None:
+            return False
+        top, top_ev, second = here
+        return (top if top_ev != rec.ev else second) > rec.seq
 
     def on_reorder_timer(self, now: float) -> None:
         pending, self._rack_pending = self._rack_pending, set()
@@ -363,9 +417,6 @@ class Sender:
             plane.proven_at = now
             if trig_rec.sent_at > plane.answered_sent_at:
                 plane.answered_sent_at = trig_rec.sent_at
-            # Karn's rule: only a first transmission whose own timestamp came back.
-            if pkt.cc.valid and not trig_rec.rtx and trig_rec.tx_ts == pkt.cc.tx_timestamp:
-                plane.rtt.sample(max(0.0, now - trig_rec.sent_at))
         ce_ev = None
         if seth.m is not SackMark.NONE and not seth.pr:
             # The packet that triggered this SACK met congestion on its path (SKIP_ONCE)
@@ -400,6 +451,7 @@ class Sender:
             if (psn - self.una) & PSN_MASK < sent_span:
                 self._ack(psn, now, touched)
         self._advance_una()
+        self._sample_rtts(now)
         if len(self._sacked) > 64:
             # Forget blocks wholly behind una: nothing in them can be acked again.
             una = self.una
@@ -429,6 +481,7 @@ class Sender:
                 psn = (psn + 1) & PSN_MASK
             msg.status = pkt.aeth.syndrome
         self._advance_una()
+        self._sample_rtts(now)
         self._acked_evs |= touched
         while self.outstanding and self.outstanding[0].status is not None:
             done = self.outstanding.popleft()
@@ -481,6 +534,9 @@ class Sender:
         # says nothing about what the retransmission's EV delivered; only first
         # transmissions advance an EV's RACK state (else one spurious resend cascades).
         if not rec.rtx:
+            age = now - rec.sent_at
+            if age > self._ages.get(rec.plane, -1.0):
+                self._ages[rec.plane] = age
             rack = self._rack.get(rec.ev)
             if rack is None or rec.seq > rack.seq:
                 self._rack[rec.ev] = _Rack(seq=rec.seq, rtt=max(0.0, now - rec.sent_at))
@@ -498,6 +554,19 @@ class Sender:
         while self.una != cack:
             self._ack(self.una, now, touched)
             self.una = (self.una + 1) & PSN_MASK
+
+    def _sample_rtts(self, now: float) -> None:
+        """One RTT sample per plane per acknowledgement: the longest a first transmission
+        it newly acknowledged took (Karn's rule: never a retransmitted PSN). The RTO has to
+        cover the slowest acknowledgement, not the freshest: a receive batch acknowledges
+        packets that waited in the peer's socket queue together with ones that did not."""
+        if self._ages:
+            planes = self.paths.planes
+            for plane, age in self._ages.items():
+                pl = planes[plane]
+                pl.rtt.sample(max(0.0, age))
+                pl.acked_at = now
+            self._ages.clear()
 
     def _advance_una(self) -> None:
         while self.una != self.next_psn and self.una not in self.inflight:

@@ -278,9 +278,14 @@ class IoEndpoint(Generic[S]):
         self._timers.pop(key, None)
         if self._closed:
             return
-        # Read what already arrived first: on a busy host a due timer can run before the
-        # reader callbacks, and an ACK waiting in a socket must never lose to an RTO.
-        self._receive_all(None)
+        # Read everything that already arrived first: on a busy host a due timer can run
+        # before the reader callbacks (uvloop runs timers before polling), and an ACK
+        # waiting in a socket must never lose to an RTO. One batch per plane is not enough:
+        # after a 10 ms stall hundreds of SACKs wait, and the RTO would fire on the oldest
+        # packets whose acknowledgements sit unread (every such resend arrived twice).
+        for _ in range(64):
+            if not self._receive_all(None):
+                break
         if self._closed or session.is_closed:
             return
         try:
@@ -295,12 +300,14 @@ class IoEndpoint(Generic[S]):
     def _on_readable(self, plane: int) -> None:
         self._receive_all(plane)
 
-    def _receive_all(self, first: int | None) -> None:
+    def _receive_all(self, first: int | None) -> bool:
         """Drain every plane socket once (the ready one first), hand each batch to the core,
         then flush each touched session once: SACKs from all planes are seen before the
-        sender acts on any of them, and the flush cost is paid once per wake-up."""
+        sender acts on any of them, and the flush cost is paid once per wake-up. True when a
+        plane filled its batch, so more may be waiting."""
         if self._closed:
-            return
+            return False
+        full = False
         order = list(self.planes)
         if first is not None and first in self.planes:
             order.remove(first)
@@ -311,6 +318,8 @@ class IoEndpoint(Generic[S]):
             batch = self.planes[plane].drain(self.batch)
             if not batch:
                 continue
+            if len(batch) >= self.batch:
+                full = True
             try:
                 for session in self.core.receive_datagrams(plane, batch, now):
                     touched.setdefault(id(session), session)
@@ -322,6 +331,7 @@ class IoEndpoint(Generic[S]):
             self._send_endpoint_transmits(now)
         except Exception as exc:
             self._internal_error("flush after receive", exc)
+        return full
 
     def _send_endpoint_transmits(self, now: float) -> None:
         for tx in self.core.datagrams_to_send():

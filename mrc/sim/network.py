@@ -237,6 +237,9 @@ class Host:
         #: While set, arrivals wait here until the host resumes (a stalled receiver).
         self.paused_until: float | None = None
         self._backlog: list[tuple[int, Datagram]] = []
+        #: Planes whose arrivals are held until a time (a socket read late), and what waits.
+        self._lagging: dict[int, float] = {}
+        self._held: dict[int, list[Datagram]] = {}
         self._timer_at: dict[int, float] = {}
 
     # -- application calls -----------------------------------------------------------------
@@ -317,6 +320,9 @@ class Host:
             return
         touched: dict[int, Session] = {}
         for plane, batch in batches.items():
+            if plane in self._lagging:
+                self._held.setdefault(plane, []).extend(batch)
+                continue
             if self.on_receive is not None:
                 self.on_receive(self, plane, batch)
             for session in self.endpoint.receive_datagrams(plane, batch, now):
@@ -338,6 +344,19 @@ class Host:
         for session in list(self.endpoint.sessions.values()):
             session.plane_status(plane, up, self.net.now)
             self.flush(session)
+
+    def lag(self, plane: int, seconds: float) -> None:
+        """Arrivals on `plane` wait `seconds`, then come in at once and in order, while the
+        other planes go on: a receiver that reads one plane's socket late."""
+        until = self.net.now + seconds
+        self._lagging[plane] = until
+        self.net.at(until, lambda: self._release(plane))
+
+    def _release(self, plane: int) -> None:
+        self._lagging.pop(plane, None)
+        held = self._held.pop(plane, [])
+        if held:
+            self._deliver({plane: held})
 
     def pause(self, seconds: float) -> None:
         """Stop processing anything (arrivals wait, timers wait) for `seconds`."""

@@ -245,3 +245,38 @@ def test_immediates_wait_for_an_earlier_message_whose_last_packet_was_lost() -> 
     # Immediate 0 came first even though message 9 was complete before it.
     times = [ts for ts, _, e in t.b.events if type(e).__name__ == "ImmediateReceived"]
     assert times == sorted(times)
+
+
+def test_a_stall_after_one_plane_fell_behind_blames_no_path() -> None:
+    """t = 10 ms: the receiver starts reading plane 1's socket 2 ms late (the other planes
+    are read at once); t = 11 ms: it stalls for 30 ms. When it stopped, it had acknowledged
+    packets on planes 0, 2 and 3 sent after plane 1's oldest unacknowledged ones, so plane
+    1's RTO finds "later packets acknowledged elsewhere" — yet the other planes have old
+    packets out too: the peer stalled, and no path is to blame. The sender resends only the
+    oldest packet and backs off; after the stall everything is acknowledged."""
+    lag_rto: list[float] = []
+
+    def build(net, a, b):  # type: ignore[no-untyped-def]
+        def lag() -> None:
+            lag_rto.append(a.session().paths.planes[1].rtt.current)
+            b.lag(1, 0.002)
+
+        net.at(0.010, lag)
+        net.at(0.011, lambda: b.pause(0.030))
+
+    t = make_transfer(
+        messages=chunks(32 * MiB, MiB),
+        size=32 * MiB,
+        params=LinkParams(rate_bps=1e9, latency=20e-6, queue_bytes=8 << 20),
+        build=build,
+    )
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    session = t.a.session()
+    assert 0.002 < lag_rto[0] < 0.030  # the lag is shorter than the RTO, the stall longer
+    assert t.a.events_of(PathRetired) == []
+    assert t.a.events_of(PlaneDown) == []
+    assert session.stats.retransmits_by_cause["rack"] == 0
+    assert 1 <= session.stats.retransmits_by_cause["rto"] <= 8
+    assert all(session.paths.usable(p) for p in range(4))
