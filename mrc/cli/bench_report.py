@@ -104,6 +104,9 @@ def test_start_info(
         "ev_per_plane": est.ev_per_plane,
         "mpr": est.mpr,
         "spray": opts.spray,
+        "plane_balance": opts.plane_balance,
+        "cc": opts.cc,
+        "flowcell": opts.flowcell,
         "plane_mask": est.plane_mask,
         "inject": (
             [f"plane-down={pl}@{at:g}" for pl, at in p.injects]
@@ -314,6 +317,8 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
         "probes_sent": local["probes_sent"],
         "probes_answered": local["probes_answered"],
         "longest_stall_seconds": float(recv.get("longest_stall_seconds") or 0.0),
+        # This side's congestion window at the end (bytes of payload, DESIGN.md §7).
+        "cwnd_bytes": round(test.session.cc.window),
         "events": local["events"],
         "remote": peer,
     }

@@ -395,6 +395,9 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
         ev_per_plane=opts.ev_per_plane,
         mpr=opts.mpr,
         spray=opts.spray,
+        plane_balance=opts.plane_balance,
+        cc=opts.cc,
+        flowcell=opts.flowcell,
         one_off=True,
     )
     server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), planes)

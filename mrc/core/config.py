@@ -13,6 +13,8 @@ from .errors import LocalProtocolError
 
 MIN_PAYLOAD_MTU = 256
 MAX_PAYLOAD_MTU = 8192
+#: UDP GSO sends at most 64 segments per call (DESIGN.md §11).
+MAX_FLOWCELL = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +40,26 @@ class SessionConfig:
     plane_paths: tuple[int, ...] = ()
     #: Spray policy by name (mrc.core.spray registry).
     spray: str = "bitmap"
-    #: Congestion control by name; "none" = window only (DESIGN.md §7).
-    cc: str = "none"
+    #: Plane balance by name (mrc.core.balance registry): "equal" (MRC's rule) or "adaptive"
+    #: (planes weighted by their measured delivery rate) (DESIGN.md §4).
+    plane_balance: str = "equal"
+    #: Packets per flowcell (DESIGN.md §11): the sender asks the spray policy for one EV per
+    #: flowcell and sends up to min(flowcell, 65507 // segment size, 64) consecutive new
+    #: packets on it as one GSO batch. 1 = an EV per packet. Local: not negotiated.
+    flowcell: int = 1
+    #: Congestion control by name (mrc.core.cc registry): "nscc" (UEC NSCC) or "none" (the
+    #: window only) (DESIGN.md §7).
+    cc: str = "nscc"
+    #: NSCC: line rate of one plane (bit/s); with the base RTT it gives the BDP that scales
+    #: the UEC constants and caps the window at 1.5 × BDP (reference/protocol.md §2.6).
+    cc_plane_rate: float = 10e9
+    #: NSCC: the base RTT assumed until one is measured (the smallest RTT seen replaces it).
+    cc_base_rtt: float = 50e-6
+    #: NSCC: target queueing delay as a fraction of the base RTT (UEC: 0.75 on fabrics that
+    #: trim, 1.0 on fabrics that drop).
+    cc_target: float = 0.75
+    #: NSCC: the largest window in bytes (UEC `max_cwnd`); None = 1.5 × BDP.
+    cc_max_cwnd: int | None = None
     #: In-flight packet cap below the MPR window; None = MPR × 128.
     max_inflight: int | None = None
     #: RFC 6298 knobs, kept per plane (DESIGN.md §6).
@@ -76,6 +96,8 @@ class SessionConfig:
             )
         if not 1 <= self.mpr <= 255:
             raise LocalProtocolError(f"mpr must be 1..255, got {self.mpr}")
+        if not 1 <= self.flowcell <= MAX_FLOWCELL:
+            raise LocalProtocolError(f"flowcell must be 1..{MAX_FLOWCELL}, got {self.flowcell}")
         if not 1 <= self.ev_per_plane <= 255:
             raise LocalProtocolError(f"ev_per_plane must be 1..255, got {self.ev_per_plane}")
         if self.ev_backup_per_plane is not None and not 0 <= self.ev_backup_per_plane <= 4096:
@@ -90,6 +112,10 @@ class SessionConfig:
             raise LocalProtocolError(f"max_imm must be 1..65535, got {self.max_imm}")
         if self.max_inflight is not None and self.max_inflight < 1:
             raise LocalProtocolError("max_inflight must be at least 1")
+        if not (self.cc_plane_rate > 0 and self.cc_base_rtt > 0 and self.cc_target > 0):
+            raise LocalProtocolError("cc_plane_rate, cc_base_rtt and cc_target must be positive")
+        if self.cc_max_cwnd is not None and self.cc_max_cwnd < self.payload_mtu:
+            raise LocalProtocolError("cc_max_cwnd must be at least one payload_mtu")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto:
             raise LocalProtocolError("need 0 < min_rto <= initial_rto <= max_rto")
         if self.initial_psn is not None and not 0 <= self.initial_psn < 1 << 24:

@@ -87,11 +87,19 @@ class Endpoint:
     ) -> list[Session]:
         """Route one receive batch; returns the sessions that got input, in first-seen order."""
         batches: dict[int, list[tuple[bytes | memoryview, int]]] = {}
+        # The session of the previous datagram and its batch: a run of datagrams for one QP
+        # (the usual case) needs one lookup. Its address is already learned (`learn_addr`
+        # only ever keeps the first address of a plane).
+        last_qpn = -1
+        last_batch: list[tuple[bytes | memoryview, int]] = []
         for data, addr, tos in datagrams:
             try:
                 qpn = peek_dest_qp(data)
             except DecodeError:
                 self.drops["decode_length"] += 1
+                continue
+            if qpn == last_qpn:
+                last_batch.append((data, tos))
                 continue
             session = self.sessions.get(qpn)
             if session is not None:
@@ -99,8 +107,11 @@ class Endpoint:
                     self.drops["closed_qp"] += 1
                     continue
                 session.learn_addr(plane, addr, now)
-                batches.setdefault(qpn, []).append((data, tos))
+                last_qpn = qpn
+                last_batch = batches.setdefault(qpn, [])
+                last_batch.append((data, tos))
             elif qpn == CM_LISTEN_QPN:
+                last_qpn = -1  # a REQUEST reaches sessions too: look the next one up again
                 accepted = self._handle_request(plane, data, addr, now)
                 if accepted is not None:
                     batches.setdefault(accepted.qpn, [])

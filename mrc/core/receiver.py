@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..wire.ack import AETH, NETH, SETH, CCState, NackReason, SackMark
+from ..wire.ack import AETH, NETH, NackReason, SackMark
 from ..wire.bth import PSN_MOD, Opcode
-from ..wire.packet import AckPacket, DataPacket, NackPacket, ProbePacket, SackPacket
+from ..wire.packet import AckPacket, DataPacket, NackPacket, ProbePacket, encode_sack
 from .config import SessionConfig
 from .events import Event, ImmediateReceived
 from .memory import RegionTable
@@ -36,6 +36,11 @@ MAX_OUTCOMES = 4096
 _FULL = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE})
 _LAST = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
 _ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
+_FIRST_V = int(Opcode.WRITE_FIRST)
+_MIDDLE_V = int(Opcode.WRITE_MIDDLE)
+#: A trigger as `on_data` notes it for its block, until `end_batch` answers:
+#: (psn, ev, plane, tx_ts, ce).
+_Note = tuple[int, int, int, "int | None", bool]
 
 
 _ZERO, _ONE = ord("0"), ord("1")
@@ -92,7 +97,7 @@ class Receiver:
         self._rqmsn = 0
         self._rcvd_bytes = 0
         # Per receive batch: the last trigger of each 64-PSN block, and immediate triggers.
-        self._blocks: dict[int, _Trigger] = {}
+        self._blocks: dict[int, _Note] = {}
         self._immediate: list[_Trigger] = []
         self.out: list[Transmit] = []
 
@@ -110,23 +115,34 @@ class Receiver:
         return dma if dma <= mtu else None
 
     def on_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
-        drops = self.stats.drops_by_reason
-        expected = self._expected_length(pkt)
-        n = len(pkt.payload)
+        # The per-packet fast path: the checks of DESIGN.md §6 in order, with the common case
+        # (a FIRST/MIDDLE of a message with no failure, new and in window) kept to plain
+        # integer work; every other case takes the same steps through the helpers.
+        op = pkt.opcode
+        payload = pkt.payload
+        n = len(payload)
+        mtu = self.config.payload_mtu
+        dma = pkt.dma_length
+        full = op in (_MIDDLE_V, _FIRST_V)
+        if full:
+            expected: int | None = mtu if dma > mtu else None
+        else:
+            expected = self._expected_length(pkt)
         if expected is None:
-            drops["bad_dma_length"] += 1
+            self.stats.drops_by_reason["bad_dma_length"] += 1
             return
         if n > expected:
-            drops["bad_length"] += 1
+            self.stats.drops_by_reason["bad_length"] += 1
             return
         psn = pkt.psn
         d = (psn - self.cack) & PSN_MASK
         in_window = d < self.window
-        fresh = in_window and self._ring[psn & self._rmask] == _ZERO
+        slot = psn & self._rmask
+        fresh = in_window and self._ring[slot] == _ZERO
         if n < expected:
             # Trimmed (WIRE.md §5): a hint, never written; answered only while still useful.
             if not fresh:
-                drops["trimmed_stale"] += 1
+                self.stats.drops_by_reason["trimmed_stale"] += 1
                 return
             self.stats.trimmed_received += 1
             lasthop = tos >> 2 == DSCP_TRIMMED_LASTHOP
@@ -134,10 +150,11 @@ class Receiver:
             self._nack(reason, pkt, plane)
             return
         if not fresh:
+            drops = self.stats.drops_by_reason
             if in_window or d >= HALF:
                 drops["duplicate"] += 1
                 self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp))
-                if d >= HALF and pkt.opcode not in _FULL:
+                if d >= HALF and not full:
                     status = self._outcomes.get(pkt.msn)
                     if status is not None and pkt.a:
                         self._acknowledge(status, pkt.msn, plane)
@@ -146,34 +163,43 @@ class Receiver:
                 self._nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
             return
         region = self.regions.lookup(pkt.rkey)
-        failure = self._errors.get(pkt.msn)
+        failure = self._errors.get(pkt.msn) if self._errors else None
         reason_name = "message_failed"
         if failure is not None:
             pass  # an earlier packet already showed this message bad: write none of it
         elif region is None:
             failure, reason_name = NackReason.BAD_RKEY, "bad_rkey"
-        elif not region.contains(*self._message_span(pkt, n)):
-            failure, reason_name = NackReason.OUT_OF_BOUNDS, "out_of_bounds"
+        else:
+            base = region.base_va
+            va = pkt.va
+            if op == _MIDDLE_V:
+                # _message_span of a MIDDLE: its bytes plus the packet before and the byte after.
+                ok = base <= va - mtu and va + mtu + 1 <= base + len(region.view)
+            else:
+                ok = region.contains(*self._message_span(pkt, n))
+            if ok:
+                start = va - base
+                region.view[start : start + n] = payload
+                self._placed(n, now)
+            else:
+                failure, reason_name = NackReason.OUT_OF_BOUNDS, "out_of_bounds"
         if failure is not None:
             # The PSN is consumed so the window moves on; the error reaches the sender in the
             # message's AETH (WIRE.md §4, 0x80/0x81). Nothing is written.
-            drops[reason_name] += 1
+            self.stats.drops_by_reason[reason_name] += 1
             self._errors.setdefault(pkt.msn, int(failure))
             self._nack(NackReason(failure), pkt, plane)
-        else:
-            assert region is not None
-            start = pkt.va - region.base_va
-            region.view[start : start + n] = pkt.payload
-            self._placed(n, now)
-        self._ring[psn & self._rmask] = _ONE
+        self._ring[slot] = _ONE
         self._held += 1
-        if pkt.opcode not in _FULL:
+        if not full:
             self._lasts[psn] = (pkt.msn, pkt.imm, pkt.a, plane)
-        self._note_rqmsn(pkt.rqmsn)
-        trig = _Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=tos & 3 == 3)
-        self._blocks[psn & ~63 & PSN_MASK] = trig
-        if pkt.a or trig.ce:
+        if pkt.rqmsn != self._rqmsn:
+            self._note_rqmsn(pkt.rqmsn)
+        ce = tos & 3 == 3
+        if pkt.a or ce:
+            trig = _Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=ce)
             self._immediate.append(trig)
+        self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
 
     def _message_span(self, pkt: DataPacket, n: int) -> tuple[int, int]:
         """(VA, length) that must lie inside the region for this packet to be written.
@@ -194,10 +220,13 @@ class Receiver:
         st = self.stats
         st.bytes_placed += n
         self._rcvd_bytes = (self._rcvd_bytes + n) & 0xFFFFFF
-        if st.last_placed_at is None:
+        last = st.last_placed_at
+        if last == now:
+            return  # the rest of a receive batch: no time passed
+        if last is None:
             st.first_placed_at = now
-        elif now - st.last_placed_at > st.longest_stall_seconds:
-            st.longest_stall_seconds = now - st.last_placed_at
+        elif now - last > st.longest_stall_seconds:
+            st.longest_stall_seconds = now - last
         st.last_placed_at = now
 
     def _note_rqmsn(self, rqmsn: int) -> None:
@@ -227,7 +256,7 @@ class Receiver:
         # immediate trigger (A bit, CE, duplicate) needs no second, plain SACK.
         triggers = list(self._immediate)
         covered = {t.psn & ~63 & PSN_MASK for t in triggers}
-        triggers += [t for b, t in self._blocks.items() if b not in covered]
+        triggers += [_Trigger(*t) for b, t in self._blocks.items() if b not in covered]
         if len(triggers) > 1:
             triggers.sort(key=lambda t: serial(t.psn - cack))
         for trig in triggers:
@@ -280,33 +309,26 @@ class Receiver:
         bitmap = self._bitmap(block, sack_offset)
         if probe_id is not None:
             offset = probe_id - 0x10000 if probe_id >= 0x8000 else probe_id
-        seth = SETH(
+        # The bytes of SackPacket(SETH, CCState, port_state).encode(), in one pack call.
+        data = encode_sack(
+            dest_qp=self.dest_qp,
+            cack_psn=cack,
+            ev=ev,
             ack_psn_offset=offset,
             entropy=trig.ev,
-            cack_psn=cack,
             sack_offset=sack_offset,
             sack_bitmap=bitmap,
             m=SackMark.SKIP_ONCE if trig.ce else SackMark.NONE,
             pr=probe_id is not None,
-            ps=True,
             mpr=self.config.mpr,
-        )
-        cc = CCState(
             tx_timestamp=tx_ts or 0,
             valid=tx_ts is not None,
             ooo_count=min(self._held, 0x7FFF),
             rcvd_bytes=self._rcvd_bytes,
-        )
-        data = SackPacket(
-            dest_qp=self.dest_qp,
-            cack_psn=cack,
-            ev=ev,
-            seth=seth,
-            cc=cc,
             # PORTSTATE in every SACK: the planes we can receive on (DESIGN.md §4).
             port_state=self.paths.port_mask(),
             p_key=self.config.p_key,
-        ).encode()
+        )
         self._emit(plane, ev, data)
 
     def _bitmap(self, block: int, sack_offset: int) -> int:

@@ -3,8 +3,10 @@
 Holds the message queue, one send record per transmission, the cumulative scoreboard built from
 SACKs, per-EV RACK loss inference and the per-plane RFC 6298 RTO (DESIGN.md §6), and raises
 `WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It turns what it
-learns into EV signals (loss, ECN, trim) for the EV table (evs.py); it does not decide plane
-states, send probes or answer the peer: the plane monitor and the session do.
+learns into EV signals (loss, ECN, trim) for the EV table (evs.py), and into congestion
+signals for its congestion control (cc.py), whose window bounds the payload bytes in flight
+(DESIGN.md §7); it does not decide plane states, send probes or answer the peer: the plane
+monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
 record in `inflight` (INFLIGHT, or LOST while it waits in the retransmit queue); nothing
@@ -19,14 +21,17 @@ from dataclasses import dataclass
 
 from ..wire.ack import NackReason, SackMark
 from ..wire.bth import MSN_MOD, PSN_MOD
-from ..wire.packet import AckPacket, NackPacket, SackPacket, encode_data_header
+from ..wire.packet import AckPacket, NackPacket, SackPacket
+from .balance import PlaneBalance
+from .cc import CongestionControl
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import Event, WriteCompleted
 from .evs import EvSignal
 from .memory import Region
 from .paths import PathTable, ev_plane
-from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, opcode_for, tx_timestamp
+from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, tx_timestamp
+from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
 from .spray import SprayPolicy
 from .stats import SessionStats
 from .timers import Timer, TimerTable
@@ -54,6 +59,8 @@ class Sender:
         *,
         paths: PathTable,
         spray: SprayPolicy,
+        balance: PlaneBalance,
+        cc: CongestionControl,
         stats: SessionStats,
         timers: TimerTable,
         events: deque[Event],
@@ -64,11 +71,14 @@ class Sender:
         self.config = config
         self.paths = paths
         self.spray = spray
+        self.balance = balance
+        self.cc = cc
         self.evs = paths.evs
         self.stats = stats
         self.timers = timers
         self.events = events
         self.peer_addrs = peer_addrs
+        self.framer = Framer(config, stats=stats, peer_addrs=peer_addrs)
         self.dest_qp = 0
         self.next_psn = initial_psn  # next new PSN
         self.una = initial_psn  # every PSN before it is acknowledged
@@ -85,6 +95,8 @@ class Sender:
         self._rack_pending: set[int] = set()
         #: Per plane, the age of the oldest first transmission the current ACK covers.
         self._ages: dict[int, float] = {}
+        #: Per plane, payload bytes of first transmissions the current ACK covers.
+        self._acked_bytes: dict[int, int] = {}
         #: Per plane, no RTO before this: its acknowledgements were still flowing.
         self._rto_hold: dict[int, float] = {}
         #: EVs with newly acknowledged first transmissions since the last output pull.
@@ -98,6 +110,9 @@ class Sender:
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
+        #: Payload bytes of INFLIGHT records, new PSNs counted up to `_counted_psn`; bytes
+        #: lost to RACK/RTO since the last output pull (DESIGN.md §7).
+        self._inflight_bytes, self._counted_psn, self._lost_bytes = 0, initial_psn, 0
 
     # -- user calls -------------------------------------------------------------------------
 
@@ -158,8 +173,12 @@ class Sender:
             touched, self._acked_evs = self._acked_evs, set()
             for ev in touched:
                 self._detect_losses(ev, now)
+        if self._lost_bytes:
+            self.cc.on_loss(now, lost=self._lost_bytes, inflight=self._in_flight())
+            self._lost_bytes = 0
         self._send_retransmissions(now, out)
         self._send_new(now, out)
+        self._in_flight()  # count this pull's new PSNs before any input acknowledges them
         self._send_completion_probes(now, out)
         self._arm_timers()
         return out
@@ -167,24 +186,67 @@ class Sender:
     def _window_open(self) -> bool:
         span = (self.next_psn - self.una) & PSN_MASK
         cap = self.config.max_inflight or self.config.window
-        return span < self.config.window and len(self.inflight) < cap
+        return (
+            span < self.config.window
+            and len(self.inflight) < cap
+            and self.cc.can_send(self._in_flight())
+        )
+
+    def _in_flight(self) -> int:
+        """Payload bytes in the network. PSNs sent since the last call are counted now: each
+        is a first transmission, and nothing is acked or lost within one output pull."""
+        while self._counted_psn != self.next_psn:
+            self._inflight_bytes += self.inflight[self._counted_psn].length
+            self._counted_psn = (self._counted_psn + 1) & PSN_MASK
+        return self._inflight_bytes
 
     def _send_new(self, now: float, out: list[Transmit]) -> None:
-        while self.pending and self._window_open():
-            ev = self.spray.next_ev(now)
+        """New packets, a flowcell per EV (DESIGN.md §11): consecutive packets on the EV the
+        spray policy picked, as one GSO batch, while the window lets each of them go. A packet
+        longer than the flowcell's first starts the next one; a shorter one ends it."""
+        flowcell = self.config.flowcell
+        mtu = self.config.payload_mtu
+        tx_ts = tx_timestamp(now)
+        pending = self.pending
+        while pending and self._window_open():
+            ev = self._next_ev(now)
             if ev is None:
                 return
-            msg = self.pending[0]
-            psn = self.next_psn
-            if msg.sent == 0:
-                msg.first_psn = psn
-            index = msg.sent
-            msg.sent += 1
-            if msg.sent == msg.npkts:
-                msg.last_psn = psn
-                self.pending.popleft()
-            self.next_psn = (psn + 1) & PSN_MASK
-            out.append(self._transmit(msg, index, psn, ev, now, rtx=False))
+            plane = ev_plane(ev)
+            rqmsn = self.outstanding[0].msn
+            cell: list[CellPacket] = []
+            if flowcell > 1:
+                size = packet_size(pending[0], pending[0].sent, mtu)
+                limit = flowcell_limit(flowcell, size)
+            else:
+                size, limit = 0, 1  # an EV per packet: sizes do not matter
+            while True:
+                msg = pending[0]
+                index = msg.sent
+                this = packet_size(msg, index, mtu) if cell else size
+                if this > size:
+                    break
+                psn = self.next_psn
+                if index == 0:
+                    msg.first_psn = psn
+                msg.sent = index + 1
+                if msg.sent == msg.npkts:
+                    msg.last_psn = psn
+                    pending.popleft()
+                self.next_psn = (psn + 1) & PSN_MASK
+                cell.append((msg, index, psn))
+                self._record(msg, index, psn, ev, plane, now, tx_ts, rtx=False)
+                if len(cell) == limit or this < size or not pending or not self._window_open():
+                    break
+            out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
+
+    def _next_ev(self, now: float) -> int | None:
+        """The EV of the next flowcell: on the plane the balance picks, or wherever the spray
+        rotation goes next when the balance leaves it to the spray (equal shares)."""
+        plane = self.balance.next_plane(now)
+        if plane is None:
+            return self.spray.next_ev(now)
+        return self.spray.next_ev_on(plane, now)
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
@@ -193,11 +255,14 @@ class Sender:
             if rec is None or rec.state != LOST:
                 self.rtx_queue.popleft()
                 continue
+            if cause == "nack_trimmed" and not self.cc.can_send(self._in_flight()):
+                return  # congestion, not loss: the resend waits for the window (DESIGN.md §7)
             ev = self.spray.other_ev(rec.ev, avoid_plane, now)
             if ev is None:
                 return
             self.rtx_queue.popleft()
             out.append(self._transmit(rec.msg, rec.index, psn, ev, now, rtx=True))
+            self._inflight_bytes += rec.length
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(ev_plane(ev)).retransmits += 1
 
@@ -224,57 +289,47 @@ class Sender:
     def _build(
         self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
     ) -> Transmit:
-        mtu = self.config.payload_mtu
-        offset = index * mtu
-        payload = msg.src[offset : offset + mtu]
-        last = index == msg.npkts - 1
+        """One packet, alone in its datagram."""
         rqmsn = self.outstanding[0].msn if self.outstanding else msg.msn
-        header = encode_data_header(
-            opcode=opcode_for(msg, index),
-            dest_qp=self.dest_qp,
-            psn=psn,
-            ev=ev,
-            a=last,
-            rtx=rtx,
-            rqmsn=rqmsn,
-            msn=msg.msn,
-            va=msg.remote_va + offset,
-            rkey=msg.rkey,
-            dma_length=msg.length,
-            tx_timestamp=tx_timestamp(now),
-            imm=msg.imm if last else None,
-            p_key=self.config.p_key,
+        return self.framer.frame(
+            [(msg, index, psn)], ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, rtx=rtx
         )
-        plane = ev_plane(ev)
-        data = b"".join((header, payload))
-        ps = self.stats.plane(plane)
-        ps.packets_sent += 1
-        ps.bytes_sent += len(data)
-        return Transmit(plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev)
 
     def _transmit(
         self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
     ) -> Transmit:
-        t = self._build(msg, index, psn, ev, now, rtx=rtx)
+        self._record(msg, index, psn, ev, ev_plane(ev), now, tx_timestamp(now), rtx=rtx)
+        return self._build(msg, index, psn, ev, now, rtx=rtx)
+
+    def _record(
+        self,
+        msg: OutMessage,
+        index: int,
+        psn: int,
+        ev: int,
+        plane: int,
+        now: float,
+        tx_ts: int,
+        *,
+        rtx: bool,
+    ) -> None:
+        """The send record of one transmission of one packet (every packet has its own)."""
         mtu = self.config.payload_mtu
+        length = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
         self._seq += 1
-        rec = SentPacket(
-            psn=psn,
-            msg=msg,
-            index=index,
-            length=min(mtu, msg.length - index * mtu),
-            ev=ev,
-            plane=t.plane,
-            sent_at=now,
-            seq=self._seq,
-            tx_ts=tx_timestamp(now),
-            rtx=rtx,
-        )
+        # Positional, in SentPacket's field order (one is built per packet sent):
+        # psn, msg, index, length, ev, plane, sent_at, seq, tx_ts, rtx.
+        rec = SentPacket(psn, msg, index, length, ev, plane, now, self._seq, tx_ts, rtx)
         self.inflight[psn] = rec
         self.evs.count_sent(ev, rtx)
-        self._ev_fifo.setdefault(ev, deque()).append(rec)
-        self._plane_fifo.setdefault(t.plane, deque()).append(rec)
-        return t
+        fifo = self._ev_fifo.get(ev)
+        if fifo is None:
+            fifo = self._ev_fifo[ev] = deque()
+        fifo.append(rec)
+        fifo = self._plane_fifo.get(plane)
+        if fifo is None:
+            fifo = self._plane_fifo[plane] = deque()
+        fifo.append(rec)
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -314,27 +369,32 @@ class Sender:
             return False
         # A plane is one FIFO at the peer (one socket), so a later packet on this plane
         # acknowledged says the old ones are not merely queued: they are lost, and so are
-        # their paths. Later packets acknowledged only on other planes say that only if
-        # this plane has been silent for an RTO while the others are current: while its
-        # acknowledgements still flow it lags (the peer drains its planes' sockets in turn,
-        # and one can fall behind by more than an RTO), so wait. Nothing sent later
-        # acknowledged: the peer stalled, or our window did; resend only the oldest, as
-        # RFC 6298 §5.4 does, back off, and blame no path (DESIGN.md §6).
+        # their paths. Later packets acknowledged only on other planes say that only once
+        # this plane has been silent for an RTO and the peer shows it is alive elsewhere;
+        # while this plane's acknowledgements still flow it lags (the peer drains its
+        # planes' sockets in turn, and one can fall behind by more than an RTO), so wait.
+        # Nothing sent later acknowledged: the peer stalled, or our window did; resend
+        # only the oldest, as RFC 6298 §5.4 does, back off, and blame no path (§6).
         here = self._acked_on_plane(fifo, oldest.seq)
         later_elsewhere = self._top_seq > oldest.seq
-        dead = later_elsewhere and now - pl.acked_at >= est.rto and self._others_current(
-            plane, now
-        )
-        if here is not None or dead:
+        # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
+        quiet_until = pl.acked_at + est.rto
+        alive: bool | float = False
+        if later_elsewhere and now >= quiet_until and here is None:
+            alive = self._peer_alive(plane, pl.acked_at + est.rto / 2, now)
+        if isinstance(alive, float):
+            self._rto_hold[plane] = alive  # the other planes' answers are still due
+            return False
+        if here is not None or alive:
             for rec in list(fifo):
                 if rec.state == INFLIGHT and rec.sent_at + rto <= now:
                     self._declare_lost(rec, "rto", avoid_plane=plane)
-                    if self._acked_later(rec, here) or (dead and self._acked_elsewhere(rec)):
+                    if self._acked_later(rec, here) or (alive and self._acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
-        elif later_elsewhere and now - pl.acked_at < est.rto:
-            self._rto_hold[plane] = pl.acked_at + est.rto  # lagging: wait
+        elif later_elsewhere and now < quiet_until:
+            self._rto_hold[plane] = quiet_until  # lagging: wait
             return False
-        elif now - self.last_progress < est.rto:
+        elif now < self.last_progress + est.rto:
             self._rto_hold[plane] = self.last_progress + est.rto  # the window, not the peer
             return False
         else:
@@ -346,16 +406,35 @@ class Sender:
             and now - self.last_progress >= self.config.give_up_after
         )
 
-    def _others_current(self, plane: int, now: float) -> bool:
-        """No other plane has a packet in flight for longer than its RTO without backoff
-        (a backed-off RTO would hide a stalled peer): the peer answers."""
+    def _peer_alive(self, plane: int, after: float, now: float) -> bool | float:
+        """Does the peer answer on other planes while `plane` is silent? True: something was
+        acknowledged after `after` (resends included), or no other plane is owed anything.
+        False: another plane has a packet out longer than its RTO without backoff (a
+        stalled peer). Else the time to ask again: when another plane's answer is expected,
+        or due."""
+        if self.last_progress > after:
+            return True
+        due_at: float | None = None
+        stalled = False
         for other, fifo in self._plane_fifo.items():
             if other == plane:
                 continue
+            q = self.paths.planes[other]
             rec = next((r for r in fifo if r.state == INFLIGHT), None)
-            if rec is not None and now - rec.sent_at >= self.paths.planes[other].rtt.rto:
-                return False
-        return True
+            if rec is None:
+                continue
+            due = rec.sent_at + q.rtt.rto
+            if now >= due:
+                stalled = True
+                continue
+            # Look again when its answer is expected, and at the latest when it is due.
+            expected = rec.sent_at + (q.rtt.srtt or 0.0)
+            wake = expected if expected > now else due
+            if due_at is None or wake < due_at:
+                due_at = wake
+        if stalled:
+            return False
+        return True if due_at is None else due_at
 
     @staticmethod
     def _acked_on_plane(fifo: deque[SentPacket], after: int) -> tuple[int, int, int] | None:
@@ -411,12 +490,16 @@ class Sender:
         seth = pkt.seth
         trig = (pkt.cack_psn + seth.ack_psn_offset) & PSN_MASK
         trig_rec = None if seth.pr else self.inflight.get(trig)
+        acked_before, rtt = self.stats.bytes_acked, None
         if trig_rec is not None:
             plane = self.paths.planes[trig_rec.plane]
             # Our packet on this plane reached the peer: the plane works (DESIGN.md §4).
             plane.proven_at = now
             if trig_rec.sent_at > plane.answered_sent_at:
                 plane.answered_sent_at = trig_rec.sent_at
+            # CC's delay sample (Karn): a first transmission whose own timestamp came back.
+            if pkt.cc.valid and not trig_rec.rtx and trig_rec.tx_ts == pkt.cc.tx_timestamp:
+                rtt = now - trig_rec.sent_at
         ce_ev = None
         if seth.m is not SackMark.NONE and not seth.pr:
             # The packet that triggered this SACK met congestion on its path (SKIP_ONCE)
@@ -460,6 +543,15 @@ class Sender:
         if touched:
             self.spray.on_acked(touched, ce_ev, now)
             self._acked_evs |= touched
+        self.cc.on_ack(
+            now,
+            acked=self.stats.bytes_acked - acked_before,
+            rtt=rtt,
+            plane=trig_rec.plane if trig_rec is not None else 0,
+            ecn=seth.m is SackMark.SKIP_ONCE and not seth.pr,
+            pen=pkt.cc.rcv_cwnd_pen,
+            inflight=self._in_flight(),
+        )
 
     def on_acknowledge(self, pkt: AckPacket, now: float) -> None:
         msg = self.by_msn.get(pkt.aeth.msn)
@@ -504,6 +596,8 @@ class Sender:
                 return
             rec.trim_nacked = True
             self._declare_lost(rec, "nack_trimmed", avoid_plane=None, front=True)
+            lasthop = reason is NackReason.TRIMMED_LASTHOP
+            self.cc.on_nack(now, nacked=rec.length, lasthop=lasthop, inflight=self._in_flight())
             if reason is NackReason.TRIMMED:
                 # Congestion on that path, not a failure: skip it a while (WIRE.md §4).
                 self.evs.signal(rec.ev, EvSignal.TRIMMED, now=now, seq=self._seq, sent_seq=rec.seq)
@@ -518,6 +612,8 @@ class Sender:
         rec = self.inflight.pop(psn, None)
         if rec is None:
             return
+        if rec.state == INFLIGHT:
+            self._inflight_bytes = self._in_flight() - rec.length
         rec.state = ACKED
         self.stats.bytes_acked += rec.length
         self.last_progress = now
@@ -535,11 +631,16 @@ class Sender:
         # transmissions advance an EV's RACK state (else one spurious resend cascades).
         if not rec.rtx:
             age = now - rec.sent_at
-            if age > self._ages.get(rec.plane, -1.0):
-                self._ages[rec.plane] = age
+            plane = rec.plane
+            if age > self._ages.get(plane, -1.0):
+                self._ages[plane] = age
+            self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + rec.length
             rack = self._rack.get(rec.ev)
-            if rack is None or rec.seq > rack.seq:
+            if rack is None:
                 self._rack[rec.ev] = _Rack(seq=rec.seq, rtt=max(0.0, now - rec.sent_at))
+            elif rec.seq > rack.seq:
+                # Updated in place: a flowcell's packets are acknowledged one after another.
+                rack.seq, rack.rtt = rec.seq, max(0.0, now - rec.sent_at)
             touched.add(rec.ev)
         msg = rec.msg
         msg.acked += 1
@@ -566,7 +667,9 @@ class Sender:
                 pl = planes[plane]
                 pl.rtt.sample(max(0.0, age))
                 pl.acked_at = now
+                self.balance.on_acked(plane, self._acked_bytes.get(plane, 0), age, now)
             self._ages.clear()
+            self._acked_bytes.clear()
 
     def _advance_una(self) -> None:
         while self.una != self.next_psn and self.una not in self.inflight:
@@ -621,6 +724,10 @@ class Sender:
         avoid_plane: int | None,
         front: bool = False,
     ) -> None:
+        if rec.state == INFLIGHT:
+            self._inflight_bytes = self._in_flight() - rec.length
+            if cause in ("rack", "rto"):
+                self._lost_bytes += rec.length  # told to CC at the next output pull
         rec.state = LOST
         entry = (rec.psn, cause, avoid_plane)
         if front:

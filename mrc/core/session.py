@@ -43,6 +43,8 @@ from ..wire.packet import (
 )
 from ..wire.probe import EETH, ERTH, EndpointOp
 from . import cm
+from .balance import make_balance
+from .cc import make_cc
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import (
@@ -109,6 +111,8 @@ class Session:
         self._data_seen = False
         self.paths = PathTable(config, rng, self._events)
         self.spray = make_spray(config.spray, self.paths, rng)
+        self.balance = make_balance(config.plane_balance, self.paths)
+        self.cc = make_cc(config.cc, config)
         self.sender: Sender | None = None
         self.receiver: Receiver | None = None
         self.planes: PlaneMonitor | None = None
@@ -205,10 +209,14 @@ class Session:
         self.state = SessionState.ESTABLISHED
         self.paths = PathTable(self.config, self.rng, self._events)
         self.spray = make_spray(self.config.spray, self.paths, self.rng)
+        self.balance = make_balance(self.config.plane_balance, self.paths)
+        self.cc = make_cc(self.config.cc, self.config)
         self.sender = Sender(
             self.config,
             paths=self.paths,
             spray=self.spray,
+            balance=self.balance,
+            cc=self.cc,
             stats=self.stats,
             timers=self.timers,
             events=self._events,
@@ -317,6 +325,9 @@ class Session:
             return
         drops = self.stats.drops_by_reason
         ps = self.stats.plane(plane)
+        # Set only while ESTABLISHED (the receiver exists from then on, and a CLOSED session
+        # returned above): data takes the direct way to it, as `_handle_data` would.
+        receiver = self.receiver
         for data, tos in datagrams:
             ps.packets_received += 1
             ps.bytes_received += len(data)
@@ -327,6 +338,10 @@ class Session:
                 continue
             if pkt.p_key != self.config.p_key:
                 drops["p_key"] += 1
+                continue
+            if type(pkt) is DataPacket and receiver is not None and not self.half_open:
+                self._data_seen = True
+                receiver.on_data(pkt, plane, tos, now)
                 continue
             if not isinstance(pkt, CmPacket):
                 if self.state is not SessionState.ESTABLISHED:

@@ -42,6 +42,10 @@ class SprayPolicy(ABC):
     def next_ev(self, now: float) -> int | None:
         """The EV for the next packet, or None when no plane is usable."""
 
+    @abstractmethod
+    def next_ev_on(self, plane: int, now: float) -> int | None:
+        """The EV for the next packet on `plane` (a plane balance chose it), or None."""
+
     def on_acked(self, evs: Iterable[int], ce_ev: int | None, now: float) -> None:  # noqa: B027
         """First transmissions on `evs` were acknowledged; `ce_ev` came back ECN-marked."""
 
@@ -75,6 +79,9 @@ class ObliviousSpray(SprayPolicy):
         self._round: deque[int] = deque()
         self._version = -1
         self._size = 0
+        #: One rotation per plane, for packets a plane balance placed (`next_ev_on`).
+        self._plane_rounds: dict[int, deque[int]] = {}
+        self._plane_version = -1
 
     def _refill(self) -> None:
         active = self.paths.active_evs()
@@ -99,17 +106,35 @@ class ObliviousSpray(SprayPolicy):
         return self._round.popleft()
 
     def next_ev(self, now: float) -> int | None:
+        return self._pick(self._next, self._size)
+
+    def _pick(self, take: Callable[[], int | None], size: int) -> int | None:
         by_ev = self.evs.by_ev
-        ev = self._next()
+        ev = take()
         # A penalised EV is passed over; after a whole round of skips the next one goes anyway.
-        for _ in range(self._size):
+        for _ in range(size):
             if ev is None:
                 return None
             if not by_ev[ev].penalty:
                 return ev
             self.evs.pass_over(ev, whole=self.step is None)
-            ev = self._next()
+            ev = take()
         return ev
+
+    def next_ev_on(self, plane: int, now: float) -> int | None:
+        if self._plane_version != self.paths.version:
+            self._plane_rounds.clear()
+            self._plane_version = self.paths.version
+        rounds = self._plane_rounds.setdefault(plane, deque())
+
+        def take() -> int | None:
+            if not rounds:
+                evs = self.evs.rotation(plane) if self.paths.usable(plane) else []
+                self.rng.shuffle(evs)
+                rounds.extend(evs)
+            return rounds.popleft() if rounds else None
+
+        return self._pick(take, len(self.evs.rotation(plane)))
 
 
 class BitmapSpray(ObliviousSpray):
@@ -169,6 +194,22 @@ class RepsSpray(SprayPolicy):
             return self._random_ev()
         ev = self._recycle()
         return ev if ev is not None else self._random_ev()
+
+    def next_ev_on(self, plane: int, now: float) -> int | None:
+        if self._freeze_until is not None and now >= self._freeze_until:
+            self._freeze_until = None
+            self._recycled.clear()
+            self._explore = REPS_EXPLORE
+        recycled = self._recycled
+        if self._explore:
+            self._explore -= 1
+        else:
+            for i, ev in enumerate(recycled):
+                if ev_plane(ev) == plane and self._usable(ev):
+                    del recycled[i]
+                    return ev
+        evs = self.evs.rotation(plane) if self.paths.usable(plane) else []
+        return self.rng.choice(evs) if evs else None
 
     def on_acked(self, evs: Iterable[int], ce_ev: int | None, now: float) -> None:
         recycled = self._recycled

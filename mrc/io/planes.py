@@ -55,6 +55,8 @@ DEFAULT_BUFFER_BYTES = 16 << 20
 RECV_BUFFER_BYTES = 64 << 10
 MAX_GSO_SEGMENTS = 64
 _ANC_SIZE = socket.CMSG_SPACE(4) * 2
+# Plain ints: `flags & socket.MSG_TRUNC` would build a MsgFlag enum on every read.
+_MSG_TRUNC = int(socket.MSG_TRUNC)
 _U16 = struct.Struct("=H")
 _INT = struct.Struct("=i")
 
@@ -202,7 +204,7 @@ class PlaneSocket:
             idx += 1
             if idx == ring:
                 idx = 0
-            if flags & socket.MSG_TRUNC:
+            if flags & _MSG_TRUNC:
                 self.counters["truncated"] += 1
                 continue
             tos = 0
@@ -217,8 +219,9 @@ class PlaneSocket:
             self.packets_received += 1
             self.bytes_received += nbytes
             if seg and seg < nbytes:
+                whole = view[:nbytes]
                 for start in range(0, nbytes, seg):
-                    out.append((view[start : min(start + seg, nbytes)], addr, tos))
+                    out.append((whole[start : start + seg], addr, tos))
             else:
                 out.append((view[:nbytes], addr, tos))
             if len(out) >= limit:

@@ -2,7 +2,9 @@
 
 Holds `DataPacket`, `SackPacket`, `NackPacket`, `AckPacket`, `ProbePacket`, `EndpointPacket`
 and `CmPacket` (the `Packet` union), `decode_packet`, the sender's fast path
-`encode_data_header` / `data_header_size`, and the routing peeks `peek_dest_qp` / `peek_opcode`.
+`encode_data_header` / `data_header_size` (and its raw layouts `DATA_HEADER` /
+`DATA_HEADER_IMM` for framing flowcells), the responder's fast path `encode_sack`, and the
+routing peeks `peek_dest_qp` / `peek_opcode`.
 The per-header dataclasses live in the sibling modules; this module only chains them in the order
 of WIRE.md §2 and checks that the datagram holds exactly what the headers claim.
 
@@ -66,7 +68,18 @@ _HDR_PLAIN = _DATA_STRUCTS[1]  # BTH EVXH METH RETH, 36 bytes
 _HDR_TS = _DATA_STRUCTS[3]  # BTH EVXH METH TSETH RETH, 40 bytes
 _HDR_IMM = _DATA_STRUCTS[5]
 _HDR_TS_IMM = _DATA_STRUCTS[7]  # 44 bytes, every data header
+#: The two layouts the sender frames every data packet with, for callers that frame many
+#: packets at once (a flowcell): BTH EVXH METH TSETH RETH (40 bytes), and the same plus ImmDt
+#: (44 bytes, `*_IMM` opcodes). Values in wire order: opcode, 0, P_Key, EVX_BIT | DestQP,
+#: A/RTX/TS bits | PSN, EV, RQMSN, MSN, tx_timestamp, VA, R_Key, DMA_length[, ImmDt]. They
+#: write the same bytes as `encode_data_header` with a `tx_timestamp`, without its checks.
+DATA_HEADER = _HDR_TS
+DATA_HEADER_IMM = _HDR_TS_IMM
 _BTH_EVXH = struct.Struct(">BBHIII")
+# A whole RELIABILITY_SACK in one pack: BTH EVXH SETH CC_STATE [PORTSTATE] (WIRE.md §4).
+_SACK = struct.Struct(">BBHIIIHhIHHIBBhQHHI")
+_SACK_PS = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
+_SACK_OP = Opcode.RELIABILITY_SACK.value
 _PEEK_QP = struct.Struct(">4xI")
 
 _DATA_VALUES = frozenset(op.value for op in DATA_OPCODES)
@@ -262,6 +275,58 @@ def _bth_evxh(opcode: Opcode, dest_qp: int, psn: int, ev: int, p_key: int) -> by
             check_bits("psn", psn, 24),
             ev,
         )
+    except struct.error as exc:
+        raise ValueError(str(exc)) from None
+
+
+def encode_sack(
+    *,
+    dest_qp: int,
+    cack_psn: int,
+    ev: int,
+    ack_psn_offset: int,
+    entropy: int,
+    sack_offset: int,
+    sack_bitmap: int,
+    m: int = 0,
+    pr: bool = False,
+    mpr: int = 8,
+    tx_timestamp: int = 0,
+    valid: bool = False,
+    ooo_count: int = 0,
+    rcvd_bytes: int = 0,
+    port_state: int | None = None,
+    p_key: int = 0xFFFF,
+) -> bytes:
+    """The bytes of `SackPacket(...).encode()` for a SACK with these fields, in one pack call.
+
+    SETH's cc_type and CC_STATE's restore_cwnd / rcv_cwnd_pen are 0; PS is set iff
+    `port_state` is given. Raises ValueError for a field that does not fit, as the records do.
+    """
+    if (
+        (dest_qp | cack_psn | rcvd_bytes) >> 24
+        or ooo_count >> 15
+        or m >> 2
+        or min(dest_qp, cack_psn, rcvd_bytes, ooo_count, m) < 0
+    ):
+        raise ValueError(
+            f"SACK field out of range: dest_qp={dest_qp} cack_psn={cack_psn} m={m} "
+            f"ooo_count={ooo_count} rcvd_bytes={rcvd_bytes}"
+        )
+    first = 0x1000 | (m << 5) | (0x02 if pr else 0)  # SETH type 1 | m | PR | PS
+    half = (0x8000 if valid else 0) | ooo_count
+    try:
+        if port_state is None:
+            return _SACK.pack(
+                _SACK_OP, 0, p_key, EVX_BIT | dest_qp, cack_psn, ev,
+                first, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset, sack_bitmap,
+                tx_timestamp, half, rcvd_bytes,
+            )  # fmt: skip
+        return _SACK_PS.pack(
+            _SACK_OP, 0, p_key, EVX_BIT | dest_qp, cack_psn, ev,
+            first | 0x01, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset,
+            sack_bitmap, tx_timestamp, half, rcvd_bytes, port_state,
+        )  # fmt: skip
     except struct.error as exc:
         raise ValueError(str(exc)) from None
 

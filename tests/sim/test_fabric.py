@@ -235,6 +235,37 @@ def test_trimming_at_the_last_hop_marks_dscp_21() -> None:
     assert all(p.counters["sent"] == 0 for p in tor.uplinks)
 
 
+def test_a_trimmed_header_passes_a_full_marking_port_unmarked_and_untrimmed() -> None:
+    net = Network(seed=0)
+    fab = clos(
+        net, planes=1, racks=1, hosts_per_rack=3, tier1=1, host_link=FAST,
+        ecn_threshold=1500, trim=True,
+    )  # fmt: skip
+    h0, h1, h2 = fab.hosts
+    last = fab.link(fab.tier0[0][0], h2)
+    last.params.rate_bps, last.params.queue_bytes = 8e6, 3000
+    got = capture(h2)
+    # 0 goes on the wire; 1 finds 999 bytes waiting, 2 finds 1998 (above the threshold: CE).
+    burst(h0, h2, [0, 1, 2])
+    # 10 µs later the queue is full: a header trimmed upstream (DSCP 11) arrives from h1,
+    # and h0's packet 3 no longer fits: trimmed here (DSCP 21).
+    net.at(10e-6, lambda: h1.inject(0, "h2", bytes([9]) * 64, tos=DSCP_TRIMMED << 2 | ECT0))
+    net.at(10e-6, lambda: burst(h0, h2, [3]))
+    net.drive(0.010)
+
+    # Headers go at priority, right behind the packet on the wire, and keep their class:
+    # never CE-marked, never trimmed again, never re-marked to DSCP 21.
+    assert [(seq, n, t >> 2, t & 3) for _, _, seq, n, _, t in got] == [
+        (0, 1000, 0, ECT0),
+        (9, 64, DSCP_TRIMMED, ECT0),
+        (3, 64, DSCP_TRIMMED_LASTHOP, ECT0),
+        (1, 1000, 0, ECT0),
+        (2, 1000, 0, CE),
+    ]
+    c = last.counters
+    assert (c["ce_marked"], c["trimmed"], c["priority"], c["dropped_queue"]) == (1, 1, 2, 0)
+
+
 def test_without_trimming_a_full_queue_tail_drops() -> None:
     net = Network(seed=0)
     fab = clos(

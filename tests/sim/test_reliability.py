@@ -278,5 +278,5 @@ def test_a_stall_after_one_plane_fell_behind_blames_no_path() -> None:
     assert t.a.events_of(PathRetired) == []
     assert t.a.events_of(PlaneDown) == []
     assert session.stats.retransmits_by_cause["rack"] == 0
-    assert 1 <= session.stats.retransmits_by_cause["rto"] <= 8
+    assert 1 <= session.stats.retransmits_by_cause["rto"] <= 12
     assert all(session.paths.usable(p) for p in range(4))

@@ -162,10 +162,11 @@ def _addr_lines(node: Node, iface: str) -> list[str]:
     ]
 
 
-def tbf_line(iface: str, bits: int, mtu: int) -> str:
-    """A tbf root qdisc limiting `iface` to `bits` bit/s (burst ≥ 2 ms of traffic, ≥ 4 MTUs)."""
+def tbf_line(iface: str, bits: int, mtu: int, latency: str = TBF_LATENCY) -> str:
+    """A tbf root qdisc limiting `iface` to `bits` bit/s (burst ≥ 2 ms of traffic, ≥ 4 MTUs),
+    queueing at most `latency` worth of packets (tc's `latency`)."""
     burst = max(bits // 8 // 500, 4 * (mtu + 100), 32 * 1024)
-    return f"qdisc replace dev {iface} root tbf rate {bits}bit burst {burst} latency {TBF_LATENCY}"
+    return f"qdisc replace dev {iface} root tbf rate {bits}bit burst {burst} latency {latency}"
 
 
 def up(topo: Topology, name: str | None, runner: Runner) -> State:

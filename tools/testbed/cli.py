@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     s = fsub.add_parser("rate", parents=[common], help="rate limit (tbf), e.g. 100mbit")
     s.add_argument("link")
     s.add_argument("rate")
+    s.add_argument("--latency", default=build.TBF_LATENCY,
+                   help=f"tbf latency: the most queueing it allows (default {build.TBF_LATENCY})")
     s = fsub.add_parser("clear", parents=[common], help="undo faults on a link, or all")
     s.add_argument("link", nargs="?")
     return p
@@ -185,7 +187,7 @@ def _fault(args: argparse.Namespace, runner: Runner) -> int:
     elif verb == "blackhole":
         msg = faults.blackhole(state, link, runner)
     elif verb == "rate":
-        msg = faults.rate(state, link, args.rate, runner)
+        msg = faults.rate(state, link, args.rate, runner, args.latency)
     else:
         msg = faults.clear(state, link or None, runner)
     print(f"testbed {state.name}: {msg}")

@@ -13,7 +13,8 @@ A fault targets a link by name (`h1-p0`, `t0r1p0-t1ap0`: both ends) or one end a
   ingress chain per interface, `numgen random mod 100 < P counter drop` or `counter drop`:
   packets arriving at that end are dropped, so a link name drops in both directions and the
   link stays up (no ENETUNREACH: a silent fault).
-- `rate LINK RATE`: a `tbf` root qdisc on each end (egress), replacing any other.
+- `rate LINK RATE [--latency T]`: a `tbf` root qdisc on each end (egress), replacing any other;
+  `latency` bounds its queue (default 50ms).
 - `clear [LINK]`: stops flaps, removes the nft chains and tbf qdiscs (restoring the rate the
   topology gave the link), brings the interfaces up and re-installs their routes.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tools.testbed.build import State, kill_flap, restore_iface, tbf_line
+from tools.testbed.build import TBF_LATENCY, State, kill_flap, restore_iface, tbf_line
 from tools.testbed.model import Endpoint, Link, TestbedError
 from tools.testbed.runner import Runner, ensure_tools
 from tools.testbed.topology import parse_rate
@@ -201,14 +203,19 @@ def blackhole(state: State, spec: str, runner: Runner) -> str:
     return f"{spec}: blackholed (everything arriving at {', '.join(map(str, ends))} dropped)"
 
 
-def rate(state: State, spec: str, value: str, runner: Runner) -> str:
+def rate(
+    state: State, spec: str, value: str, runner: Runner, latency: str = TBF_LATENCY
+) -> str:
     link, ends = target(state, spec)
     bits = parse_rate(value, "rate")
+    if not re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", latency):
+        raise TestbedError(f"bad tbf latency {latency!r} (e.g. 5ms, 500us)")
     for end in ends:
-        runner.batch("tc", [tbf_line(end.iface, bits, link.mtu)], state.ns(end.node))
+        runner.batch("tc", [tbf_line(end.iface, bits, link.mtu, latency)], state.ns(end.node))
     _record(state, ends, "rate", bits)
     state.save()
-    return f"{spec}: rate limited to {value} (tbf on {', '.join(map(str, ends))})"
+    return (f"{spec}: rate limited to {value}, latency {latency} "
+            f"(tbf on {', '.join(map(str, ends))})")
 
 
 def clear(state: State, spec: str | None, runner: Runner) -> str:

@@ -1,0 +1,211 @@
+"""Flowcells (DESIGN.md §11): consecutive new packets on one EV, sent as one GSO batch.
+
+The writer's outputs are read straight from `datagrams_to_send` after a real handshake over
+the simulator; the loss story runs a whole transfer through it. Each datagram of a batch is
+decoded with the strict wire decoder, so every packet's own headers are checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import pytest
+
+from mrc.core.config import SessionConfig
+from mrc.core.errors import LocalProtocolError
+from mrc.core.events import ConnectionEstablished, Event, PathRetired, WriteCompleted
+from mrc.core.paths import ev_plane
+from mrc.core.session import Session
+from mrc.core.transmit import Transmit
+from mrc.sim import Host, LinkParams, Network
+from mrc.wire.bth import DATA_OPCODES, Opcode
+from mrc.wire.packet import DataPacket, decode_packet
+
+REPLY = struct.Struct(">QI")
+HEADER = 40  # BTH EVXH METH TSETH RETH
+PSN0 = 1000
+
+
+class Pair:
+    """`a` writes into `b`'s region over 2 planes; the handshake is done at t = 0.001."""
+
+    def __init__(self, **config: int) -> None:
+        self.net = Network(seed=5)
+        self.a, self.b = self.net.pair(2, LinkParams(latency=10e-6))
+        self.dst = bytearray(1 << 20)
+        self.region = self.b.regions.register(self.dst)
+        self.src = bytes(range(256)) * 4096
+        self.src_region = self.a.regions.register(bytearray(self.src))
+        cfg = SessionConfig(plane_mask=0b11, initial_psn=PSN0, **config)  # type: ignore[arg-type]
+        self.b.listen(cfg, accept=lambda _: REPLY.pack(self.region.base_va, self.region.rkey))
+        self.sa: Session = self.a.connect(self.b, cfg)
+        self.net.drive(0.001)
+        assert self.a.events_of(ConnectionEstablished)
+
+    def post(self, offset: int, length: int, imm: int | None = None) -> int:
+        return self.sa.post_write(
+            self.src_region, offset, length, self.region.base_va + offset, self.region.rkey, imm
+        )
+
+    def pull(self) -> list[Transmit]:
+        """What the writer sends now (not delivered: these stories only read it)."""
+        return self.sa.datagrams_to_send(self.net.now)
+
+
+def packets(tx: Transmit) -> list[DataPacket]:
+    """The datagrams of one transmit, as the receiving side's io splits them, decoded."""
+    seg = tx.segment_size or len(tx.data)
+    out = []
+    for off in range(0, len(tx.data), seg):
+        pkt = decode_packet(tx.data[off : off + seg])
+        assert isinstance(pkt, DataPacket)
+        out.append(pkt)
+    return out
+
+
+def data_transmits(txs: list[Transmit]) -> list[Transmit]:
+    return [t for t in txs if t.data[0] in DATA_OPCODES]
+
+
+def test_a_flowcell_is_one_transmit_whose_packets_carry_its_ev_and_keep_own_records() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8)
+    pair.post(0, 8 * 1024 * 2 + 5 * 1024 + 100, imm=7)  # 21 full packets and a short LAST_IMM
+    txs = data_transmits(pair.pull())
+    assert [len(packets(t)) for t in txs] == [8, 8, 6]
+    assert [t.segment_size for t in txs] == [1024 + HEADER] * 3
+    # The short LAST rides as the batch's last segment: 5 full segments and 100 + 44 bytes.
+    assert len(txs[2].data) == 5 * (1024 + HEADER) + 100 + HEADER + 4
+    sender = pair.sa.sender
+    assert sender is not None
+    psn = PSN0
+    seqs = []
+    for tx in txs:
+        assert tx.plane == ev_plane(tx.ev)
+        for pkt in packets(tx):
+            assert pkt.psn == psn and pkt.ev == tx.ev and not pkt.rtx
+            assert pkt.va == pair.region.base_va + (psn - PSN0) * 1024
+            rec = sender.inflight[psn]
+            assert (rec.ev, rec.plane, rec.sent_at) == (tx.ev, tx.plane, pair.net.now)
+            assert rec.tx_ts == pkt.tx_timestamp and rec.index == psn - PSN0
+            seqs.append(rec.seq)
+            psn += 1
+    assert seqs == list(range(seqs[0], seqs[0] + 22))
+    opcodes = [p.opcode for t in txs for p in packets(t)]
+    assert opcodes == [Opcode.WRITE_FIRST] + [Opcode.WRITE_MIDDLE] * 20 + [Opcode.WRITE_LAST_IMM]
+    assert [p.a for t in txs for p in packets(t)] == [False] * 21 + [True]
+    # Each flowcell took its own EV from the rotation, and the planes took turns.
+    assert len({t.ev for t in txs}) == 3
+    assert txs[0].plane != txs[1].plane
+
+
+def test_flowcell_one_is_a_datagram_and_an_ev_per_packet() -> None:
+    pair = Pair(payload_mtu=1024)
+    assert pair.sa.config.flowcell == 1
+    pair.post(0, 6 * 1024)
+    txs = data_transmits(pair.pull())
+    assert [t.segment_size for t in txs] == [None] * 6
+    assert [len(t.data) for t in txs] == [1024 + HEADER] * 6
+    assert [p.psn for t in txs for p in packets(t)] == list(range(PSN0, PSN0 + 6))
+    evs = [t.ev for t in txs]
+    assert all(a != b for a, b in itertools.pairwise(evs))
+
+
+@pytest.mark.parametrize(
+    ("mtu", "flowcell", "per_call"),
+    [
+        (8192, 16, 65507 // (8192 + HEADER)),  # 7: the 64 KiB of one UDP datagram
+        (256, 64, 64),  # the kernel's 64 segments
+        (4096, 64, 15),
+        (1024, 5, 5),  # the configured size
+    ],
+)
+def test_a_flowcell_holds_min_of_flowcell_64k_and_64_segments(
+    mtu: int, flowcell: int, per_call: int
+) -> None:
+    pair = Pair(payload_mtu=mtu, flowcell=flowcell)
+    pair.post(0, 3 * per_call * mtu)
+    txs = data_transmits(pair.pull())
+    assert [len(packets(t)) for t in txs] == [per_call] * 3
+    assert all(len(t.data) <= 65507 for t in txs)
+    assert {t.segment_size for t in txs} == ({mtu + HEADER} if per_call > 1 else {None})
+
+
+def test_a_longer_packet_starts_the_next_flowcell() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8)
+    # A LAST_IMM with a full payload is 4 bytes longer than the FIRST/MIDDLE before it: GSO
+    # allows only the last segment to differ, and only to be shorter.
+    pair.post(0, 3 * 1024, imm=1)
+    pair.post(3 * 1024, 4 * 1024)
+    txs = data_transmits(pair.pull())
+    shapes = [[(p.opcode, len(p.payload)) for p in packets(t)] for t in txs]
+    assert shapes == [
+        [(Opcode.WRITE_FIRST, 1024), (Opcode.WRITE_MIDDLE, 1024)],
+        [(Opcode.WRITE_LAST_IMM, 1024), (Opcode.WRITE_FIRST, 1024)],
+        [(Opcode.WRITE_MIDDLE, 1024), (Opcode.WRITE_MIDDLE, 1024), (Opcode.WRITE_LAST, 1024)],
+    ]
+    assert [t.segment_size for t in txs] == [1064, 1068, 1064]
+
+
+def test_the_window_ends_a_flowcell() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=16, mpr=1, max_inflight=20)
+    pair.post(0, 64 * 1024)
+    txs = data_transmits(pair.pull())
+    assert [len(packets(t)) for t in txs] == [16, 4]
+
+
+@pytest.mark.parametrize("bad", [0, 65, -1])
+def test_flowcell_must_be_1_to_64(bad: int) -> None:
+    with pytest.raises(LocalProtocolError, match="flowcell"):
+        SessionConfig(flowcell=bad).validate()
+
+
+def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> None:
+    net = Network(seed=11)
+    target = PSN0 + 5  # in the middle of the first flowcell
+    dropped: list[DataPacket] = []
+
+    def drop(data: bytes) -> bool:
+        pkt = decode_packet(data)
+        if isinstance(pkt, DataPacket) and pkt.psn == target and not dropped:
+            dropped.append(pkt)
+            return True
+        return False
+
+    params = LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, drop_if=drop)
+    a, b = net.pair(4, params)
+    size = 4 << 20
+    src = bytes((i * 7 + (i >> 9)) & 0xFF for i in range(size))
+    dst = bytearray(size)
+    src_region = a.regions.register(bytearray(src))
+    dst_region = b.regions.register(dst)
+    cfg = SessionConfig(plane_mask=0b1111, initial_psn=PSN0, flowcell=16)
+    b.listen(cfg, accept=lambda _: REPLY.pack(dst_region.base_va, dst_region.rkey))
+    resent: list[DataPacket] = []
+
+    def on_receive(host: Host, plane: int, batch: list[tuple[bytes, object, int]]) -> None:
+        for data, _, _ in batch:
+            pkt = decode_packet(data)
+            if isinstance(pkt, DataPacket) and pkt.rtx:
+                resent.append(pkt)
+
+    b.on_receive = on_receive
+
+    def on_event(host: Host, session: Session, event: Event) -> None:
+        if isinstance(event, ConnectionEstablished):
+            va, rkey = REPLY.unpack(event.private_data)
+            for off in range(0, size, 1 << 20):
+                session.post_write(src_region, off, 1 << 20, va + off, rkey, off >> 20)
+
+    a.on_event = on_event
+    session = a.connect(b, cfg)
+    assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == 4, timeout=5.0)
+    assert dst == src
+    assert b.session().stats.bytes_placed == size
+    (lost,) = dropped
+    retired = a.events_of(PathRetired)
+    assert [(e.ev, e.reason) for e in retired] == [(lost.ev, "loss")]
+    assert [p.psn for p in resent] == [target]
+    assert resent[0].ev != lost.ev
+    assert session.stats.retransmits == 1
+    assert session.stats.retransmits_by_cause["rack"] == 1
