@@ -216,8 +216,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="packets the writing side sends on one EV as one GSO batch (a flowcell), at most "
         "65507 // (payload MTU + headers) and 64 of them: 15 at the default MTU 4096. 1 = an "
         f"EV and a system call per packet. Default {DEFAULT_FLOWCELL}, as many as one call "
-        "holds: on 4 loopback planes with --verify this moved 2.4x the bytes of 1 at MTU 4096 "
-        "(4.3 vs 1.8 Gbit/s; 8: 3.2, 4: 2.8) and 1.3x those of 16 at MTU 1024",
+        "holds: on 4 loopback planes with --verify it moved 1.9-2.5x the bytes of 1 at MTU "
+        "4096 (3.6-4.9 vs 1.9-2.0 Gbit/s), more than 4 or 8, and 1.3x those of 16 at MTU 1024",
     )
     p.add_argument(
         "--spray",

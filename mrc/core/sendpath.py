@@ -92,7 +92,7 @@ class Framer:
         parts: list[bytes | memoryview] = []
         append = parts.append
         cur: OutMessage | None = None
-        src = memoryview(b"")
+        src: memoryview  # set with the message's other fields, on the first packet
         dma = base_va = msn = rkey = last = 0
         for msg, index, psn in cell:
             if msg is not cur:

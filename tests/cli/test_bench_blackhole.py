@@ -1,4 +1,5 @@
-"""A plane blackholed by a real nftables rule for 1.5 s during a 1 GiB `mrc bench --verify`.
+"""A plane blackholed by a real nftables rule for 1.5 s during a 3 GiB `mrc bench --verify`
+(long enough that the plane is back before the end even with the batched datapath).
 
 Runs as root inside a network namespace the test creates (its own loopback, its own nftables
 table), so nothing outside it is touched; skips with a reason without root or without nft.
@@ -67,7 +68,7 @@ def test_blackholed_plane_is_retired_then_restored(netns: str) -> None:
             "-p",
             str(PORT),
             "-n",
-            "1G",
+            "3G",
             "--verify",
             "-J",
         )
@@ -94,8 +95,8 @@ def test_blackholed_plane_is_retired_then_restored(netns: str) -> None:
                 proc.communicate()
     doc = json.loads(out)
     m = doc["end"]["mrc"]
-    assert m["integrity"] == "ok" and m["messages_verified"] == 1024
-    assert doc["end"]["sum_received"]["bytes"] == 1 << 30
+    assert m["integrity"] == "ok" and m["messages_verified"] == 3072
+    assert doc["end"]["sum_received"]["bytes"] == 3 << 30
     events = m["events"]
     # Taken out of use: its EVs retired by the sender's RTOs, or the whole plane down (the
     # receiver's EV_PROBEs found its return path dead first and cleared it from PORTSTATE).
