@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..wire.bth import Opcode
+from .errors import LocalProtocolError
 
 INFLIGHT, ACKED, LOST = 0, 1, 2
 
@@ -42,6 +43,29 @@ class OutMessage:
     @property
     def length(self) -> int:
         return len(self.src)
+
+
+def new_message(
+    msn: int, src: memoryview, remote_va: int, rkey: int, imm: int | None, mtu: int
+) -> OutMessage:
+    """A posted WRITE of `src`, checked: LocalProtocolError names the first bad argument."""
+    length = len(src)
+    if not 1 <= length <= 1 << 31:
+        raise LocalProtocolError(f"a WRITE moves 1..2^31 bytes, not {length}")
+    if not (remote_va >= 0 and remote_va + length <= 1 << 64):
+        raise LocalProtocolError(f"remote VA {remote_va:#x} + {length} does not fit 64 bits")
+    if not 0 <= rkey < 1 << 32:
+        raise LocalProtocolError(f"R_Key {rkey} is not a 32-bit value")
+    if imm is not None and not 0 <= imm < 1 << 32:
+        raise LocalProtocolError(f"immediate {imm} is not a 32-bit value")
+    return OutMessage(
+        msn=msn,
+        src=src,
+        remote_va=remote_va,
+        rkey=rkey,
+        imm=imm,
+        npkts=(length + mtu - 1) // mtu,
+    )
 
 
 @dataclass(eq=False, slots=True)

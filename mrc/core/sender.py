@@ -30,7 +30,8 @@ from .events import Event, WriteCompleted
 from .evs import EvSignal
 from .memory import Region
 from .paths import PathTable, ev_plane
-from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, tx_timestamp
+from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
+from .rto import acked_later, acked_on_plane, peer_alive
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
 from .spray import SprayPolicy
 from .stats import SessionStats
@@ -125,25 +126,15 @@ class Sender:
         rkey: int,
         imm: int | None,
     ) -> int:
-        if not 1 <= length <= 1 << 31:
-            raise LocalProtocolError(f"a WRITE moves 1..2^31 bytes, not {length}")
-        if not remote_va >= 0 and remote_va + length <= 1 << 64:
-            raise LocalProtocolError(f"remote VA {remote_va:#x} + {length} does not fit 64 bits")
-        if not 0 <= rkey < 1 << 32:
-            raise LocalProtocolError(f"R_Key {rkey} is not a 32-bit value")
-        if imm is not None and not 0 <= imm < 1 << 32:
-            raise LocalProtocolError(f"immediate {imm} is not a 32-bit value")
         if len(self.outstanding) >= MAX_OUTSTANDING_MESSAGES:
             raise LocalProtocolError("too many WRITEs outstanding (2^15); wait for completions")
-        src = region.local_slice(offset, length)
-        mtu = self.config.payload_mtu
-        msg = OutMessage(
-            msn=self.next_msn,
-            src=src,
-            remote_va=remote_va,
-            rkey=rkey,
-            imm=imm,
-            npkts=(length + mtu - 1) // mtu,
+        msg = new_message(
+            self.next_msn,
+            region.local_slice(offset, length),
+            remote_va,
+            rkey,
+            imm,
+            self.config.payload_mtu,
         )
         self.next_msn = (self.next_msn + 1) & MSN_MASK
         self.pending.append(msg)
@@ -375,13 +366,20 @@ class Sender:
         # planes' sockets in turn, and one can fall behind by more than an RTO), so wait.
         # Nothing sent later acknowledged: the peer stalled, or our window did; resend
         # only the oldest, as RFC 6298 §5.4 does, back off, and blame no path (§6).
-        here = self._acked_on_plane(fifo, oldest.seq)
+        here = acked_on_plane(fifo, oldest.seq)
         later_elsewhere = self._top_seq > oldest.seq
         # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
         quiet_until = pl.acked_at + est.rto
         alive: bool | float = False
         if later_elsewhere and now >= quiet_until and here is None:
-            alive = self._peer_alive(plane, pl.acked_at + est.rto / 2, now)
+            alive = peer_alive(
+                self._plane_fifo,
+                self.paths.planes,
+                plane,
+                after=pl.acked_at + est.rto / 2,
+                last_progress=self.last_progress,
+                now=now,
+            )
         if isinstance(alive, float):
             self._rto_hold[plane] = alive  # the other planes' answers are still due
             return False
@@ -389,7 +387,7 @@ class Sender:
             for rec in list(fifo):
                 if rec.state == INFLIGHT and rec.sent_at + rto <= now:
                     self._declare_lost(rec, "rto", avoid_plane=plane)
-                    if self._acked_later(rec, here) or (alive and self._acked_elsewhere(rec)):
+                    if acked_later(rec, here) or (alive and self._acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
         elif later_elsewhere and now < quiet_until:
             self._rto_hold[plane] = quiet_until  # lagging: wait
@@ -405,59 +403,6 @@ class Sender:
             self.rto_expiries >= self.config.rto_retries
             and now - self.last_progress >= self.config.give_up_after
         )
-
-    def _peer_alive(self, plane: int, after: float, now: float) -> bool | float:
-        """Does the peer answer on other planes while `plane` is silent? True: something was
-        acknowledged after `after` (resends included), or no other plane is owed anything.
-        False: another plane has a packet out longer than its RTO without backoff (a
-        stalled peer). Else the time to ask again: when another plane's answer is expected,
-        or due."""
-        if self.last_progress > after:
-            return True
-        due_at: float | None = None
-        stalled = False
-        for other, fifo in self._plane_fifo.items():
-            if other == plane:
-                continue
-            q = self.paths.planes[other]
-            rec = next((r for r in fifo if r.state == INFLIGHT), None)
-            if rec is None:
-                continue
-            due = rec.sent_at + q.rtt.rto
-            if now >= due:
-                stalled = True
-                continue
-            # Look again when its answer is expected, and at the latest when it is due.
-            expected = rec.sent_at + (q.rtt.srtt or 0.0)
-            wake = expected if expected > now else due
-            if due_at is None or wake < due_at:
-                due_at = wake
-        if stalled:
-            return False
-        return True if due_at is None else due_at
-
-    @staticmethod
-    def _acked_on_plane(fifo: deque[SentPacket], after: int) -> tuple[int, int, int] | None:
-        """(top seq, its EV, top seq on any other EV) of this plane's packets acknowledged
-        after send seq `after`; None when there are none."""
-        top = top_ev = second = 0
-        for rec in fifo:
-            if rec.state == ACKED and rec.seq > after:
-                if rec.seq > top:
-                    if rec.ev != top_ev:
-                        second = top
-                    top, top_ev = rec.seq, rec.ev
-                elif rec.seq > second and rec.ev != top_ev:
-                    second = rec.seq
-        return (top, top_ev, second) if top else None
-
-    @staticmethod
-    def _acked_later(rec: SentPacket, here: tuple[int, int, int] | None) -> bool:
-        """A packet sent after `rec` on another EV of its plane was acknowledged."""
-        if here is None:
-            return False
-        top, top_ev, second = here
-        return (top if top_ev != rec.ev else second) > rec.seq
 
     def on_reorder_timer(self, now: float) -> None:
         pending, self._rack_pending = self._rack_pending, set()

@@ -1,0 +1,79 @@
+"""What an expired RTO may conclude (DESIGN.md §6): the evidence about planes and paths.
+
+Pure functions over the sender's send records and plane table. A plane is one FIFO at the peer
+(one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane
+silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer. The
+sender (`sender.py`) decides what to resend and which EVs to signal; this module only weighs
+the evidence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from .paths import Plane
+from .records import ACKED, INFLIGHT, SentPacket
+
+#: (top send seq acknowledged on a plane, its EV, top seq acknowledged on any other EV).
+PlaneAcks = tuple[int, int, int]
+
+
+def acked_on_plane(fifo: deque[SentPacket], after: int) -> PlaneAcks | None:
+    """This plane's packets acknowledged after send seq `after`; None when there are none."""
+    top = top_ev = second = 0
+    for rec in fifo:
+        if rec.state == ACKED and rec.seq > after:
+            if rec.seq > top:
+                if rec.ev != top_ev:
+                    second = top
+                top, top_ev = rec.seq, rec.ev
+            elif rec.seq > second and rec.ev != top_ev:
+                second = rec.seq
+    return (top, top_ev, second) if top else None
+
+
+def acked_later(rec: SentPacket, here: PlaneAcks | None) -> bool:
+    """A packet sent after `rec` on another EV of its plane was acknowledged."""
+    if here is None:
+        return False
+    top, top_ev, second = here
+    return (top if top_ev != rec.ev else second) > rec.seq
+
+
+def peer_alive(
+    fifos: Mapping[int, deque[SentPacket]],
+    planes: Mapping[int, Plane],
+    plane: int,
+    *,
+    after: float,
+    last_progress: float,
+    now: float,
+) -> bool | float:
+    """Does the peer answer on other planes while `plane` is silent? True: something was
+    acknowledged after `after` (resends included), or no other plane is owed anything.
+    False: another plane has a packet out longer than its RTO without backoff (a stalled
+    peer). Else the time to ask again: when another plane's answer is expected, or due."""
+    if last_progress > after:
+        return True
+    due_at: float | None = None
+    stalled = False
+    for other, fifo in fifos.items():
+        if other == plane:
+            continue
+        rec = next((r for r in fifo if r.state == INFLIGHT), None)
+        if rec is None:
+            continue
+        rtt = planes[other].rtt
+        due = rec.sent_at + rtt.rto
+        if now >= due:
+            stalled = True
+            continue
+        # Look again when its answer is expected, and at the latest when it is due.
+        expected = rec.sent_at + (rtt.srtt or 0.0)
+        wake = expected if expected > now else due
+        if due_at is None or wake < due_at:
+            due_at = wake
+    if stalled:
+        return False
+    return True if due_at is None else due_at
