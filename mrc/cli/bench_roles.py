@@ -23,6 +23,7 @@ from mrc.core.events import (
     PathRetired,
     PlaneDown,
     PlaneUp,
+    PortStateChanged,
     WriteCompleted,
 )
 from mrc.core.session import Session
@@ -203,6 +204,9 @@ class BenchTest:
             self._record(now, "plane-down", event.plane, None, event.reason)
         elif isinstance(event, PlaneUp):
             self._record(now, "plane-up", event.plane, None, "")
+        elif isinstance(event, PortStateChanged):
+            kind = "port-up" if event.up else "port-down"
+            self._record(now, kind, event.plane, None, "announced to the peer")
         elif isinstance(event, PathRetired):
             self._record(now, "path-retired", event.plane, event.ev, event.reason)
         elif isinstance(event, PathRestored):

@@ -14,6 +14,7 @@ from .events import (
     PathRetired,
     PlaneDown,
     PlaneUp,
+    PortStateChanged,
     WriteCompleted,
 )
 from .memory import Region, RegionTable
@@ -35,6 +36,7 @@ __all__ = [
     "PlaneDown",
     "PlaneStats",
     "PlaneUp",
+    "PortStateChanged",
     "ProtocolError",
     "Region",
     "RegionTable",

@@ -83,3 +83,13 @@ class PlaneUp(Event):
     """A plane came back into the rotation."""
 
     plane: int
+
+
+@dataclass(frozen=True, slots=True)
+class PortStateChanged(Event):
+    """We announced to the peer that we can (`up`) or cannot receive on a plane (PORTSTATE and
+    PORT_STATUS, DESIGN.md §4): our link went down or came back, or the plane fell silent both
+    ways to our EV_PROBEs."""
+
+    plane: int
+    up: bool

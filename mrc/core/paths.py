@@ -89,13 +89,20 @@ class Plane:
     #: send time of the latest packet of ours on this plane the peer answered.
     proven_at: float = 0.0
     answered_sent_at: float = 0.0
-    #: When an acknowledgement last covered a first transmission of ours on this plane.
+    #: When an acknowledgement last covered a first transmission of ours on this plane, and
+    #: the EV that acknowledgement's trigger took: the freshest path known to work.
     acked_at: float = 0.0
+    acked_ev: int | None = None
+    #: When data or an acknowledgement last arrived from the peer on this plane.
+    heard_at: float = 0.0
     reverse_probe_id: int | None = None
     reverse_probe_ev: int = 0
     reverse_probe_sent_at: float = 0.0
-    #: Every reverse EV of this plane is bad: we cannot count on the plane either way.
+    #: Every reverse EV of this plane is bad: our SACKs, NACKs and answers go elsewhere.
     reverse_dead: bool = False
+    #: ... and nothing arrived on it since the last unanswered EV_PROBE went out: the plane
+    #: is dead to us both ways, so its PORTSTATE bit is cleared (DESIGN.md §4).
+    silent: bool = False
 
     def reverse_ev(self) -> int:
         """The next reverse EV in rotation, skipping bad ones while a good one is left."""
@@ -203,10 +210,10 @@ class PathTable:
         return max(known) if known else est.rto
 
     def port_mask(self) -> int:
-        """Planes we can receive on (PORTSTATE, WIRE.md §4): not locally down and not
-        silent to our EV_PROBEs."""
+        """Planes we can receive on (PORTSTATE, WIRE.md §4): not locally down, and not silent
+        both ways (our EV_PROBEs unanswered and nothing arriving)."""
         return sum(
             1 << p
             for p, pl in self.planes.items()
-            if pl.down_reason != "local" and not pl.reverse_dead
+            if pl.down_reason != "local" and not pl.silent
         )

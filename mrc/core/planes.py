@@ -25,7 +25,7 @@ from ..wire.bth import Opcode
 from ..wire.packet import EndpointPacket, ProbePacket
 from ..wire.probe import EETH, ERTH, PETH, EndpointOp
 from .config import SessionConfig
-from .events import Event, PlaneDown, PlaneUp
+from .events import Event, PlaneDown, PlaneUp, PortStateChanged
 from .paths import PathTable, PlaneState
 from .records import tx_timestamp
 from .stats import SessionStats
@@ -68,7 +68,6 @@ class PlaneMonitor:
         self.on_down = on_down
         self.peer_qpn = 0
         self._probe_id = 0
-        self._answer_next = 0
         #: probe_id → (kind, plane, ev, sent at)
         self._probes: dict[int, tuple[int, int, int, float]] = {}
         self._announced = paths.port_mask()
@@ -242,8 +241,14 @@ class PlaneMonitor:
                     pl.reverse_misses[ev] = pl.reverse_misses.get(ev, 0) + 1
                 if pl.reverse_misses.get(ev, 0) >= REVERSE_MISSES:
                     pl.reverse_bad.add(ev)
-                    if len(pl.reverse_bad) == len(pl.reverse_evs) and not pl.reverse_dead:
+                    if len(pl.reverse_bad) == len(pl.reverse_evs):
+                        # Our sends on it fail; whether we can still receive on it is told
+                        # by what arrives. A plane with one dead path of several still
+                        # carries the peer's data, and must stay in our PORTSTATE; one that
+                        # brought nothing while the others did is dead both ways (a peer
+                        # that stalled everywhere indicts no plane).
                         pl.reverse_dead = True
+                        pl.silent = self._heard_later_elsewhere(plane, pl.reverse_probe_sent_at)
                         self._announce_if_changed()
             if now - pl.proven_at < interval and not pl.reverse_bad:
                 continue
@@ -274,7 +279,7 @@ class PlaneMonitor:
         pl.reverse_misses.pop(ev, None)
         pl.reverse_bad.discard(ev)
         if pl.reverse_dead:
-            pl.reverse_dead = False
+            pl.reverse_dead = pl.silent = False
             self._announce_if_changed()
 
     # -- telling the peer -----------------------------------------------------------------
@@ -288,7 +293,12 @@ class PlaneMonitor:
                 self._endpoint_request(plane, EndpointOp.PORT_STATUS, 0, now)
 
     def _announce_if_changed(self) -> None:
-        if self.paths.port_mask() != self._announced:
+        mask = self.paths.port_mask()
+        changed = mask ^ self._announced
+        if changed:
+            for plane in sorted(self.paths.planes):
+                if changed >> plane & 1:
+                    self.events.append(PortStateChanged(plane=plane, up=bool(mask >> plane & 1)))
             self.announce_ports()
 
     def _endpoint_request(
@@ -314,13 +324,12 @@ class PlaneMonitor:
         if plane not in self.peer_addrs or plane not in self.paths.planes:
             return
         # The peer judges its own reverse EV by this answer, so it must not die on a bad path
-        # of ours: answer on a data EV our acknowledgements prove, else on a reverse EV.
-        rotation = self.evs.rotation(plane)
-        if rotation:
-            self._answer_next += 1
-            ev = rotation[self._answer_next % len(rotation)]
-        else:
-            ev = self.paths.planes[plane].reverse_ev()
+        # of ours: answer on the EV our latest acknowledgement on this plane proved (while it
+        # is still in rotation), else on a reverse EV our own EV_PROBEs have not found bad.
+        pl = self.paths.planes[plane]
+        ev = pl.acked_ev
+        if ev is None or ev not in self.evs.rotation(plane):
+            ev = pl.reverse_ev()
         answer = EndpointPacket(
             opcode=Opcode.ENDPOINT_RESPONSE,
             dest_qp=self.peer_qpn,
@@ -342,6 +351,14 @@ class PlaneMonitor:
         silence on `plane` is the plane's fault, not a stalled peer's (DESIGN.md §6)."""
         planes = self.paths.planes.items()
         return any(p.answered_sent_at >= sent_at for n, p in planes if n != plane)
+
+    def _heard_later_elsewhere(self, plane: int, since: float) -> bool:
+        """Data or acknowledgements arrived on another plane since `since`, but not on
+        `plane`."""
+        planes = self.paths.planes
+        if planes[plane].heard_at >= since:
+            return False
+        return any(p.heard_at >= since for n, p in planes.items() if n != plane)
 
     def _usable_changed(self, plane: int, was: bool, reason: str) -> None:
         now_usable = self.paths.usable(plane)

@@ -62,6 +62,9 @@ from .stats import SessionStats
 from .timers import Timer, TimerTable
 from .transmit import Addr, Transmit
 
+#: What the peer only sends on a plane it uses toward us (DESIGN.md §4, reverse path).
+_ACKNOWLEDGEMENTS = frozenset({SackPacket, NackPacket, AckPacket})
+
 
 class SessionState(Enum):
     CONNECTING = "connecting"  # requester: REQUEST sent, waiting for REPLY/REJECT
@@ -328,6 +331,7 @@ class Session:
         # Set only while ESTABLISHED (the receiver exists from then on, and a CLOSED session
         # returned above): data takes the direct way to it, as `_handle_data` would.
         receiver = self.receiver
+        heard = False  # an acknowledgement: the peer still uses this plane toward us
         for data, tos in datagrams:
             ps.packets_received += 1
             ps.bytes_received += len(data)
@@ -350,11 +354,14 @@ class Session:
                 if self.half_open:
                     self.half_open = False
                     self.timers.cancel(Timer.HALF_OPEN)
+                heard = heard or type(pkt) in _ACKNOWLEDGEMENTS
             self._handlers[type(pkt)](pkt, plane, tos, now)
             if self.is_closed:
                 return
         if self.receiver is not None:
             self.receiver.end_batch(now)
+        if (heard or self._data_seen) and plane in self.paths.planes:
+            self.paths.planes[plane].heard_at = now
         if self._data_seen and self.planes is not None:
             self._data_seen = False
             self.planes.traffic_received(now)

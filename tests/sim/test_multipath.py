@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from mrc.core.events import PortStateChanged
 from mrc.sim import scenarios
 from mrc.wire.packet import ProbePacket
 from mrc.wire.probe import PETH
@@ -111,26 +112,50 @@ def test_trimmed_packets_bring_nacks_and_are_resent_within_one_rtt() -> None:
     assert d["hot_skips"] > 0 and d["hot_share"] < 0.2
 
 
-def test_a_receiver_finds_its_dead_return_path_by_ev_probes_and_announces_it() -> None:
+def test_a_receiver_moves_its_acknowledgements_off_a_dead_return_path() -> None:
     """Plane 2 silently loses everything from the receiver back to the sender at 5 ms.
 
     The receiver only receives, so no acknowledgement can tell it; its EV_PROBEs on plane 2
-    go unanswered, every reverse EV of the plane goes bad, it clears plane 2 from PORTSTATE
-    and PORT_STATUS, and the sender stops using the plane (DESIGN.md §4 "Reverse path").
+    go unanswered and every reverse EV of the plane goes bad, so its SACKs, NACKs and answers
+    take other planes. The sender's data still arrives on plane 2, so the receiver keeps the
+    plane in PORTSTATE and the sender keeps spraying it: a half-dead plane still carries a
+    full share (DESIGN.md §4 "Reverse path").
     """
     net = scenarios.Network(3)
     a, b = net.pair(4, scenarios.LinkParams(rate_bps=1e9, latency=5e-6, queue_bytes=8 << 20))
     b.links[2].params.drop_if = lambda data: net.now >= 0.005
     t = scenarios.Transfer(net, a, b, scenarios._config(SPRAY), 32 * scenarios.MiB, 1 << 20)
     assert net.drive_until(t.done, timeout=5)
+    assert bytes(t.dst) == t.src
     rx = next(iter(b.endpoint.sessions.values()))
     plane = rx.paths.planes[2]
     assert plane.reverse_dead and plane.reverse_bad == set(plane.reverse_evs)
-    assert rx.paths.port_mask() == 0b1011
-    downs = [(ts, e) for ts, s, e in a.events if type(e).__name__ == "PlaneDown"]
-    assert [(e.plane, e.reason) for _, e in downs] == [(2, "peer cannot receive")]
-    # Two probes per reverse EV (10 ms apart, one reverse EV per tick) before it is bad.
-    assert 0.005 < downs[0][0] < 0.005 + 0.1
+    assert not plane.silent and rx.paths.port_mask() == 0b1111
+    assert [e for _, _, e in a.events if type(e).__name__ in ("PlaneDown", "PathRetired")] == []
+    assert [e for _, _, e in b.events if isinstance(e, PortStateChanged)] == []
+    sent = [t.session.stats.plane(p).bytes_sent for p in range(4)]
+    assert max(sent) - min(sent) < 0.01 * max(sent), sent
+
+
+def test_a_receiver_finds_its_plane_dead_both_ways_and_announces_it() -> None:
+    """Plane 2 loses everything in both directions at 5 ms.
+
+    Nothing arrives on it any more and the receiver's EV_PROBEs go unanswered: it clears
+    plane 2 from PORTSTATE and PORT_STATUS (unless the sender found the plane dead first and
+    stopped sending on it), and the sender ends with the plane out of use; nothing is lost.
+    """
+    net = scenarios.Network(3)
+    a, b = net.pair(4, scenarios.LinkParams(rate_bps=1e9, latency=5e-6, queue_bytes=8 << 20))
+    a.links[2].params.drop_if = b.links[2].params.drop_if = lambda data: net.now >= 0.005
+    t = scenarios.Transfer(net, a, b, scenarios._config(SPRAY), 32 * scenarios.MiB, 1 << 20)
+    assert net.drive_until(t.done, timeout=5)
     assert bytes(t.dst) == t.src
-    # The plane's own SACKs went elsewhere once it was dead: nothing was lost for good.
-    assert not t.session.paths.usable(2) and t.session.paths.is_up(2)
+    rx = next(iter(b.endpoint.sessions.values()))
+    plane = rx.paths.planes[2]
+    assert plane.reverse_dead and plane.silent and rx.paths.port_mask() == 0b1011
+    ports = [e for _, _, e in b.events if isinstance(e, PortStateChanged)]
+    assert ports == [PortStateChanged(plane=2, up=False)]
+    downs = [(ts, e) for ts, s, e in a.events if type(e).__name__ == "PlaneDown"]
+    assert [e.plane for _, e in downs] == [2]
+    assert 0.005 < downs[0][0] < 0.005 + 0.1
+    assert not t.session.paths.usable(2)

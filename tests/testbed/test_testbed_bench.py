@@ -389,26 +389,19 @@ def retired_evs(run: Run, plane: int, path: int) -> tuple[set[int], set[int]]:
     return named, {ev for ev, e in evs.items() if e["times_retired"] > 0}
 
 
-def _check_path_retired(run: Run, plane: int, path: int) -> None:
-    """Path-retired events name EVs of `path` on `plane`, and at least the path's share of the
-    plane's EVs show times_retired > 0.
-
-    Known mrc issue: when one path of a plane dies, the receiver may judge all of that plane's
-    reverse EVs dead (its EV_PROBE answers come back late or through the dead path), clear
-    the plane from PORTSTATE, and the sender drops the whole plane ("peer cannot receive")
-    before it retires the path's EVs. Such a run is an xfail naming that.
-    """
+def _check_path_retired(run: Run, plane: int, path: int, at_least: int = EV_PER_PATH) -> None:
+    """Path-retired events name EVs of `path` on `plane`, and at least `at_least` of the path's
+    EVs show times_retired > 0; the plane itself never went down, on either side (a plane with
+    one dead path of two still carries data both ways)."""
     named, counted = retired_evs(run, plane, path)
-    if named and len(counted) >= EV_PER_PATH:
-        return
-    dropped = [e for e in plane_events(run, plane, "plane-down")
-               if e["detail"] == "peer cannot receive"]
     detail = f"{summary(run)}; per path {per_path(run, plane)}"
-    if dropped:
-        pytest.xfail(f"mrc: the receiver dropped plane {plane} from PORTSTATE at "
-                     f"t={dropped[0]['t']} s instead of the sender retiring path {path}; {detail}")
-    pytest.fail(f"plane {plane} path {path}: {len(named)} EVs named by path-retired events, "
-                f"{len(counted)} with times_retired > 0 (want >= {EV_PER_PATH}); {detail}")
+    assert named and len(counted) >= at_least, (
+        f"plane {plane} path {path}: {len(named)} EVs named by path-retired events, "
+        f"{len(counted)} with times_retired > 0 (want >= {at_least}); {detail}")
+    assert plane_events(run, plane, "plane-down") == [], detail
+    withdrawn = [e for e in run.server["end"]["mrc"]["events"]
+                 if e["event"] == "port-down" and e["plane"] == plane]
+    assert withdrawn == [], f"the receiver withdrew plane {plane}: {withdrawn}; {detail}"
 
 
 def test_tier1_switch_down(clean: Bed) -> None:
@@ -436,12 +429,13 @@ def test_host_plane_link_down(clean: Bed) -> None:
 
 def test_flapping_tier1_link(clean: Bed) -> None:
     """t0r1p0-t1ap0 (plane 0's path t1-0) flaps every 100 ms (50 ms down, 50 ms up) until the
-    transfer ends: path-retired events name EVs of that path, and at least 8 of them show
-    times_retired > 0."""
+    transfer ends: path-retired events name EVs of that path, and at least half of its 8 EVs
+    show times_retired > 0 (an EV that sent nothing while the link was down keeps its record:
+    a 1.5 s transfer sees about 10 outages)."""
     run = bench(clean, "256M", 4813, lambda _: clean.fault(
         "flap", "t0r1p0-t1ap0", "--period", "100", "--count", "0", "--background"))
     print(summary(run), per_path(run, 0))
-    _check_path_retired(run, 0, 0)
+    _check_path_retired(run, 0, 0, at_least=EV_PER_PATH // 2)
 
 
 def test_one_percent_loss_on_a_plane(clean: Bed) -> None:
