@@ -37,13 +37,19 @@ MARGIN_FRACTION = 0.25
 RATE_EWMA = 0.5
 
 
+def always_open(plane: int) -> bool:
+    """No plane has a cap of its own."""
+    return True
+
+
 class PlaneBalance(ABC):
     def __init__(self, paths: PathTable) -> None:
         self.paths = paths
 
     @abstractmethod
-    def next_plane(self, now: float) -> int | None:
-        """The plane for the next new packet; None leaves it to the spray policy."""
+    def next_plane(self, now: float, is_open: Callable[[int], bool] = always_open) -> int | None:
+        """The plane for the next new packet; None leaves it to the spray policy.
+        `is_open(plane)`: the plane has room in its own cap (planeq.py) now."""
 
     def on_acked(self, plane: int, nbytes: int, rtt: float, now: float) -> None:  # noqa: B027
         """An acknowledgement newly covered `nbytes` sent on `plane`; the oldest took `rtt`."""
@@ -57,7 +63,7 @@ class PlaneBalance(ABC):
 class EqualBalance(PlaneBalance):
     """MRC's rule: equal shares (the spray rotation interleaves the planes)."""
 
-    def next_plane(self, now: float) -> int | None:
+    def next_plane(self, now: float, is_open: Callable[[int], bool] = always_open) -> int | None:
         return None
 
 
@@ -88,7 +94,7 @@ class AdaptiveBalance(PlaneBalance):
             st = self._planes[plane] = _PlaneRate()
         return st
 
-    def next_plane(self, now: float) -> int | None:
+    def next_plane(self, now: float, is_open: Callable[[int], bool] = always_open) -> int | None:
         if self._version != self.paths.version:
             usable = sorted(p for p, evs in self.paths.active_evs().items() if evs)
             # A plane that (re)joins starts level with the others, not with a burst.
@@ -102,7 +108,9 @@ class AdaptiveBalance(PlaneBalance):
             return None
         if self._epoch_start is None:
             self._epoch_start = now
-        best = min(self._usable, key=lambda p: self._planes[p].pass_)
+        # A plane at its own cap gives its turn to the others (the sender waits if all are).
+        open_planes = [p for p in self._usable if is_open(p)] or self._usable
+        best = min(open_planes, key=lambda p: self._planes[p].pass_)
         st = self._planes[best]
         st.pass_ += 1.0 / st.weight
         return best

@@ -21,6 +21,9 @@ bytes already left the network. There is no pacing: a host's NIC serialises each
 line rate and NSCC (like htsim's) is a pure window; a flowcell is cut short where the window
 closes, packet by packet.
 
+NSCC also caps a plane that queues on its own (planeq.py, beyond UEC): one window per
+connection cannot see that one slow plane of several is overflowing a queue that marks nothing.
+
 What it leaves to others: which packets are in flight, lost or acknowledged (sender.py), and
 which EV carries them (spray.py; ECN echoes and trims also mark EVs SKIP in evs.py).
 """
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 
 from .config import SessionConfig
 from .errors import LocalProtocolError
+from .planeq import PlaneQueues
 
 #: reference/protocol.md §2.6: the UEC constants are given for 100 Gbit/s and a 12 µs RTT.
 REF_RTT = 12e-6
@@ -93,6 +97,16 @@ class CongestionControl(ABC):
 
     def on_nack(self, now: float, *, nacked: int, lasthop: bool, inflight: int) -> None:  # noqa: B027
         """A TRIMMED (or TRIMMED_LASTHOP) NACK for a packet of `nacked` bytes."""
+
+    def plane_window(self, plane: int) -> float | None:
+        """The bytes `plane` may have in flight, or None where only `window` limits it."""
+        return None
+
+    def on_plane_sample(  # noqa: B027
+        self, plane: int, rtt: float, *, acked: int, inflight: int, now: float
+    ) -> None:
+        """A Karn-valid RTT sample of a packet sent on `plane` (`inflight` bytes in flight
+        there), whose SACK newly acknowledged `acked` bytes."""
 
     def on_loss(self, now: float, *, lost: int, inflight: int) -> None:  # noqa: B027
         """Packets of `lost` bytes were declared lost (RACK or RTO) since the last call."""
@@ -194,6 +208,15 @@ class Nscc(CongestionControl):
         self._trigger_qa = False
         self._ignored = 0
         self._to_ignore = 0
+        self.planes = PlaneQueues(self.mtu, config.plane_queue_min)
+
+    def plane_window(self, plane: int) -> float | None:
+        return self.planes.window(plane)
+
+    def on_plane_sample(
+        self, plane: int, rtt: float, *, acked: int, inflight: int, now: float
+    ) -> None:
+        self.planes.on_sample(plane, rtt, acked, inflight, now)
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -216,7 +239,9 @@ class Nscc(CongestionControl):
         if rtt is not None:
             base = self._base_for(plane, rtt)
             if rtt >= base:
-                delay = rtt - base
+                # A plane's own queue is its cap's business (planeq.py): the window reads
+                # the delay the planes share, so one slow plane does not shrink them all.
+                delay = max(rtt - base - self.planes.own_delay(plane), 0.0)
                 self._update_delay(delay, ecn)
         if self._quick_adapt(now, is_loss=False, ecn=ecn, delay=delay, inflight=inflight):
             return

@@ -60,6 +60,9 @@ class SessionConfig:
     cc_target: float = 0.75
     #: NSCC: the largest window in bytes (UEC `max_cwnd`); None = 1.5 × BDP.
     cc_max_cwnd: int | None = None
+    #: NSCC's plane queue guard [beyond UEC] (planeq.py): a plane whose own queueing delay,
+    #: beyond the least-queued plane's, passes this (seconds) gets its bytes in flight capped.
+    plane_queue_min: float = 0.001
     #: In-flight packet cap below the MPR window; None = MPR × 128.
     max_inflight: int | None = None
     #: RFC 6298 knobs, kept per plane (DESIGN.md §6).
@@ -116,6 +119,8 @@ class SessionConfig:
             raise LocalProtocolError("cc_plane_rate, cc_base_rtt and cc_target must be positive")
         if self.cc_max_cwnd is not None and self.cc_max_cwnd < self.payload_mtu:
             raise LocalProtocolError("cc_max_cwnd must be at least one payload_mtu")
+        if not self.plane_queue_min > 0:
+            raise LocalProtocolError("plane_queue_min must be positive")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto:
             raise LocalProtocolError("need 0 < min_rto <= initial_rto <= max_rto")
         if self.initial_psn is not None and not 0 <= self.initial_psn < 1 << 24:

@@ -114,6 +114,8 @@ class Sender:
         #: Payload bytes of INFLIGHT records, new PSNs counted up to `_counted_psn`; bytes
         #: lost to RACK/RTO since the last output pull (DESIGN.md §7).
         self._inflight_bytes, self._counted_psn, self._lost_bytes = 0, initial_psn, 0
+        #: The same bytes by plane (NSCC caps a plane that queues on its own, planeq.py).
+        self._plane_bytes: dict[int, int] = dict.fromkeys(paths.planes, 0)
 
     # -- user calls -------------------------------------------------------------------------
 
@@ -174,22 +176,49 @@ class Sender:
         self._arm_timers()
         return out
 
-    def _window_open(self) -> bool:
-        span = (self.next_psn - self.una) & PSN_MASK
-        cap = self.config.max_inflight or self.config.window
-        return (
-            span < self.config.window
-            and len(self.inflight) < cap
-            and self.cc.can_send(self._in_flight())
+    def _room(self) -> int:
+        """How many more new packets the PSN window, the packet cap and CC let go now."""
+        config = self.config
+        room = min(
+            config.window - ((self.next_psn - self.una) & PSN_MASK),
+            (config.max_inflight or config.window) - len(self.inflight),
         )
+        if room <= 0:
+            return 0
+        inflight = self._in_flight()
+        if not inflight:
+            return room  # one packet always fits alone
+        return min(room, int((self.cc.window - inflight) // config.payload_mtu))
+
+    def _plane_room(self, plane: int, room: int) -> int:
+        """`room`, narrowed to what `plane`'s own cap (NSCC's plane queue guard) lets go."""
+        cap = self.cc.plane_window(plane)
+        if cap is None:
+            return room
+        self._in_flight()
+        fits = int((cap - self._plane_bytes.get(plane, 0)) // self.config.payload_mtu)
+        if fits <= 0 and not self._plane_bytes.get(plane, 0):
+            fits = 1  # one packet always fits alone
+        return min(room, fits)
 
     def _in_flight(self) -> int:
         """Payload bytes in the network. PSNs sent since the last call are counted now: each
         is a first transmission, and nothing is acked or lost within one output pull."""
-        while self._counted_psn != self.next_psn:
-            self._inflight_bytes += self.inflight[self._counted_psn].length
-            self._counted_psn = (self._counted_psn + 1) & PSN_MASK
+        psn = self._counted_psn
+        if psn != self.next_psn:
+            inflight, by_plane = self.inflight, self._plane_bytes
+            while psn != self.next_psn:
+                rec = inflight[psn]
+                self._inflight_bytes += rec.length
+                by_plane[rec.plane] = by_plane.get(rec.plane, 0) + rec.length
+                psn = (psn + 1) & PSN_MASK
+            self._counted_psn = psn
         return self._inflight_bytes
+
+    def _uncount(self, rec: SentPacket) -> None:
+        """An INFLIGHT record left the network (acknowledged or declared lost)."""
+        self._inflight_bytes = self._in_flight() - rec.length
+        self._plane_bytes[rec.plane] -= rec.length
 
     def _send_new(self, now: float, out: list[Transmit]) -> None:
         """New packets, a flowcell per EV (DESIGN.md §11): consecutive packets on the EV the
@@ -199,16 +228,17 @@ class Sender:
         mtu = self.config.payload_mtu
         tx_ts = tx_timestamp(now)
         pending = self.pending
-        while pending and self._window_open():
+        while pending and (room := self._room()) > 0:
             ev = self._next_ev(now)
             if ev is None:
                 return
             plane = ev_plane(ev)
+            room = self._plane_room(plane, room)
             rqmsn = self.outstanding[0].msn
             cell: list[CellPacket] = []
             if flowcell > 1:
                 size = packet_size(pending[0], pending[0].sent, mtu)
-                limit = flowcell_limit(flowcell, size)
+                limit = min(flowcell_limit(flowcell, size), room)
             else:
                 size, limit = 0, 1  # an EV per packet: sizes do not matter
             while True:
@@ -227,17 +257,36 @@ class Sender:
                 self.next_psn = (psn + 1) & PSN_MASK
                 cell.append((msg, index, psn))
                 self._record(msg, index, psn, ev, plane, now, tx_ts, rtx=False)
-                if len(cell) == limit or this < size or not pending or not self._window_open():
+                if len(cell) == limit or this < size or not pending:
                     break
             out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
 
     def _next_ev(self, now: float) -> int | None:
         """The EV of the next flowcell: on the plane the balance picks, or wherever the spray
-        rotation goes next when the balance leaves it to the spray (equal shares)."""
-        plane = self.balance.next_plane(now)
-        if plane is None:
-            return self.spray.next_ev(now)
-        return self.spray.next_ev_on(plane, now)
+        rotation goes next when the balance leaves it to the spray (equal shares). A plane
+        at its own cap gives its turn to the next (as a congested plane's EVs are skipped in
+        MRC); None when every plane is at its cap."""
+        plane = self.balance.next_plane(now, self._plane_open)
+        if plane is not None:
+            return self.spray.next_ev_on(plane, now) if self._plane_open(plane) else None
+        for _ in range(4 * len(self.paths.planes)):
+            ev = self.spray.next_ev(now)
+            if ev is None or self._plane_open(ev_plane(ev)):
+                return ev
+        return None
+
+    def _resend_ev(self, avoid_ev: int, avoid_plane: int | None, now: float) -> int | None:
+        """Another EV for a resend, on a plane with room in its own cap if the rotation
+        offers one soon (a burst of resends must not overflow a slow plane's queue)."""
+        ev = self.spray.other_ev(avoid_ev, avoid_plane, now)
+        for _ in range(2 * len(self.paths.planes)):
+            if ev is None or self._plane_open(ev_plane(ev)):
+                break
+            ev = self.spray.other_ev(avoid_ev, avoid_plane, now)
+        return ev
+
+    def _plane_open(self, plane: int) -> bool:
+        return self._plane_room(plane, 1) > 0
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
@@ -248,12 +297,14 @@ class Sender:
                 continue
             if cause == "nack_trimmed" and not self.cc.can_send(self._in_flight()):
                 return  # congestion, not loss: the resend waits for the window (DESIGN.md §7)
-            ev = self.spray.other_ev(rec.ev, avoid_plane, now)
+            ev = self._resend_ev(rec.ev, avoid_plane, now)
             if ev is None:
                 return
             self.rtx_queue.popleft()
             out.append(self._transmit(rec.msg, rec.index, psn, ev, now, rtx=True))
             self._inflight_bytes += rec.length
+            plane = ev_plane(ev)
+            self._plane_bytes[plane] = self._plane_bytes.get(plane, 0) + rec.length
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(ev_plane(ev)).retransmits += 1
 
@@ -559,7 +610,7 @@ class Sender:
         if rec is None:
             return
         if rec.state == INFLIGHT:
-            self._inflight_bytes = self._in_flight() - rec.length
+            self._uncount(rec)
         rec.state = ACKED
         self.stats.bytes_acked += rec.length
         self.last_progress = now
@@ -613,7 +664,11 @@ class Sender:
                 pl = planes[plane]
                 pl.rtt.sample(max(0.0, age))
                 pl.acked_at = now
-                self.balance.on_acked(plane, self._acked_bytes.get(plane, 0), age, now)
+                acked = self._acked_bytes.get(plane, 0)
+                self.balance.on_acked(plane, acked, age, now)
+                self.cc.on_plane_sample(
+                    plane, age, acked=acked, inflight=self._plane_bytes.get(plane, 0), now=now
+                )
             self._ages.clear()
             self._acked_bytes.clear()
 
@@ -671,7 +726,7 @@ class Sender:
         front: bool = False,
     ) -> None:
         if rec.state == INFLIGHT:
-            self._inflight_bytes = self._in_flight() - rec.length
+            self._uncount(rec)
             if cause in ("rack", "rto"):
                 self._lost_bytes += rec.length  # told to CC at the next output pull
         rec.state = LOST

@@ -1,0 +1,133 @@
+"""Plane queue guard: a cap on the bytes in flight on a plane that queues on its own.
+
+[beyond UEC] NSCC keeps one window per connection and reads queues from ECN marks; a delay
+without a mark it takes for someone else's queue (reference/protocol.md §2.6). That is right
+for MRC's symmetric planes behind ECN-marking switches, but not for planes of different speed
+behind queues that never mark (a tbf-shaped veth plane, a degraded link): with equal shares
+the slow plane's queue absorbs the whole window and overflows, and nothing tells NSCC.
+
+So each plane's bytes in flight are capped, and the cap follows the plane's own queueing:
+its RTT samples above the plane's smallest (EWMA), beyond the mean of the other planes' (a busy
+host, or one bottleneck they share, delays every plane alike and indicts none). A plane
+starts at 64 KiB and grows by half of what it gets acknowledged (about 1.5x per
+RTT, a slow start of its own) while its own delay stays under half the threshold
+(`plane_queue_min`, or a quarter of the fastest base RTT when that is longer), and by one MTU
+per cap acknowledged below the threshold. Above it the cap drops, at most once per the plane's
+smoothed RTT, to the plane's pipe: what it delivers × (its base RTT + the delay all planes
+share + the threshold), so a threshold's worth of queue stays (before a delivery rate is
+measured, NSCC's multiplicative decrease by the delay's excess, at most halving). For 100
+RTTs after a decrease the cap also stays under 1.5 × the pipe: the other planes are noisy too
+and may hide the plane's queue, and a slow plane's shallow queue overflows within an RTT. The
+least-queued plane is never decreased, so the connection always has somewhere to send.
+
+What it leaves to others: the sender counts each plane's bytes in flight and asks `window`
+before a flowcell goes out; the balance policy and the spray rotation choose the plane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: EWMA gain of a plane's queueing delay and of its smoothed RTT.
+GAIN = 0.125
+#: Multiplicative decrease of a plane's cap (NSCC's gain and floor), the smallest cap in MTUs.
+GAMMA = 0.8
+MAX_CUT = 0.5
+MIN_CAP_MTUS = 2
+#: A plane's first cap (bytes: one full GSO flowcell), and its growth per acknowledged byte
+#: while it shows no queue.
+INITIAL_CAP = 65536
+GROW = 0.5
+#: A cap stays within HEADROOM × the plane's delivery rate × (base RTT + the delay every
+#: plane shares + threshold).
+HEADROOM = 1.5
+#: ... for this many smoothed RTTs after the plane's latest decrease (then it is free again:
+#: one noisy sample must not bind a plane for good).
+BOUNDED_FOR = 100
+#: The threshold as a fraction of the fastest plane's base RTT, when that is the larger.
+QUEUE_FRACTION = 0.25
+#: Delivery rate: measured over at least this long (and a smoothed RTT), EWMA gain.
+RATE_PERIOD = 0.001
+RATE_GAIN = 0.5
+
+
+@dataclass(slots=True)
+class _Plane:
+    cap: float  # bytes in flight allowed
+    base: float = float("inf")  # smallest RTT seen
+    excess: float = 0.0  # EWMA of RTT above base
+    srtt: float = 0.0
+    last_decrease: float = float("-inf")
+    own: float = 0.0  # queueing delay of its own: excess beyond the other planes' mean
+    rate: float = 0.0  # delivered bytes per second (EWMA), 0 until measured
+    rate_bytes: int = 0
+    rate_start: float | None = None
+
+
+class PlaneQueues:
+    """Per-plane caps on the bytes in flight, from each plane's own queueing delay."""
+
+    def __init__(self, mtu: int, queue_min: float) -> None:
+        self.mtu = mtu
+        self.queue_min = queue_min
+        self._planes: dict[int, _Plane] = {}
+
+    def window(self, plane: int) -> float:
+        """The bytes `plane` may have in flight."""
+        return self._state(plane).cap
+
+    def _state(self, plane: int) -> _Plane:
+        st = self._planes.get(plane)
+        if st is None:
+            st = self._planes[plane] = _Plane(cap=float(max(INITIAL_CAP, MIN_CAP_MTUS * self.mtu)))
+        return st
+
+    def on_sample(self, plane: int, rtt: float, acked: int, inflight: int, now: float) -> None:
+        """An RTT sample (Karn-valid) of a packet sent on `plane`, which has `inflight` bytes
+        in flight; `acked` bytes sent on it were newly acknowledged with it."""
+        st = self._state(plane)
+        if rtt < st.base:
+            st.base = rtt
+        st.excess += GAIN * (rtt - st.base - st.excess)
+        st.srtt = rtt if not st.srtt else st.srtt + GAIN * (rtt - st.srtt)
+        self._measure_rate(st, acked, now)
+        planes = self._planes.values()
+        others = [p.excess for p in planes if p is not st]
+        own = st.own = st.excess - sum(others) / len(others) if others else 0.0
+        threshold = max(self.queue_min, QUEUE_FRACTION * min(p.base for p in planes))
+        # The plane's pipe: its base RTT, plus the delay every plane shares, plus threshold.
+        pipe = st.rate * (st.base + max(st.excess - own, 0.0) + threshold)
+        if own > threshold:
+            if now - st.last_decrease >= st.srtt:
+                target = pipe or max(1 - GAMMA * (own - threshold) / own, MAX_CUT) * inflight
+                st.cap = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
+                st.last_decrease = now
+        elif own < threshold / 2:
+            st.cap += acked * GROW
+        else:
+            st.cap += self.mtu * acked / st.cap
+        if pipe and now - st.last_decrease < BOUNDED_FOR * st.srtt:
+            # Never far above the pipe: the others' delays are noisy too and may hide this
+            # plane's queue, and a shallow queue overflows within one RTT.
+            st.cap = max(min(st.cap, HEADROOM * pipe), MIN_CAP_MTUS * self.mtu)
+
+    def _measure_rate(self, st: _Plane, acked: int, now: float) -> None:
+        if st.rate_start is None:
+            st.rate_start = now
+            return
+        st.rate_bytes += acked
+        elapsed = now - st.rate_start
+        if elapsed >= max(RATE_PERIOD, st.srtt):
+            sample = st.rate_bytes / elapsed
+            st.rate = sample if not st.rate else st.rate + RATE_GAIN * (sample - st.rate)
+            st.rate_bytes, st.rate_start = 0, now
+
+    def own_delay(self, plane: int) -> float:
+        """The queueing delay `plane` has of its own (0 if none): NSCC leaves it to the cap
+        and reads only the delay the planes share."""
+        st = self._planes.get(plane)
+        return max(st.own, 0.0) if st is not None else 0.0
+
+    def caps(self) -> dict[int, float]:
+        """Every plane's cap now (for reports)."""
+        return {p: st.cap for p, st in self._planes.items()}

@@ -1,0 +1,72 @@
+"""NSCC's plane queue guard (mrc/core/planeq.py): stories with explicit time and samples.
+
+Four planes are sampled every 100 µs. Plane 3 is the slow one when a story needs one: its
+RTT climbs above the others' while they stay flat, as behind a tbf queue that marks nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mrc.core.planeq import BOUNDED_FOR, GROW, INITIAL_CAP, PlaneQueues
+
+MTU = 4096
+MS = 1e-3
+
+
+def feed(
+    pq: PlaneQueues, t: float, until: float, rtts: dict[int, float], acked: int = MTU,
+    inflight: int = 256 * 1024,
+) -> float:
+    """Every plane gets one sample every 100 µs from `t` to `until`; returns `until`."""
+    while t < until:
+        for plane, rtt in rtts.items():
+            pq.on_sample(plane, rtt, acked, inflight, t)
+        t += 100e-6
+    return until
+
+
+def test_every_plane_starts_at_one_flowcell_and_grows_while_it_shows_no_queue() -> None:
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    assert pq.window(0) == INITIAL_CAP
+    pq.on_sample(0, 0.5 * MS, 8 * MTU, 0, now=0.0)
+    # The first sample sets the base; no queue of its own: half the acknowledged bytes added.
+    assert pq.window(0) == INITIAL_CAP + GROW * 8 * MTU
+
+
+def test_a_delay_every_plane_shares_caps_no_plane() -> None:
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    t = feed(pq, 0.0, 0.01, dict.fromkeys(range(4), 0.5 * MS))
+    before = pq.caps()
+    # A busy host: every plane's RTT grows by 5 ms at once.
+    feed(pq, t, 0.05, dict.fromkeys(range(4), 5.5 * MS))
+    after = pq.caps()
+    assert all(after[p] > before[p] for p in range(4))
+
+
+def test_a_plane_that_queues_on_its_own_is_cut_to_its_pipe_and_the_others_are_not() -> None:
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    t = feed(pq, 0.0, 0.02, dict.fromkeys(range(4), 0.5 * MS))
+    grown = pq.caps()
+    # Plane 3's queue builds: 4 ms above its base while the others stay at their base.
+    t = feed(pq, t, 0.04, {0: 0.5 * MS, 1: 0.5 * MS, 2: 0.5 * MS, 3: 4.5 * MS})
+    caps = pq.caps()
+    assert caps[3] < grown[3]
+    assert all(caps[p] > grown[p] for p in range(3))
+    # Its pipe: it delivered MTU per 100 µs (≈41 MB/s) over 0.5 ms base + 1 ms threshold.
+    rate = MTU / 100e-6
+    assert caps[3] == pytest.approx(rate * 1.5 * MS, rel=0.15)
+
+
+def test_after_a_decrease_the_cap_stays_near_the_pipe_then_is_free() -> None:
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    t = feed(pq, 0.0, 0.02, dict.fromkeys(range(4), 0.5 * MS))
+    t = feed(pq, t, 0.03, {0: 0.5 * MS, 1: 0.5 * MS, 2: 0.5 * MS, 3: 4.5 * MS})
+    # The queue drains: plane 3 is back at its base; its cap grows, but only to 1.5 × pipe
+    # (≈41 MB/s × 1.5 ms ≈ 61 KB → ≈92 KB) while the decrease is recent.
+    t = feed(pq, t, 0.06, dict.fromkeys(range(4), 0.5 * MS))
+    bounded = pq.window(3)
+    assert 1.3 * 61_000 < bounded < 1.6 * 61_000
+    # 100 smoothed RTTs later the bound is lifted and the cap grows on.
+    feed(pq, t, 0.03 + BOUNDED_FOR * 0.5 * MS + 0.04, dict.fromkeys(range(4), 0.5 * MS))
+    assert pq.window(3) > 4 * bounded
