@@ -196,8 +196,9 @@ class Sender:
         if cap is None:
             return room
         self._in_flight()
-        fits = int((cap - self._plane_bytes.get(plane, 0)) // self.config.payload_mtu)
-        if fits <= 0 and not self._plane_bytes.get(plane, 0):
+        used = self._plane_bytes[plane]
+        fits = int((cap - used) // self.config.payload_mtu)
+        if fits <= 0 and not used:
             fits = 1  # one packet always fits alone
         return min(room, fits)
 
@@ -210,7 +211,7 @@ class Sender:
             while psn != self.next_psn:
                 rec = inflight[psn]
                 self._inflight_bytes += rec.length
-                by_plane[rec.plane] = by_plane.get(rec.plane, 0) + rec.length
+                by_plane[rec.plane] += rec.length
                 psn = (psn + 1) & PSN_MASK
             self._counted_psn = psn
         return self._inflight_bytes
@@ -302,11 +303,11 @@ class Sender:
                 return
             self.rtx_queue.popleft()
             out.append(self._transmit(rec.msg, rec.index, psn, ev, now, rtx=True))
-            self._inflight_bytes += rec.length
             plane = ev_plane(ev)
-            self._plane_bytes[plane] = self._plane_bytes.get(plane, 0) + rec.length
+            self._inflight_bytes += rec.length
+            self._plane_bytes[plane] += rec.length
             self.stats.retransmits_by_cause[cause] += 1
-            self.stats.plane(ev_plane(ev)).retransmits += 1
+            self.stats.plane(plane).retransmits += 1
 
     def _send_completion_probes(self, now: float, out: list[Transmit]) -> None:
         """Resend the LAST of a message whose PSNs are all acked but whose AETH is missing.
@@ -667,7 +668,7 @@ class Sender:
                 acked = self._acked_bytes.get(plane, 0)
                 self.balance.on_acked(plane, acked, age, now)
                 self.cc.on_plane_sample(
-                    plane, age, acked=acked, inflight=self._plane_bytes.get(plane, 0), now=now
+                    plane, age, acked=acked, inflight=self._plane_bytes[plane], now=now
                 )
             self._ages.clear()
             self._acked_bytes.clear()
