@@ -17,7 +17,6 @@ in MSN order.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
 
 from ..wire.ack import NackReason, SackMark
 from ..wire.bth import MSN_MOD, PSN_MOD
@@ -30,6 +29,7 @@ from .events import Event, WriteCompleted
 from .evs import EvSignal
 from .memory import Region
 from .paths import PathTable, ev_plane
+from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
 from .rto import acked_later, acked_on_plane, peer_alive
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
@@ -43,14 +43,6 @@ MSN_MASK = MSN_MOD - 1
 HALF = PSN_MOD >> 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
 MAX_OUTSTANDING_MESSAGES = 1 << 15
-
-
-@dataclass(slots=True)
-class _Rack:
-    """RFC 8985 state of one EV: the most recently sent packet known delivered."""
-
-    seq: int
-    rtt: float
 
 
 class Sender:
@@ -90,10 +82,8 @@ class Sender:
         self.outstanding: deque[OutMessage] = deque()  # not completed, MSN order
         self.by_msn: dict[int, OutMessage] = {}
         self.awaiting_aeth: deque[OutMessage] = deque()
-        self._ev_fifo: dict[int, deque[SentPacket]] = {}
         self._plane_fifo: dict[int, deque[SentPacket]] = {}
-        self._rack: dict[int, _Rack] = {}
-        self._rack_pending: set[int] = set()
+        self.rack = Rack(config, paths, timers)
         #: Per plane, the age of the oldest first transmission the current ACK covers.
         self._ages: dict[int, float] = {}
         #: Per plane, payload bytes of first transmissions the current ACK covers.
@@ -104,9 +94,6 @@ class Sender:
         self._acked_evs: set[int] = set()
         #: Bits of each 64-PSN block some SACK already reported (SETH bitmaps repeat).
         self._sacked: dict[int, int] = {}
-        #: The highest send seq acknowledged, and its EV; the highest on any other EV. They
-        #: tell a dead path from a stalled peer (DESIGN.md §6).
-        self._top_seq = self._top_ev = self._second_seq = 0
         self._seq = 0
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
@@ -365,10 +352,7 @@ class Sender:
         rec = SentPacket(psn, msg, index, length, ev, plane, now, self._seq, tx_ts, rtx)
         self.inflight[psn] = rec
         self.evs.count_sent(ev, rtx)
-        fifo = self._ev_fifo.get(ev)
-        if fifo is None:
-            fifo = self._ev_fifo[ev] = deque()
-        fifo.append(rec)
+        self.rack.sent(rec)
         fifo = self._plane_fifo.get(plane)
         if fifo is None:
             fifo = self._plane_fifo[plane] = deque()
@@ -419,7 +403,7 @@ class Sender:
         # Nothing sent later acknowledged: the peer stalled, or our window did; resend
         # only the oldest, as RFC 6298 §5.4 does, back off, and blame no path (§6).
         here = acked_on_plane(fifo, oldest.seq)
-        later_elsewhere = self._top_seq > oldest.seq
+        later_elsewhere = self.rack.top_seq > oldest.seq
         # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
         quiet_until = pl.acked_at + est.rto
         alive: bool | float = False
@@ -439,7 +423,7 @@ class Sender:
             for rec in list(fifo):
                 if rec.state == INFLIGHT and rec.sent_at + rto <= now:
                     self._declare_lost(rec, "rto", avoid_plane=plane)
-                    if acked_later(rec, here) or (alive and self._acked_elsewhere(rec)):
+                    if acked_later(rec, here) or (alive and self.rack.acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
         elif later_elsewhere and now < quiet_until:
             self._rto_hold[plane] = quiet_until  # lagging: wait
@@ -457,8 +441,7 @@ class Sender:
         )
 
     def on_reorder_timer(self, now: float) -> None:
-        pending, self._rack_pending = self._rack_pending, set()
-        for ev in pending:
+        for ev in self.rack.pending():
             self._detect_losses(ev, now)
 
     def on_plane_down(self, plane: int) -> None:
@@ -616,29 +599,13 @@ class Sender:
         self.stats.bytes_acked += rec.length
         self.last_progress = now
         self.rto_expiries = 0
-        seq = rec.seq
-        if seq > self._top_seq:
-            if rec.ev != self._top_ev:
-                self._second_seq = self._top_seq
-                self._top_ev = rec.ev
-            self._top_seq = seq
-        elif seq > self._second_seq and rec.ev != self._top_ev:
-            self._second_seq = seq
-        # RFC 8985 §6.2: an ACK of a retransmitted PSN may be for the original copy, so it
-        # says nothing about what the retransmission's EV delivered; only first
-        # transmissions advance an EV's RACK state (else one spurious resend cascades).
-        if not rec.rtx:
+        # Only first transmissions give RTT samples (Karn) and advance RACK (RFC 8985 §6.2).
+        if self.rack.acked(rec, now):
             age = now - rec.sent_at
             plane = rec.plane
             if age > self._ages.get(plane, -1.0):
                 self._ages[plane] = age
             self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + rec.length
-            rack = self._rack.get(rec.ev)
-            if rack is None:
-                self._rack[rec.ev] = _Rack(seq=rec.seq, rtt=max(0.0, now - rec.sent_at))
-            elif rec.seq > rack.seq:
-                # Updated in place: a flowcell's packets are acknowledged one after another.
-                rack.seq, rack.rtt = rec.seq, max(0.0, now - rec.sent_at)
             touched.add(rec.ev)
         msg = rec.msg
         msg.acked += 1
@@ -677,39 +644,10 @@ class Sender:
         while self.una != self.next_psn and self.una not in self.inflight:
             self.una = (self.una + 1) & PSN_MASK
 
-    def _reorder_window(self, plane: int) -> float:
-        srtt = self.paths.planes[plane].rtt.srtt
-        return max(self.config.reorder_min, (srtt or 0.0) / 4)
-
     def _detect_losses(self, ev: int, now: float) -> None:
-        """RFC 8985 on one EV: an EV is one path and a path is a FIFO (DESIGN.md §6)."""
-        fifo = self._ev_fifo.get(ev)
-        rack = self._rack.get(ev)
-        if not fifo or rack is None:
-            return
-        reo = self._reorder_window(ev_plane(ev))
-        while fifo:
-            rec = fifo[0]
-            if rec.state != INFLIGHT:
-                fifo.popleft()
-                continue
-            if rec.seq > rack.seq:
-                return
-            deadline = rec.sent_at + rack.rtt + reo
-            if deadline > now:
-                self._rack_pending.add(ev)
-                current = self.timers.get(Timer.REORDER)
-                if current is None or deadline < current:
-                    self.timers.set(Timer.REORDER, deadline)
-                return
-            fifo.popleft()
+        for rec in self.rack.lost(ev, now):
             self._declare_lost(rec, "rack", avoid_plane=None)
             self._ev_loss(rec, now, "loss")
-
-    def _acked_elsewhere(self, rec: SentPacket) -> bool:
-        """A packet sent after `rec` on another EV was acknowledged."""
-        later = self._top_seq if self._top_ev != rec.ev else self._second_seq
-        return later > rec.seq
 
     def _ev_loss(self, rec: SentPacket, now: float, reason: str) -> None:
         """A loss on `rec`'s EV retires it (MRC's rule; DESIGN.md §4 and §6)."""

@@ -1,0 +1,105 @@
+"""Loss inference per EV, RACK-style (RFC 8985; DESIGN.md §6).
+
+An EV is one path and a path is a FIFO, so a packet is lost when a packet sent later on the
+same EV has been acknowledged and a reordering window (¼ of the plane's SRTT, at least
+`reorder_min`) has passed. This module keeps, per EV, the send records in send order and the
+latest first transmission known delivered; it also remembers the highest send sequence number
+acknowledged and the highest on any other EV, which tell a dead path from a stalled peer.
+
+It only judges: the sender declares the packets it returns lost, retires their EVs and resends
+them; the REORDER timer is armed here and routed back by the session.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .config import SessionConfig
+from .paths import PathTable, ev_plane
+from .records import INFLIGHT, SentPacket
+from .timers import Timer, TimerTable
+
+
+@dataclass(slots=True)
+class _Delivered:
+    """The most recently sent packet of one EV known delivered, and how long it took."""
+
+    seq: int
+    rtt: float
+
+
+class Rack:
+    def __init__(self, config: SessionConfig, paths: PathTable, timers: TimerTable) -> None:
+        self.config = config
+        self.paths = paths
+        self.timers = timers
+        self._fifo: dict[int, deque[SentPacket]] = {}
+        self._delivered: dict[int, _Delivered] = {}
+        self._pending: set[int] = set()  # EVs waiting for their reordering window
+        #: The highest send seq acknowledged, and its EV; the highest on any other EV.
+        self.top_seq = 0
+        self._top_ev = self._second_seq = 0
+
+    def sent(self, rec: SentPacket) -> None:
+        fifo = self._fifo.get(rec.ev)
+        if fifo is None:
+            fifo = self._fifo[rec.ev] = deque()
+        fifo.append(rec)
+
+    def acked(self, rec: SentPacket, now: float) -> bool:
+        """`rec` was acknowledged. True if it advanced its EV's RACK state (a first
+        transmission: RFC 8985 §6.2, an ACK of a resent PSN may be for the original copy)."""
+        seq = rec.seq
+        if seq > self.top_seq:
+            if rec.ev != self._top_ev:
+                self._second_seq = self.top_seq
+                self._top_ev = rec.ev
+            self.top_seq = seq
+        elif seq > self._second_seq and rec.ev != self._top_ev:
+            self._second_seq = seq
+        if rec.rtx:
+            return False
+        latest = self._delivered.get(rec.ev)
+        if latest is None:
+            self._delivered[rec.ev] = _Delivered(seq=seq, rtt=max(0.0, now - rec.sent_at))
+        elif seq > latest.seq:
+            # Updated in place: a flowcell's packets are acknowledged one after another.
+            latest.seq, latest.rtt = seq, max(0.0, now - rec.sent_at)
+        return True
+
+    def acked_elsewhere(self, rec: SentPacket) -> bool:
+        """A packet sent after `rec` on another EV was acknowledged."""
+        later = self.top_seq if self._top_ev != rec.ev else self._second_seq
+        return later > rec.seq
+
+    def lost(self, ev: int, now: float) -> list[SentPacket]:
+        """The packets of `ev` lost by now, oldest first; arms REORDER for the rest."""
+        fifo = self._fifo.get(ev)
+        latest = self._delivered.get(ev)
+        out: list[SentPacket] = []
+        if not fifo or latest is None:
+            return out
+        srtt = self.paths.planes[ev_plane(ev)].rtt.srtt
+        reo = max(self.config.reorder_min, (srtt or 0.0) / 4)
+        while fifo:
+            rec = fifo[0]
+            if rec.state != INFLIGHT:
+                fifo.popleft()
+                continue
+            if rec.seq > latest.seq:
+                break
+            deadline = rec.sent_at + latest.rtt + reo
+            if deadline > now:
+                self._pending.add(ev)
+                current = self.timers.get(Timer.REORDER)
+                if current is None or deadline < current:
+                    self.timers.set(Timer.REORDER, deadline)
+                break
+            out.append(fifo.popleft())
+        return out
+
+    def pending(self) -> set[int]:
+        """The EVs the REORDER timer was armed for (handed over once)."""
+        pending, self._pending = self._pending, set()
+        return pending
