@@ -32,6 +32,7 @@ from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
 from .rto import acked_later, acked_on_plane, peer_alive
+from .scoreboard import SackScoreboard
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
 from .spray import SprayPolicy
 from .stats import SessionStats
@@ -40,7 +41,6 @@ from .transmit import Addr, Transmit
 
 PSN_MASK = PSN_MOD - 1
 MSN_MASK = MSN_MOD - 1
-HALF = PSN_MOD >> 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
 MAX_OUTSTANDING_MESSAGES = 1 << 15
 
@@ -92,8 +92,7 @@ class Sender:
         self._rto_hold: dict[int, float] = {}
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
-        #: Bits of each 64-PSN block some SACK already reported (SETH bitmaps repeat).
-        self._sacked: dict[int, int] = {}
+        self.scoreboard = SackScoreboard()
         self._seq = 0
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
@@ -499,15 +498,7 @@ class Sender:
         self._ack_through(cack, now, touched)
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
-        seen = self._sacked.get(base, 0)
-        bitmap = seth.sack_bitmap & ~seen
-        if bitmap:
-            self._sacked[base] = seen | bitmap
-            behind = (self.una - base) & PSN_MASK
-            if behind < 64:
-                bitmap &= (1 << (64 - behind)) - 1
-            elif behind < HALF:
-                bitmap = 0
+        bitmap = self.scoreboard.new_bits(base, seth.sack_bitmap, self.una)
         while bitmap:
             top = bitmap.bit_length() - 1
             bitmap ^= 1 << top
@@ -516,11 +507,7 @@ class Sender:
                 self._ack(psn, now, touched)
         self._advance_una()
         self._sample_rtts(now)
-        if len(self._sacked) > 64:
-            # Forget blocks wholly behind una: nothing in them can be acked again.
-            una = self.una
-            for block in [b for b in self._sacked if 64 <= (una - b) & PSN_MASK < HALF]:
-                del self._sacked[block]
+        self.scoreboard.forget_behind(self.una)
         if touched:
             self.spray.on_acked(touched, ce_ev, now)
             self._acked_evs |= touched

@@ -1,0 +1,40 @@
+"""The sender's SACK scoreboard: which bits of each 64-PSN block some SACK already reported.
+
+SETH bitmaps repeat (every SACK of a block carries the whole block, DESIGN.md §6), so the
+sender acts only on bits no earlier SACK reported, and only on PSNs at or after `una`. Blocks
+wholly behind `una` are forgotten once more than 64 are remembered. The sender acknowledges
+the PSNs this returns; what an acknowledgement means is left to it.
+"""
+
+from __future__ import annotations
+
+from ..wire.bth import PSN_MOD
+
+PSN_MASK = PSN_MOD - 1
+HALF = PSN_MOD >> 1
+#: Blocks remembered before the ones wholly behind `una` are dropped.
+MAX_BLOCKS = 64
+
+
+class SackScoreboard:
+    def __init__(self) -> None:
+        self._blocks: dict[int, int] = {}
+
+    def new_bits(self, base: int, bitmap: int, una: int) -> int:
+        """The bits of `bitmap` (the block starting at PSN `base`, bit 63 = `base`) that no
+        earlier SACK reported, cleared for PSNs before `una`; they are remembered."""
+        seen = self._blocks.get(base, 0)
+        bitmap &= ~seen
+        if not bitmap:
+            return 0
+        self._blocks[base] = seen | bitmap
+        behind = (una - base) & PSN_MASK
+        if behind < 64:
+            return bitmap & ((1 << (64 - behind)) - 1)
+        return 0 if behind < HALF else bitmap
+
+    def forget_behind(self, una: int) -> None:
+        """Drop blocks wholly behind `una` (nothing in them can be acknowledged again)."""
+        if len(self._blocks) > MAX_BLOCKS:
+            for block in [b for b in self._blocks if 64 <= (una - b) & PSN_MASK < HALF]:
+                del self._blocks[block]
