@@ -27,6 +27,7 @@ from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import Event, WriteCompleted
 from .evs import EvSignal
+from .inflight import InFlight
 from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
@@ -97,11 +98,9 @@ class Sender:
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
-        #: Payload bytes of INFLIGHT records, new PSNs counted up to `_counted_psn`; bytes
-        #: lost to RACK/RTO since the last output pull (DESIGN.md §7).
-        self._inflight_bytes, self._counted_psn, self._lost_bytes = 0, initial_psn, 0
-        #: The same bytes by plane (NSCC caps a plane that queues on its own, planeq.py).
-        self._plane_bytes: dict[int, int] = dict.fromkeys(paths.planes, 0)
+        self.flight = InFlight(config, cc, self.inflight, initial_psn, paths.planes)
+        #: Bytes lost to RACK/RTO since the last output pull (DESIGN.md §7).
+        self._lost_bytes = 0
 
     # -- user calls -------------------------------------------------------------------------
 
@@ -162,50 +161,8 @@ class Sender:
         self._arm_timers()
         return out
 
-    def _room(self) -> int:
-        """How many more new packets the PSN window, the packet cap and CC let go now."""
-        config = self.config
-        room = min(
-            config.window - ((self.next_psn - self.una) & PSN_MASK),
-            (config.max_inflight or config.window) - len(self.inflight),
-        )
-        if room <= 0:
-            return 0
-        inflight = self._in_flight()
-        if not inflight:
-            return room  # one packet always fits alone
-        return min(room, int((self.cc.window - inflight) // config.payload_mtu))
-
-    def _plane_room(self, plane: int, room: int) -> int:
-        """`room`, narrowed to what `plane`'s own cap (NSCC's plane queue guard) lets go."""
-        cap = self.cc.plane_window(plane)
-        if cap is None:
-            return room
-        self._in_flight()
-        used = self._plane_bytes[plane]
-        fits = int((cap - used) // self.config.payload_mtu)
-        if fits <= 0 and not used:
-            fits = 1  # one packet always fits alone
-        return min(room, fits)
-
     def _in_flight(self) -> int:
-        """Payload bytes in the network. PSNs sent since the last call are counted now: each
-        is a first transmission, and nothing is acked or lost within one output pull."""
-        psn = self._counted_psn
-        if psn != self.next_psn:
-            inflight, by_plane = self.inflight, self._plane_bytes
-            while psn != self.next_psn:
-                rec = inflight[psn]
-                self._inflight_bytes += rec.length
-                by_plane[rec.plane] += rec.length
-                psn = (psn + 1) & PSN_MASK
-            self._counted_psn = psn
-        return self._inflight_bytes
-
-    def _uncount(self, rec: SentPacket) -> None:
-        """An INFLIGHT record left the network (acknowledged or declared lost)."""
-        self._inflight_bytes = self._in_flight() - rec.length
-        self._plane_bytes[rec.plane] -= rec.length
+        return self.flight.total(self.next_psn)
 
     def _send_new(self, now: float, out: list[Transmit]) -> None:
         """New packets, a flowcell per EV (DESIGN.md §11): consecutive packets on the EV the
@@ -215,12 +172,12 @@ class Sender:
         mtu = self.config.payload_mtu
         tx_ts = tx_timestamp(now)
         pending = self.pending
-        while pending and (room := self._room()) > 0:
+        while pending and (room := self.flight.room(self.next_psn, self.una)) > 0:
             ev = self._next_ev(now)
             if ev is None:
                 return
             plane = ev_plane(ev)
-            room = self._plane_room(plane, room)
+            room = self.flight.plane_room(plane, room, self.next_psn)
             rqmsn = self.outstanding[0].msn
             cell: list[CellPacket] = []
             if flowcell > 1:
@@ -273,7 +230,7 @@ class Sender:
         return ev
 
     def _plane_open(self, plane: int) -> bool:
-        return self._plane_room(plane, 1) > 0
+        return self.flight.plane_room(plane, 1, self.next_psn) > 0
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
@@ -290,8 +247,7 @@ class Sender:
             self.rtx_queue.popleft()
             out.append(self._transmit(rec.msg, rec.index, psn, ev, now, rtx=True))
             plane = ev_plane(ev)
-            self._inflight_bytes += rec.length
-            self._plane_bytes[plane] += rec.length
+            self.flight.add(plane, rec.length)
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(plane).retransmits += 1
 
@@ -581,7 +537,7 @@ class Sender:
         if rec is None:
             return
         if rec.state == INFLIGHT:
-            self._uncount(rec)
+            self.flight.remove(rec, self.next_psn)
         rec.state = ACKED
         self.stats.bytes_acked += rec.length
         self.last_progress = now
@@ -622,7 +578,7 @@ class Sender:
                 acked = self._acked_bytes.get(plane, 0)
                 self.balance.on_acked(plane, acked, age, now)
                 self.cc.on_plane_sample(
-                    plane, age, acked=acked, inflight=self._plane_bytes[plane], now=now
+                    plane, age, acked=acked, inflight=self.flight.by_plane[plane], now=now
                 )
             self._ages.clear()
             self._acked_bytes.clear()
@@ -652,7 +608,7 @@ class Sender:
         front: bool = False,
     ) -> None:
         if rec.state == INFLIGHT:
-            self._uncount(rec)
+            self.flight.remove(rec, self.next_psn)
             if cause in ("rack", "rto"):
                 self._lost_bytes += rec.length  # told to CC at the next output pull
         rec.state = LOST
