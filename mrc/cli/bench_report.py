@@ -286,12 +286,15 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
         }
         if test.role == WRITER:
             summ["retransmits"] = s.retransmits
-        intervals.append(
-            {
-                "sum": summ,
-                "planes": [{"plane": p, "bytes": b, "packets": n} for p, b, n in s.planes],
-            }
-        )
+        if s.snd_cwnd is not None:
+            summ["snd_cwnd"] = s.snd_cwnd
+        rows = []
+        for p, b, n in s.planes:
+            row: dict[str, Any] = {"plane": p, "bytes": b, "packets": n}
+            if p in s.in_flight:
+                row["in_flight"], row["cap"] = s.in_flight[p]
+            rows.append(row)
+        intervals.append({"sum": summ, "planes": rows})
     cpu = dict(local["cpu_utilization_percent"])
     remote_cpu = peer.get("cpu_utilization_percent")
     if isinstance(remote_cpu, dict):

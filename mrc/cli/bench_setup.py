@@ -90,6 +90,10 @@ class IntervalSample:
     retransmits: int
     #: (plane, bytes, packets) on the wire in this interval, this side's direction.
     planes: list[tuple[int, int, int]] = field(default_factory=list)
+    #: The writer's congestion window at the end of the interval (bytes; iperf3's snd_cwnd).
+    snd_cwnd: int | None = None
+    #: The writer's payload bytes in flight and NSCC's cap (None: uncapped) by plane, at the end.
+    in_flight: dict[int, tuple[int, int | None]] = field(default_factory=dict)
 
 
 def bind_planes(hosts: list[str], port: int, *, reuseport: bool = False) -> dict[int, PlaneSocket]:

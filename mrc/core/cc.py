@@ -188,7 +188,7 @@ class Nscc(CongestionControl):
     def __init__(self, config: SessionConfig) -> None:
         super().__init__(config)
         self.config = config
-        self.p = NsccParams.scaled(config, config.cc_base_rtt)
+        self.p = NsccParams.scaled(config, max(config.cc_base_rtt, config.cc_min_base_rtt))
         self.cwnd = self.p.maxwnd
         self.base_rtt: float | None = None
         self._plane_base: dict[int, float] = {}
@@ -208,7 +208,9 @@ class Nscc(CongestionControl):
         self._trigger_qa = False
         self._ignored = 0
         self._to_ignore = 0
-        self.planes = PlaneQueues(self.mtu, config.plane_queue_min)
+        self.planes = PlaneQueues(self.mtu, config.plane_queue_min, config.cc_min_base_rtt)
+        #: A CE echo arrived: from now on the fabric's marks, not delay alone, say "queue".
+        self._ecn_seen = False
 
     def plane_window(self, plane: int) -> float | None:
         return self.planes.window(plane)
@@ -235,14 +237,19 @@ class Nscc(CongestionControl):
         self._achieved += acked
         self._received += acked
         self._ignored += acked
+        if ecn:
+            self._ecn_seen = True
         delay = self.avg_delay
         if rtt is not None:
             base = self._base_for(plane, rtt)
-            if rtt >= base:
-                # A plane's own queue is its cap's business (planeq.py): the window reads
-                # the delay the planes share, so one slow plane does not shrink them all.
-                delay = max(rtt - base - self.planes.own_delay(plane), 0.0)
-                self._update_delay(delay, ecn)
+            # A plane's own queue is its cap's business (planeq.py): the window reads the
+            # delay the planes share, so one slow plane does not shrink them all.
+            delay = max(rtt - base - self.planes.own_delay(plane), 0.0)
+            if not self._ecn_seen:
+                # A fabric that has not marked a packet yet may mark none (a Linux router,
+                # a tbf): its queues show only as delay, so a long delay reads as a mark.
+                ecn = delay >= self.config.cc_delay_mark
+            self._update_delay(delay, ecn)
         if self._quick_adapt(now, is_loss=False, ecn=ecn, delay=delay, inflight=inflight):
             return
         p = self.p
@@ -280,7 +287,9 @@ class Nscc(CongestionControl):
     # -- the rules --------------------------------------------------------------------------
 
     def _base_for(self, plane: int, rtt: float) -> float:
-        """The smallest RTT of `plane`; a new overall minimum rescales the constants."""
+        """The smallest RTT of `plane` (never below `cc_min_base_rtt`); a new overall minimum
+        rescales the constants."""
+        rtt = max(rtt, self.config.cc_min_base_rtt)
         base = self._plane_base.get(plane)
         if base is None or rtt < base:
             base = self._plane_base[plane] = rtt

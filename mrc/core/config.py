@@ -55,6 +55,15 @@ class SessionConfig:
     cc_plane_rate: float = 10e9
     #: NSCC: the base RTT assumed until one is measured (the smallest RTT seen replaces it).
     cc_base_rtt: float = 50e-6
+    #: NSCC: the base RTT is never taken below this (seconds). On real sockets every RTT
+    #: includes the userspace peer's turnaround (a receive batch and its SACKs, about a
+    #: millisecond in CPython under load), which is no queue; one sample through an idle host
+    #: would otherwise scale the window to a fraction of the pipe. sim/ sets 0.
+    cc_min_base_rtt: float = 0.001
+    #: NSCC, until the fabric's first ECN mark: a queueing delay above this (seconds) reads
+    #: as a mark, since a fabric that marks nothing (a Linux router, a tbf) shows its queues
+    #: only as delay. Above the jitter of a userspace peer's turnaround (about a millisecond).
+    cc_delay_mark: float = 0.002
     #: NSCC: target queueing delay as a fraction of the base RTT (UEC: 0.75 on fabrics that
     #: trim, 1.0 on fabrics that drop).
     cc_target: float = 0.75
@@ -117,6 +126,10 @@ class SessionConfig:
             raise LocalProtocolError("max_inflight must be at least 1")
         if not (self.cc_plane_rate > 0 and self.cc_base_rtt > 0 and self.cc_target > 0):
             raise LocalProtocolError("cc_plane_rate, cc_base_rtt and cc_target must be positive")
+        if not 0 <= self.cc_min_base_rtt <= 1:
+            raise LocalProtocolError("cc_min_base_rtt must be 0..1 s")
+        if not self.cc_delay_mark > 0:
+            raise LocalProtocolError("cc_delay_mark must be positive")
         if self.cc_max_cwnd is not None and self.cc_max_cwnd < self.payload_mtu:
             raise LocalProtocolError("cc_max_cwnd must be at least one payload_mtu")
         if not self.plane_queue_min > 0:

@@ -24,7 +24,8 @@ from mrc.wire.packet import SackPacket, decode_packet
 
 MTU = 4096
 CONFIG = SessionConfig(
-    plane_mask=0b11, payload_mtu=MTU, cc="nscc", cc_plane_rate=100e9, cc_base_rtt=10e-6
+    plane_mask=0b11, payload_mtu=MTU, cc="nscc", cc_plane_rate=100e9, cc_base_rtt=10e-6,
+    cc_min_base_rtt=0.0,
 )
 BASE = 10e-6
 T0 = 0.001
@@ -96,13 +97,37 @@ def test_no_ecn_and_low_delay_increases_in_proportion_to_the_room_below_target()
     assert cc.cwnd == pytest.approx(grown + 0.15 * MTU * A)
 
 
-def test_no_ecn_and_high_delay_increases_fairly() -> None:
+def test_no_ecn_and_high_delay_increases_fairly_once_the_fabric_marks() -> None:
     cc = started()
+    # A marked SACK at no queueing: this fabric marks its queues (the EV is skipped instead).
+    ack(cc, T0 + 0.5 * US, ecn=True, acked=0)
     cc.cwnd = 100_000.0
     # Queueing above target without a mark: not this flow's queue; a fair share of growth.
     for k in range(1, 10):
         ack(cc, T0 + k * US, delay=8 * US)
     assert cc.cwnd == pytest.approx(100_000 + 9 * FI * MTU / 100_000)
+
+
+def test_before_any_mark_a_long_delay_reads_as_a_mark() -> None:
+    cc = make_cc("nscc", replace(CONFIG, cc_delay_mark=15e-6))
+    assert isinstance(cc, Nscc)
+    ack(cc, T0)
+    assert cc.cwnd == pytest.approx(375_000)
+    # No mark yet (a tbf or a plain Linux router marks nothing). 10 µs of queueing, above
+    # target but below cc_delay_mark: someone else's queue, as in UEC; the average stays.
+    for k in range(1, 5):
+        ack(cc, T0 + k * 0.1 * US, delay=10 * US, acked=0)
+    assert cc.avg_delay == pytest.approx(0.0125 * BASE / 4 * (1 + 0.9875 + 0.9875**2 + 0.9875**3))
+    # 20 µs reads as a mark: the average delay tracks it, and once it passes the target the
+    # window decreases as in the ECN quadrant.
+    avg = cc.avg_delay
+    decreased = None
+    for k in range(5, 60):
+        ack(cc, T0 + k * 0.1 * US, delay=20 * US, acked=0)
+        avg += 0.0125 * (20e-6 - avg)
+        if avg > 7.5e-6 and decreased is None:
+            decreased = 375_000 * (1 - 0.8 * (avg - 7.5e-6) / avg)
+    assert decreased is not None and cc.cwnd == pytest.approx(decreased)
 
 
 def test_a_whole_window_at_no_delay_grows_it_fast() -> None:
@@ -250,7 +275,9 @@ def run_with_pen(pen: int) -> tuple[int, float, bool]:
     dst = bytearray(size)
     dst_region = b.regions.register(dst)
     src_region = a.regions.register(bytearray(src))
-    cfg = SessionConfig(plane_mask=0b11, cc="nscc", cc_plane_rate=10e9, cc_base_rtt=50e-6)
+    cfg = SessionConfig(
+        plane_mask=0b11, cc="nscc", cc_plane_rate=10e9, cc_base_rtt=50e-6, cc_min_base_rtt=0.0
+    )
     b.listen(cfg, accept=lambda _: REPLY.pack(dst_region.base_va, dst_region.rkey))
     done: list[float] = []
     inflight: list[int] = []
