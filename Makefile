@@ -39,6 +39,11 @@ sysdeps:
 test: sysdeps venv
 	$(PY) -m pytest -q
 
+# The same suite with per-packet spraying (flowcell 1) wherever the bench would batch.
+.PHONY: test-flowcell1
+test-flowcell1: sysdeps venv
+	MRC_FLOWCELL=1 $(PY) -m pytest -q
+
 lint: venv
 	$(VENV)/bin/ruff check mrc tests tools
 	$(VENV)/bin/mypy --strict mrc tools

@@ -14,6 +14,7 @@ Byte counts follow iperf3: `K`, `M`, `G`, `T` (and `KiB`, `MiB`, …) are powers
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -211,13 +212,14 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--flowcell",
         type=_int_range(1, MAX_FLOWCELL, "flowcell"),
-        default=DEFAULT_FLOWCELL,
+        default=None,
         metavar="N",
         help="packets the writing side sends on one EV as one GSO batch (a flowcell), at most "
         "65507 // (payload MTU + headers) and 64 of them: 15 at the default MTU 4096. 1 = an "
         f"EV and a system call per packet. Default {DEFAULT_FLOWCELL}, as many as one call "
         "holds: on 4 loopback planes with --verify it moved 1.9-2.5x the bytes of 1 at MTU "
-        "4096 (3.6-4.9 vs 1.9-2.0 Gbit/s), more than 4 or 8, and 1.3x those of 16 at MTU 1024",
+        "4096 (3.6-4.9 vs 1.9-2.0 Gbit/s), more than 4 or 8, and 1.3x those of 16 at MTU 1024; "
+        "the environment variable MRC_FLOWCELL changes the default",
     )
     p.add_argument(
         "--spray",
@@ -311,6 +313,17 @@ class BenchOptions:
         return [f"plane-down={p}@{at:g}" for p, at in self.injects]
 
 
+def default_flowcell() -> int:
+    """--flowcell's default: MRC_FLOWCELL when set (so a whole test suite can run per-packet
+    spraying), else DEFAULT_FLOWCELL."""
+    raw = os.environ.get("MRC_FLOWCELL", "").strip()
+    if not raw:
+        return DEFAULT_FLOWCELL
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_FLOWCELL:
+        raise UsageError(f"MRC_FLOWCELL must be 1..{MAX_FLOWCELL}, got {raw!r}")
+    return int(raw)
+
+
 def options_from(ns: argparse.Namespace) -> BenchOptions:
     """Check the flag combination; raises UsageError with a one-line message."""
     roles = [name for name, on in (("-s", ns.server), ("-c", ns.client), ("--demo", ns.demo)) if on]
@@ -349,7 +362,7 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         spray=ns.spray,
         plane_balance=ns.plane_balance,
         cc=ns.cc,
-        flowcell=ns.flowcell,
+        flowcell=ns.flowcell if ns.flowcell is not None else default_flowcell(),
         verify=ns.verify,
         injects=list(ns.inject),
         connect_timeout=ns.connect_timeout,

@@ -67,11 +67,9 @@ class _Plane:
 class PlaneQueues:
     """Per-plane caps on the bytes in flight, from each plane's own queueing delay."""
 
-    def __init__(self, mtu: int, queue_min: float, base_floor: float = 0.0) -> None:
+    def __init__(self, mtu: int, queue_min: float) -> None:
         self.mtu = mtu
         self.queue_min = queue_min
-        #: No RTT below this is queueing (NSCC's `cc_min_base_rtt`: a userspace peer's turnaround).
-        self.base_floor = base_floor
         self._planes: dict[int, _Plane] = {}
 
     def window(self, plane: int) -> float:
@@ -104,9 +102,7 @@ class PlaneQueues:
                 target = pipe or max(1 - GAMMA * (own - threshold) / own, MAX_CUT) * inflight
                 st.cap = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
                 st.last_decrease = now
-        elif own < threshold / 2 and st.srtt - max(st.base, self.base_floor) < threshold / 2:
-            # Slow start only while the plane shows no queue at all: when every plane queues
-            # behind its own bottleneck (none marks), none has a queue of its "own".
+        elif own < threshold / 2:
             st.cap += acked * GROW
         else:
             st.cap += self.mtu * acked / st.cap

@@ -53,6 +53,15 @@ def test_usage_errors_are_one_line_exit_2(
     assert lines[0].startswith("mrc")
 
 
+@pytest.mark.parametrize("value", ["0", "65", "many"])
+def test_a_bad_mrc_flowcell_is_a_usage_error(
+    value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MRC_FLOWCELL", value)
+    assert main(["bench", "-c", "127.0.0.2", "-n", "1M"]) == 2
+    assert capsys.readouterr().err == f"mrc bench: error: MRC_FLOWCELL must be 1..64, got {value!r}\n"
+
+
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--help"]) == 0
     assert "-c ADDR" in capsys.readouterr().out

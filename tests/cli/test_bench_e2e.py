@@ -61,9 +61,13 @@ def test_verify_over_4_planes_and_json_schema(server: Server) -> None:
             "bytes",
             "bits_per_second",
             "retransmits",
+            "snd_cwnd",
         }
+        assert iv["sum"]["snd_cwnd"] >= 4096
         assert [p["plane"] for p in iv["planes"]] == [0, 1, 2, 3]
-        assert all(set(p) == {"plane", "bytes", "packets"} for p in iv["planes"])
+        # The writer's bytes in flight and NSCC's plane cap at the end of the interval.
+        assert all(set(p) == {"plane", "bytes", "packets", "in_flight", "cap"} for p in iv["planes"])
+        assert all(0 <= p["in_flight"] and p["cap"] >= 2 * 4096 for p in iv["planes"])
     assert set(end["sum_sent"]) == {
         "start",
         "end",

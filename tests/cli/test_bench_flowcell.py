@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from benchproc import Server, client
 
-from mrc.cli.bench import DEFAULT_FLOWCELL
+from mrc.cli.bench import default_flowcell
 from mrc.cli.bench_proto import Pattern
 
 
@@ -32,7 +32,7 @@ def test_flowcell_moves_verified_bytes(server: Server, flowcell: int | None) -> 
     proc = client(server.port, *args)
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
-    assert doc["start"]["test_start"]["flowcell"] == (flowcell or DEFAULT_FLOWCELL)
+    assert doc["start"]["test_start"]["flowcell"] == (flowcell or default_flowcell())
     m = doc["end"]["mrc"]
     assert m["integrity"] == "ok" and m["messages_verified"] == 32
     assert doc["end"]["sum_received"]["bytes"] == 32 << 20

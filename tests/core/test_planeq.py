@@ -71,20 +71,3 @@ def test_after_a_decrease_the_cap_stays_near_the_pipe_then_is_free() -> None:
     feed(pq, t, 0.03 + BOUNDED_FOR * 0.5 * MS + 0.04, dict.fromkeys(range(4), 0.5 * MS))
     assert pq.window(3) > 4 * bounded
 
-
-def test_when_every_plane_queues_behind_its_own_bottleneck_none_slow_starts() -> None:
-    # A userspace peer answers within 1 ms at best: RTTs up to that floor are no queue.
-    pq = PlaneQueues(MTU, queue_min=1 * MS, base_floor=1 * MS)
-    t = feed(pq, 0.0, 0.01, dict.fromkeys(range(4), 0.9 * MS))
-    started = pq.caps()
-    # Under the floor every plane slow-starts: half of every acknowledged byte (101 samples
-    # of one MTU each, at 0, 0.1, ... 10 ms) is added.
-    assert all(started[p] == INITIAL_CAP + GROW * 101 * MTU for p in range(4))
-    # Then all four queue alike, 3 ms above the floor (four tbf planes, none marking): no
-    # plane has a queue of its "own", yet none may slow-start into its full queue. Each
-    # grows by one MTU per cap's worth acknowledged, congestion avoidance, once its smoothed
-    # RTT (gain 1/8) has passed floor + half the threshold: after the first sample.
-    feed(pq, t, 0.02, dict.fromkeys(range(4), 4 * MS))
-    caps = pq.caps()
-    for p in range(4):
-        assert started[p] < caps[p] < started[p] + GROW * MTU + 101 * MTU * MTU / started[p]
