@@ -59,7 +59,8 @@ def test_a_bad_mrc_flowcell_is_a_usage_error(
 ) -> None:
     monkeypatch.setenv("MRC_FLOWCELL", value)
     assert main(["bench", "-c", "127.0.0.2", "-n", "1M"]) == 2
-    assert capsys.readouterr().err == f"mrc bench: error: MRC_FLOWCELL must be 1..64, got {value!r}\n"
+    err = capsys.readouterr().err
+    assert err == f"mrc bench: error: MRC_FLOWCELL must be 1..64, got {value!r}\n"
 
 
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,7 +66,8 @@ def test_verify_over_4_planes_and_json_schema(server: Server) -> None:
         assert iv["sum"]["snd_cwnd"] >= 4096
         assert [p["plane"] for p in iv["planes"]] == [0, 1, 2, 3]
         # The writer's bytes in flight and NSCC's plane cap at the end of the interval.
-        assert all(set(p) == {"plane", "bytes", "packets", "in_flight", "cap"} for p in iv["planes"])
+        keys = {"plane", "bytes", "packets", "in_flight", "cap"}
+        assert all(set(p) == keys for p in iv["planes"])
         assert all(p["in_flight"] >= 0 and p["cap"] >= 2 * 4096 for p in iv["planes"])
     assert set(end["sum_sent"]) == {
         "start",
