@@ -149,7 +149,7 @@ def _cc_config(cc: str, fab: Clos) -> SessionConfig:
         "bitmap", PLANES, cc=cc, max_inflight=None, plane_paths=fab.plane_paths,
         cc_plane_rate=RATE, cc_base_rtt=BASE_RTT,
     )  # fmt: skip
-    return replace(config, min_rto=100e-6, reorder_min=20e-6, cc_min_base_rtt=0.0).validate()
+    return replace(config, min_rto=100e-6, reorder_min=20e-6).validate()
 
 
 def _victim(net: Network, fab: Clos, cc: str, size: int) -> Transfer:
