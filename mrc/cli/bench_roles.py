@@ -420,11 +420,9 @@ class BenchTest:
         sender = self.session.sender
         if self.role == WRITER and sender is not None:
             sample.snd_cwnd = round(self.session.cc.window)
-            sender.flight.total(sender.next_psn)  # counts the PSNs sent since the last call
-            by_plane = sender.flight.by_plane
-            for p in by_plane:
+            for p, used in sender.flight.planes_now(sender.next_psn).items():
                 cap = self.session.cc.plane_window(p)
-                sample.in_flight[p] = (by_plane[p], None if cap is None else round(cap))
+                sample.in_flight[p] = (used, None if cap is None else round(cap))
         self._last = snap
         self.samples.append(sample)
         if self.on_interval is not None:

@@ -50,6 +50,11 @@ class InFlight:
             self._counted = psn
         return self._bytes
 
+    def planes_now(self, next_psn: int) -> dict[int, int]:
+        """Payload bytes in flight by plane, the PSNs sent up to `next_psn` counted (reports)."""
+        self.total(next_psn)
+        return dict(self.by_plane)
+
     def add(self, plane: int, length: int) -> None:
         """A resend went out on `plane`."""
         self._bytes += length
