@@ -228,7 +228,7 @@ def server_paths(
         f"SRv6 paths from {table.source} (testbed {table.testbed}): {entries} "
         f"{'entry' if entries == 1 else 'entries'} leaving {','.join(binds)}"
     )
-    return PathSockets(table), table.uniform_paths_from(binds), [line]
+    return PathSockets(table), table.server_paths_from(binds), [line]
 
 
 def path_counts(

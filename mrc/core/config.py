@@ -15,6 +15,8 @@ MIN_PAYLOAD_MTU = 256
 MAX_PAYLOAD_MTU = 8192
 #: UDP GSO sends at most 64 segments per call (DESIGN.md §11).
 MAX_FLOWCELL = 64
+#: Paths one plane may have between two hosts (`plane_paths`).
+MAX_PLANE_PATHS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,8 @@ class SessionConfig:
     cc_plane_rate: float = 10e9
     #: NSCC: the base RTT assumed until one is measured (the smallest RTT seen replaces it).
     cc_base_rtt: float = 50e-6
-    #: NSCC: the base RTT is never taken below this (seconds). On real sockets every RTT
+    #: NSCC and its plane queue guard: a base RTT is never taken below this (seconds). On
+    #: real sockets every RTT
     #: includes the userspace peer's turnaround (a receive batch and its SACKs, about a
     #: millisecond in CPython under load), which is no queue; one sample through an idle host
     #: would otherwise scale the window to a fraction of the pipe. sim/ sets 0.
@@ -116,7 +119,7 @@ class SessionConfig:
             raise LocalProtocolError("ev_backup_per_plane must be 0..4096")
         if self.ev_min_active is not None and not 1 <= self.ev_min_active <= 255:
             raise LocalProtocolError("ev_min_active must be 1..255")
-        if any(not 1 <= n <= 1 << 16 for n in self.plane_paths):
+        if any(not 1 <= n <= MAX_PLANE_PATHS for n in self.plane_paths):
             raise LocalProtocolError("plane_paths entries must be 1..65536")
         if not 0 < self.plane_mask < 1 << 32:
             raise LocalProtocolError(f"plane_mask must name 1..32 planes, got {self.plane_mask:#x}")

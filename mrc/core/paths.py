@@ -89,10 +89,8 @@ class Plane:
     #: send time of the latest packet of ours on this plane the peer answered.
     proven_at: float = 0.0
     answered_sent_at: float = 0.0
-    #: When an acknowledgement last covered a first transmission of ours on this plane, and
-    #: the EV that acknowledgement's trigger took: the freshest path known to work.
+    #: When an acknowledgement last covered a first transmission of ours on this plane.
     acked_at: float = 0.0
-    acked_ev: int | None = None
     #: When data or an acknowledgement last arrived from the peer on this plane.
     heard_at: float = 0.0
     reverse_probe_id: int | None = None

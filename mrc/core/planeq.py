@@ -67,9 +67,13 @@ class _Plane:
 class PlaneQueues:
     """Per-plane caps on the bytes in flight, from each plane's own queueing delay."""
 
-    def __init__(self, mtu: int, queue_min: float) -> None:
+    def __init__(self, mtu: int, queue_min: float, min_base: float = 0.0) -> None:
         self.mtu = mtu
         self.queue_min = queue_min
+        #: A plane's base RTT never reads below this (`cc_min_base_rtt`): the first flowcell
+        #: of a connection crosses an idle host and would give its plane alone a base far
+        #: below what any loaded plane can reach, so that plane would look queued for good.
+        self.min_base = min_base
         self._planes: dict[int, _Plane] = {}
 
     def window(self, plane: int) -> float:
@@ -87,16 +91,17 @@ class PlaneQueues:
         in flight; `acked` bytes sent on it were newly acknowledged with it."""
         st = self._state(plane)
         if rtt < st.base:
-            st.base = rtt
-        st.excess += GAIN * (rtt - st.base - st.excess)
+            st.base = max(rtt, self.min_base)
+        st.excess += GAIN * (max(rtt - st.base, 0.0) - st.excess)
         st.srtt = rtt if not st.srtt else st.srtt + GAIN * (rtt - st.srtt)
         self._measure_rate(st, acked, now)
         planes = self._planes.values()
         others = [p.excess for p in planes if p is not st]
-        own = st.own = st.excess - sum(others) / len(others) if others else 0.0
+        shared = sum(others) / len(others) if others else 0.0
+        own = st.own = st.excess - shared if others else 0.0
         threshold = max(self.queue_min, QUEUE_FRACTION * min(p.base for p in planes))
         # The plane's pipe: its base RTT, plus the delay every plane shares, plus threshold.
-        pipe = st.rate * (st.base + max(st.excess - own, 0.0) + threshold)
+        pipe = st.rate * (st.base + max(shared, 0.0) + threshold)
         if own > threshold:
             if now - st.last_decrease >= st.srtt:
                 target = pipe or max(1 - GAMMA * (own - threshold) / own, MAX_CUT) * inflight

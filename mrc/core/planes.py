@@ -26,6 +26,7 @@ from ..wire.packet import EndpointPacket, ProbePacket
 from ..wire.probe import EETH, ERTH, PETH, EndpointOp
 from .config import SessionConfig
 from .events import Event, PlaneDown, PlaneUp, PortStateChanged
+from .evs import ev_plane
 from .paths import PathTable, PlaneState
 from .records import tx_timestamp
 from .stats import SessionStats
@@ -318,18 +319,17 @@ class PlaneMonitor:
         )
         self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
 
-    def answer_endpoint(self, header: ERTH, plane: int) -> None:
-        """Answer an ENDPOINT_REQUEST on the plane it came in on: that validates the peer's
-        reverse path (DESIGN.md §4)."""
+    def answer_endpoint(self, header: ERTH, plane: int, ev: int) -> None:
+        """Answer an ENDPOINT_REQUEST that came in on `plane` with `ev`: that validates the
+        peer's reverse path (DESIGN.md §4)."""
         if plane not in self.peer_addrs or plane not in self.paths.planes:
             return
-        # The peer judges its own reverse EV by this answer, so it must not die on a bad path
-        # of ours: answer on the EV our latest acknowledgement on this plane proved (while it
-        # is still in rotation), else on a reverse EV our own EV_PROBEs have not found bad.
-        pl = self.paths.planes[plane]
-        ev = pl.acked_ev
-        if ev is None or ev not in self.evs.rotation(plane):
-            ev = pl.reverse_ev()
+        # The peer judges the EV it probed by this answer, so the answer takes the mirror of
+        # that path (same selector: path tables list a plane's paths in the same order both
+        # ways). Any other EV of ours could sit on a path that just died and make every
+        # reverse EV of the plane look dead to the peer, though its other paths work.
+        if ev_plane(ev) != plane:
+            ev = self.paths.planes[plane].reverse_ev()
         answer = EndpointPacket(
             opcode=Opcode.ENDPOINT_RESPONSE,
             dest_qp=self.peer_qpn,

@@ -21,6 +21,7 @@ from ..wire.bth import PSN_MOD, Opcode
 from ..wire.packet import AckPacket, DataPacket, NackPacket, ProbePacket, encode_sack
 from .config import SessionConfig
 from .events import Event, ImmediateReceived
+from .evs import ev_plane
 from .memory import RegionTable
 from .paths import PathTable
 from .stats import SessionStats
@@ -297,6 +298,10 @@ class Receiver:
         if route is None:
             return
         plane, ev = route
+        if probe_id is not None and ev_plane(trig.ev) == plane:
+            # A probe is answered on the mirror of the path it probed, so the answer proves
+            # that path and not whichever reverse EV came next (as in answer_endpoint).
+            ev = trig.ev
         cack = self.cack
         tx_ts = trig.tx_ts
         offset = serial(trig.psn - cack)

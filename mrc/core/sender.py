@@ -430,7 +430,6 @@ class Sender:
             plane = self.paths.planes[trig_rec.plane]
             # Our packet on this plane reached the peer: the plane works (DESIGN.md §4).
             plane.proven_at = now
-            plane.acked_ev = trig_rec.ev
             if trig_rec.sent_at > plane.answered_sent_at:
                 plane.answered_sent_at = trig_rec.sent_at
             # CC's delay sample (Karn): a first transmission whose own timestamp came back.

@@ -449,7 +449,7 @@ class Session:
         if isinstance(header, ERTH):
             if header.op is EndpointOp.PORT_STATUS:
                 self.planes.peer_ports(header.port_status_mask, now)
-            self.planes.answer_endpoint(header, plane)
+            self.planes.answer_endpoint(header, plane, pkt.ev)
         elif isinstance(header, EETH) and header.op is EndpointOp.EV_PROBE:
             # Its port_status_mask is a snapshot from when the peer answered; answers cross
             # newer announcements on the way, so only PORT_STATUS and PORTSTATE set the mask.

@@ -121,6 +121,8 @@ class IoEndpoint(Generic[S]):
         self._again: set[int] = set()
         self._down_reported: set[tuple[int, int]] = set()
         self._readers: list[int] = []
+        #: The plane whose socket the next wake-up drains first (they take turns).
+        self._drain_start = 0
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -284,7 +286,7 @@ class IoEndpoint(Generic[S]):
         # after a 10 ms stall hundreds of SACKs wait, and the RTO would fire on the oldest
         # packets whose acknowledgements sit unread (every such resend arrived twice).
         for _ in range(64):
-            if not self._receive_all(None):
+            if not self._receive_all():
                 break
         if self._closed or session.is_closed:
             return
@@ -298,20 +300,26 @@ class IoEndpoint(Generic[S]):
             self._internal_error("timer", exc)
 
     def _on_readable(self, plane: int) -> None:
-        self._receive_all(plane)
+        self._receive_all()
 
-    def _receive_all(self, first: int | None) -> bool:
-        """Drain every plane socket once (the ready one first), hand each batch to the core,
-        then flush each touched session once: SACKs from all planes are seen before the
-        sender acts on any of them, and the flush cost is paid once per wake-up. True when a
-        plane filled its batch, so more may be waiting."""
+    def _receive_all(self) -> bool:
+        """Drain every plane socket once, hand each batch to the core, then flush each
+        touched session once: SACKs from all planes are seen before the sender acts on any of
+        them, and the flush cost is paid once per wake-up. True when a plane filled its
+        batch, so more may be waiting.
+
+        Each wake-up starts one plane later: what arrives while the batches are processed
+        waits for the next wake-up only on planes already drained, so a fixed order would
+        add that wait to the first plane's every RTT, and the plane queue guard would take
+        it for a queue of that plane's own (planeq.py)."""
         if self._closed:
             return False
         full = False
         order = list(self.planes)
-        if first is not None and first in self.planes:
-            order.remove(first)
-            order.insert(0, first)
+        if order:
+            start = self._drain_start % len(order)
+            self._drain_start = start + 1
+            order = order[start:] + order[:start]
         touched: dict[int, S] = {}
         now = self.now()
         for plane in order:

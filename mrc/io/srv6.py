@@ -28,13 +28,14 @@ import contextlib
 import ctypes
 import ipaddress
 import json
+import math
 import socket
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mrc.core.config import MIN_PAYLOAD_MTU
+from mrc.core.config import MAX_PLANE_PATHS, MIN_PAYLOAD_MTU
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import data_header_size
 from mrc.wire.srh import SRH
@@ -302,13 +303,18 @@ class PathTable:
             out[plane] = len(entry.paths) if entry is not None else 1
         return out
 
-    def uniform_paths_from(self, local: Sequence[str]) -> dict[int, int]:
-        """For a side that does not know its peers yet (a server): the path count of plane i
-        when every entry leaving local[i] on plane i agrees on it, else 1."""
+    def server_paths_from(self, local: Sequence[str]) -> dict[int, int]:
+        """For a side that does not know its peers yet (a server): a path count for plane i
+        that every entry leaving local[i] on plane i divides (their least common multiple).
+
+        Selectors are spread evenly over `selector mod count` (DESIGN.md §4), so they are then
+        spread evenly over each peer's own paths too: a server whose peers sit one or two
+        paths away still gets a reverse EV on each of a far peer's paths.
+        """
         out: dict[int, int] = {}
         for plane, src in enumerate(local):
             counts = {len(e.paths) for e in self.entries_from(src, plane)}
-            out[plane] = counts.pop() if len(counts) == 1 else 1
+            out[plane] = min(math.lcm(*counts), MAX_PLANE_PATHS) if counts else 1
         return out
 
     def __len__(self) -> int:

@@ -13,11 +13,20 @@ import pytest
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, WriteCompleted
+from mrc.core.evs import make_ev
 from mrc.core.session import Session
 from mrc.sim import Host, LinkParams, Network
 from mrc.wire.ack import NackReason
 from mrc.wire.bth import Opcode
-from mrc.wire.packet import DataPacket, NackPacket, SackPacket, decode_packet
+from mrc.wire.packet import (
+    DataPacket,
+    EndpointPacket,
+    NackPacket,
+    ProbePacket,
+    SackPacket,
+    decode_packet,
+)
+from mrc.wire.probe import EETH, ERTH, PETH, EndpointOp
 
 REPLY = struct.Struct(">QI")
 MTU = 1024
@@ -199,3 +208,30 @@ def test_a_nack_unexp_event_closes_the_connection(pair: Pair) -> None:
     assert events == [
         ConnectionClosed(reason="peer reported a fatal protocol error (UNEXP_EVENT)")
     ]
+
+
+def test_probes_are_answered_on_the_mirror_of_the_path_they_probed(pair: Pair) -> None:
+    """A RELIABILITY_PROBE and an EV_PROBE that came in on EV X are answered on X (the same
+    selector, so the same path back): the prober judges X by that answer, and an answer on
+    some other reverse EV could die on another path and indict a path that works."""
+    probed = make_ev(0, 0x123457)
+    probe = ProbePacket(dest_qp=pair.sb.qpn, psn=1000, ev=probed,
+                        peth=PETH(probe_id=9, tx_timestamp=77)).encode()
+    ev_probe = EndpointPacket(
+        opcode=Opcode.ENDPOINT_REQUEST, dest_qp=pair.sb.qpn, ev=make_ev(0, 0xABCDE),
+        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b11, probe_id=10,
+                    tx_timestamp=78)).encode()
+    out = pair.inject(probe, ev_probe)
+    (sack,) = [p for p in out if isinstance(p, SackPacket)]
+    (answer,) = [p for p in out if isinstance(p, EndpointPacket)]
+    assert sack.seth.pr and sack.ev == probed
+    assert isinstance(answer.header, EETH)
+    assert (answer.ev, answer.header.probe_id) == (make_ev(0, 0xABCDE), 10)
+    # An EV naming another plane cannot be mirrored: a reverse EV of the arrival plane is.
+    stray = EndpointPacket(
+        opcode=Opcode.ENDPOINT_REQUEST, dest_qp=pair.sb.qpn, ev=make_ev(1, 5),
+        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b11, probe_id=11,
+                    tx_timestamp=79)).encode()
+    (answer,) = pair.inject(stray)
+    assert isinstance(answer, EndpointPacket)
+    assert answer.ev in pair.sb.paths.planes[0].reverse_evs

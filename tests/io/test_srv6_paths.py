@@ -98,9 +98,25 @@ def test_good_file_loads_and_looks_up_both_directions(tmp_path: Path) -> None:
     assert direct is not None and not direct.srv6 and direct.paths[0].direct
     assert table.paths_per_plane([H1, "fd00:1:1::1"], [H3, "fd00:1:3::1"]) == {0: 2, 1: 1}
     assert table.paths_per_plane([H1, "fd00:9::1"], [H3, "fd00:9::2"]) == {0: 2, 1: 1}
-    assert table.uniform_paths_from([H3]) == {0: 2}
+    assert table.server_paths_from([H3]) == {0: 2}
     assert [str(a) for a in table.sources_for(H3, 0)] == [H1]
     assert table.planes_between(H1, H3) == [0] and table.entries_from(H3, 0) == [back]
+
+
+def test_a_server_spreads_its_selectors_over_every_peers_paths(tmp_path: Path) -> None:
+    """h3 has a rack neighbour one path away and far peers two or three paths away: its EV
+    selectors must be spread mod 6, so each peer's own paths (selector mod 1, 2 or 3) all get
+    reverse EVs. (Taking 1 when the counts disagree left h3 with one reverse EV per plane.)"""
+    doc = good_doc()
+    for dst, n in (("fd00:0:4::1", 1), ("fd00:0:5::1", 3)):
+        doc["entries"].append({
+            "src": H3, "dst": dst, "plane": 0, "src_node": "h3", "dst_node": "hx",
+            "paths": [{"name": f"t1-{k}", "segments": [T1]} for k in range(n)],
+        })
+    f = tmp_path / "paths.json"
+    f.write_text(json.dumps(doc))
+    table = PathTable.load(str(f))
+    assert table.server_paths_from([H3, "fd00:1:3::1"]) == {0: 6, 1: 1}
 
 
 def _mutate(path: str, value: Any) -> dict[str, Any]:
