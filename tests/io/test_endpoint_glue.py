@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import select
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -310,3 +311,33 @@ def test_gso_transmit_through_the_endpoint_arrives_as_datagrams() -> None:
         io.close()
         loop.close()
         peers[0].close()
+
+
+def test_each_wake_up_drains_the_planes_from_the_next_one_on() -> None:
+    """With data waiting on every plane at each wake-up, the plane drained first rotates: a
+    fixed order made what arrives during a wake-up wait one more on the first plane only,
+    which read as a queue of that plane's own and capped it."""
+    loop, core, io, peers = make(3)
+    try:
+        io.connect(SessionConfig(plane_mask=7), {p: s.local_addr for p, s in enumerate(peers)},
+                   b"")
+        firsts = []
+        for wake in range(6):
+            for p, peer in enumerate(peers):
+                peer.send(bytes([wake, p]), io.planes[p].local_addr)
+            core.calls.clear()
+            # Loopback delivers at once; then one wake-up, as the loop would run it.
+            run(loop, lambda: all(_readable(s) for s in io.planes.values()))
+            io._on_readable(0)
+            assert sorted(plane for plane, _ in core.calls) == [0, 1, 2]
+            firsts.append(core.calls[0][0])
+        assert firsts == [0, 1, 2, 0, 1, 2]
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
+
+
+def _readable(sock: PlaneSocket) -> bool:
+    return bool(select.select([sock.fileno()], [], [], 0)[0])
