@@ -240,12 +240,12 @@ class EvTable:
             if rec.state is S:
                 rec.state = G
 
-    def count_sent(self, ev: int, rtx: bool) -> None:
+    def count_sent(self, ev: int, rtx: bool, packets: int = 1) -> None:
         rec = self.by_ev.get(ev)
         if rec is not None:
-            rec.packets_sent += 1
+            rec.packets_sent += packets
             if rtx:
-                rec.retransmits += 1
+                rec.retransmits += packets
 
     # -- probing retired EVs ------------------------------------------------------------------
 

@@ -42,10 +42,14 @@ class Rack:
         self._top_ev = self._second_seq = 0
 
     def sent(self, rec: SentPacket) -> None:
-        fifo = self._fifo.get(rec.ev)
+        self.fifo(rec.ev).append(rec)
+
+    def fifo(self, ev: int) -> deque[SentPacket]:
+        """The send records of `ev` in send order, for appending a packet just sent."""
+        fifo = self._fifo.get(ev)
         if fifo is None:
-            fifo = self._fifo[rec.ev] = deque()
-        fifo.append(rec)
+            fifo = self._fifo[ev] = deque()
+        return fifo
 
     def acked(self, rec: SentPacket, now: float) -> bool:
         """`rec` was acknowledged. True if it advanced its EV's RACK state (a first

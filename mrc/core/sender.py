@@ -1,6 +1,7 @@
-"""The requester half of a session: posted WRITEs, send records, loss inference, completion.
+"""The requester half of a session: posted WRITEs, loss inference, completion.
 
-Holds the message queue, one send record per transmission, the cumulative scoreboard built from
+Holds the message queue, the send records (one per transmission, kept by sendlog.py), the
+cumulative scoreboard built from
 SACKs, per-EV RACK loss inference and the per-plane RFC 6298 RTO (DESIGN.md §6), and raises
 `WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It turns what it
 learns into EV signals (loss, ECN, trim) for the EV table (evs.py), and into congestion
@@ -34,6 +35,7 @@ from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
 from .rto import acked_later, acked_on_plane, peer_alive
 from .scoreboard import SackScoreboard
+from .sendlog import SendLog
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
 from .spray import SprayPolicy
 from .stats import SessionStats
@@ -77,14 +79,15 @@ class Sender:
         self.next_psn = initial_psn  # next new PSN
         self.una = initial_psn  # every PSN before it is acknowledged
         self.next_msn = config.initial_msn
-        self.inflight: dict[int, SentPacket] = {}
         self.rtx_queue: deque[tuple[int, str, int | None]] = deque()
         self.pending: deque[OutMessage] = deque()  # not fully sent, MSN order
         self.outstanding: deque[OutMessage] = deque()  # not completed, MSN order
         self.by_msn: dict[int, OutMessage] = {}
         self.awaiting_aeth: deque[OutMessage] = deque()
-        self._plane_fifo: dict[int, deque[SentPacket]] = {}
         self.rack = Rack(config, paths, timers)
+        self.log = SendLog(config.payload_mtu, self.rack, self.evs)
+        #: The records of the packets not yet acknowledged, by PSN.
+        self.inflight = self.log.records
         #: Per plane, the age of the oldest first transmission the current ACK covers.
         self._ages: dict[int, float] = {}
         #: Per plane, payload bytes of first transmissions the current ACK covers.
@@ -94,7 +97,6 @@ class Sender:
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
         self.scoreboard = SackScoreboard()
-        self._seq = 0
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
@@ -132,7 +134,7 @@ class Sender:
     @property
     def seq(self) -> int:
         """Send sequence number of the latest transmission."""
-        return self._seq
+        return self.log.seq
 
     @property
     def idle(self) -> bool:
@@ -200,9 +202,9 @@ class Sender:
                     pending.popleft()
                 self.next_psn = (psn + 1) & PSN_MASK
                 cell.append((msg, index, psn))
-                self._record(msg, index, psn, ev, plane, now, tx_ts, rtx=False)
                 if len(cell) == limit or this < size or not pending:
                     break
+            self.log.add_cell(cell, ev, plane, now, tx_ts)
             out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
 
     def _next_ev(self, now: float) -> int | None:
@@ -283,40 +285,13 @@ class Sender:
     def _transmit(
         self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
     ) -> Transmit:
-        self._record(msg, index, psn, ev, ev_plane(ev), now, tx_timestamp(now), rtx=rtx)
+        self.log.add(msg, index, psn, ev, ev_plane(ev), now, tx_timestamp(now), rtx=rtx)
         return self._build(msg, index, psn, ev, now, rtx=rtx)
-
-    def _record(
-        self,
-        msg: OutMessage,
-        index: int,
-        psn: int,
-        ev: int,
-        plane: int,
-        now: float,
-        tx_ts: int,
-        *,
-        rtx: bool,
-    ) -> None:
-        """The send record of one transmission of one packet (every packet has its own)."""
-        mtu = self.config.payload_mtu
-        length = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
-        self._seq += 1
-        # Positional, in SentPacket's field order (one is built per packet sent):
-        # psn, msg, index, length, ev, plane, sent_at, seq, tx_ts, rtx.
-        rec = SentPacket(psn, msg, index, length, ev, plane, now, self._seq, tx_ts, rtx)
-        self.inflight[psn] = rec
-        self.evs.count_sent(ev, rtx)
-        self.rack.sent(rec)
-        fifo = self._plane_fifo.get(plane)
-        if fifo is None:
-            fifo = self._plane_fifo[plane] = deque()
-        fifo.append(rec)
 
     # -- timers -----------------------------------------------------------------------------
 
     def _arm_timers(self) -> None:
-        for plane, fifo in self._plane_fifo.items():
+        for plane, fifo in self.log.by_plane.items():
             while fifo and fifo[0].state != INFLIGHT:
                 fifo.popleft()
             if fifo:
@@ -340,7 +315,7 @@ class Sender:
 
     def on_retransmit_timer(self, plane: int, now: float) -> bool:
         """The RTO of `plane` expired (DESIGN.md §6). True: give up on the connection."""
-        fifo = self._plane_fifo.get(plane)
+        fifo = self.log.by_plane.get(plane)
         if not fifo:
             return False
         pl = self.paths.planes[plane]
@@ -364,7 +339,7 @@ class Sender:
         alive: bool | float = False
         if later_elsewhere and now >= quiet_until and here is None:
             alive = peer_alive(
-                self._plane_fifo,
+                self.log.by_plane,
                 self.paths.planes,
                 plane,
                 after=pl.acked_at + est.rto / 2,
@@ -401,7 +376,7 @@ class Sender:
 
     def on_plane_down(self, plane: int) -> None:
         """Every packet in flight on a DOWN plane is lost at once (DESIGN.md §4)."""
-        for rec in self._plane_fifo.get(plane, ()):
+        for rec in self.log.by_plane.get(plane, ()):
             if rec.state == INFLIGHT:
                 self._declare_lost(rec, "plane_down", avoid_plane=plane)
 
@@ -445,7 +420,7 @@ class Sender:
                 ce_ev,
                 sig,
                 now=now,
-                seq=self._seq,
+                seq=self.log.seq,
                 sent_seq=trig_rec.seq if trig_rec is not None else None,
                 reason="peer asked to skip",
             )
@@ -523,7 +498,9 @@ class Sender:
             self.cc.on_nack(now, nacked=rec.length, lasthop=lasthop, inflight=self._in_flight())
             if reason is NackReason.TRIMMED:
                 # Congestion on that path, not a failure: skip it a while (WIRE.md §4).
-                self.evs.signal(rec.ev, EvSignal.TRIMMED, now=now, seq=self._seq, sent_seq=rec.seq)
+                self.evs.signal(
+                    rec.ev, EvSignal.TRIMMED, now=now, seq=self.log.seq, sent_seq=rec.seq
+                )
         elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
             self._declare_lost(rec, "nack_other", avoid_plane=None)
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:
@@ -594,7 +571,7 @@ class Sender:
     def _ev_loss(self, rec: SentPacket, now: float, reason: str) -> None:
         """A loss on `rec`'s EV retires it (MRC's rule; DESIGN.md §4 and §6)."""
         self.evs.signal(
-            rec.ev, EvSignal.LOSS, now=now, seq=self._seq, sent_seq=rec.seq, reason=reason
+            rec.ev, EvSignal.LOSS, now=now, seq=self.log.seq, sent_seq=rec.seq, reason=reason
         )
         self.spray.on_loss(rec.ev, now)
 
