@@ -1,8 +1,8 @@
 """The requester half of a session: posted WRITEs, loss inference, completion.
 
 Holds the message queue, the send records (one per transmission, kept by sendlog.py), the
-cumulative scoreboard built from
-SACKs, per-EV RACK loss inference and the per-plane RFC 6298 RTO (DESIGN.md §6), and raises
+cumulative scoreboard built from SACKs, per-EV RACK loss inference and the per-plane RFC 6298
+RTO (DESIGN.md §6), and raises
 `WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It turns what it
 learns into EV signals (loss, ECN, trim) for the EV table (evs.py), and into congestion
 signals for its congestion control (cc.py), whose window bounds the payload bytes in flight
