@@ -26,7 +26,7 @@ from mrc.core.cc import cc_names
 from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from mrc.core.errors import LocalProtocolError
 from mrc.core.spray import spray_names
-from mrc.io.srv6 import PathTable, PathTableError
+from mrc.io.pathtable import PathTable, PathTableError
 
 from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
 

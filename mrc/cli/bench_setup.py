@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrc.core.memory import Region, RegionTable
+from mrc.io.pathtable import PathTable, PathTableError
 from mrc.io.planes import PlaneSocket, SockAddr
-from mrc.io.srv6 import PathSockets, PathTable, PathTableError, check_path_mtu
+from mrc.io.srv6 import PathSockets, check_path_mtu
 
 from .bench_proto import RESULTS_BYTES, Pattern, RegionRef
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .endpoint import CoreEndpoint, CoreSession, Fault, IoEndpoint
 from .loop import loop_name, new_event_loop
+from .pathtable import PathEntry, PathTable, PathTableError, SrPath
 from .planes import (
     DEFAULT_BUFFER_BYTES,
     ECT0,
@@ -18,7 +19,7 @@ from .planes import (
     SockAddr,
     resolve_addr,
 )
-from .srv6 import PathEntry, PathMtuError, PathSockets, PathTable, PathTableError, SrPath
+from .srv6 import PathMtuError, PathSockets
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",

@@ -22,18 +22,9 @@ import pytest
 from srv6_minifabric import A_ADDR, B_ADDR, CAPTURE, SID, MiniFabric, child_env, skip_reason
 
 from mrc.cli import main
+from mrc.io.pathtable import PathEntry, PathTable, PathTableError, SrPath
 from mrc.io.planes import PlaneSocket
-from mrc.io.srv6 import (
-    MRC_DATA_HEADERS,
-    PathEntry,
-    PathMtuError,
-    PathSockets,
-    PathTable,
-    PathTableError,
-    SrPath,
-    check_path_mtu,
-    packet_size,
-)
+from mrc.io.srv6 import MRC_DATA_HEADERS, PathMtuError, PathSockets, check_path_mtu, packet_size
 from mrc.wire.srh import SRH
 
 H1, H3 = "fd00:0:1::1", "fd00:0:3::1"
