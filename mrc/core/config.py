@@ -58,10 +58,10 @@ class SessionConfig:
     #: NSCC: the base RTT assumed until one is measured (the smallest RTT seen replaces it).
     cc_base_rtt: float = 50e-6
     #: NSCC and its plane queue guard: a base RTT is never taken below this (seconds). On
-    #: real sockets every RTT
-    #: includes the userspace peer's turnaround (a receive batch and its SACKs, about a
-    #: millisecond in CPython under load), which is no queue; one sample through an idle host
-    #: would otherwise scale the window to a fraction of the pipe. sim/ sets 0.
+    #: real sockets every RTT includes the userspace peer's turnaround (a receive batch and
+    #: its SACKs, about a millisecond in CPython under load), which is no queue; one sample
+    #: through an idle host would otherwise scale the window to a fraction of the pipe, and
+    #: make its plane alone look queued. sim/ sets 0.
     cc_min_base_rtt: float = 0.001
     #: NSCC, until the fabric's first ECN mark: a queueing delay above this (seconds) reads
     #: as a mark, since a fabric that marks nothing (a Linux router, a tbf) shows its queues
