@@ -108,10 +108,15 @@ class AdaptiveBalance(PlaneBalance):
             return None
         if self._epoch_start is None:
             self._epoch_start = now
-        # A plane at its own cap gives its turn to the others (the sender waits if all are).
-        open_planes = [p for p in self._usable if is_open(p)] or self._usable
-        best = min(open_planes, key=lambda p: self._planes[p].pass_)
-        st = self._planes[best]
+        planes = self._planes
+        best = min(self._usable, key=lambda p: planes[p].pass_)
+        if not is_open(best):
+            # A plane at its own cap gives its turn to the others (the sender waits if all
+            # are). Asked only then: this runs once per flowcell.
+            open_planes = [p for p in self._usable if p != best and is_open(p)]
+            if open_planes:
+                best = min(open_planes, key=lambda p: planes[p].pass_)
+        st = planes[best]
         st.pass_ += 1.0 / st.weight
         return best
 

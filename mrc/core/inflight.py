@@ -65,6 +65,11 @@ class InFlight:
         self._bytes = self.total(next_psn) - rec.length
         self.by_plane[rec.plane] -= rec.length
 
+    def left(self, length: int) -> None:
+        """`length` bytes of INFLIGHT records left the network, already taken off their
+        planes' counts (`by_plane`) after a call to `total`: the sender's batched acks."""
+        self._bytes -= length
+
     def room(self, next_psn: int, una: int) -> int:
         """How many more new packets the PSN window, the packet cap and CC let go now."""
         config = self.config

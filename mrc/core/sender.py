@@ -425,16 +425,19 @@ class Sender:
                 reason="peer asked to skip",
             )
         touched: set[int] = set()
-        self._ack_through(cack, now, touched)
+        una = self.una
+        psns = [(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)]
+        self.una = cack
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
-        bitmap = self.scoreboard.new_bits(base, seth.sack_bitmap, self.una)
+        bitmap = self.scoreboard.new_bits(base, seth.sack_bitmap, cack)
         while bitmap:
             top = bitmap.bit_length() - 1
             bitmap ^= 1 << top
             psn = (base + 63 - top) & PSN_MASK
-            if (psn - self.una) & PSN_MASK < sent_span:
-                self._ack(psn, now, touched)
+            if (psn - una) & PSN_MASK < sent_span:
+                psns.append(psn)
+        self._ack(psns, now, touched)
         self._advance_una()
         self._sample_rtts(now)
         self.scoreboard.forget_behind(self.una)
@@ -461,14 +464,13 @@ class Sender:
         # before it arrived, which the SACKs still on their way may not have said yet.
         cack = self._cumulative(pkt.psn)
         if cack is not None:
-            self._ack_through(cack, now, touched)
+            una = self.una
+            self._ack([(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)], now, touched)
+            self.una = cack
         if msg.status is None:
             # The AETH says every PSN of the message arrived or was consumed.
-            psn = msg.first_psn
-            for _ in range(msg.npkts):
-                if (psn - self.una) & PSN_MASK < (self.next_psn - self.una) & PSN_MASK:
-                    self._ack(psn, now, touched)
-                psn = (psn + 1) & PSN_MASK
+            first = msg.first_psn
+            self._ack([(first + i) & PSN_MASK for i in range(msg.npkts)], now, touched)
             msg.status = pkt.aeth.syndrome
         self._advance_una()
         self._sample_rtts(now)
@@ -508,37 +510,47 @@ class Sender:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _ack(self, psn: int, now: float, touched: set[int]) -> None:
-        rec = self.inflight.pop(psn, None)
-        if rec is None:
-            return
-        if rec.state == INFLIGHT:
-            self.flight.remove(rec, self.next_psn)
-        rec.state = ACKED
-        self.stats.bytes_acked += rec.length
-        self.last_progress = now
-        self.rto_expiries = 0
-        # Only first transmissions give RTT samples (Karn) and advance RACK (RFC 8985 §6.2).
-        if self.rack.acked(rec, now):
-            age = now - rec.sent_at
-            plane = rec.plane
-            if age > self._ages.get(plane, -1.0):
-                self._ages[plane] = age
-            self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + rec.length
-            touched.add(rec.ev)
-        msg = rec.msg
-        msg.acked += 1
-        if msg.acked == msg.npkts and msg.status is None:
-            interval = max(self.paths.planes[p].rtt.current for p in self.paths.planes)
-            msg.completion_interval = interval
-            msg.completion_deadline = now + interval
-            self.awaiting_aeth.append(msg)
-
-    def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
-        """Everything before `cack` arrived (a cumulative acknowledgement)."""
-        while self.una != cack:
-            self._ack(self.una, now, touched)
-            self.una = (self.una + 1) & PSN_MASK
+    def _ack(self, psns: list[int], now: float, touched: set[int]) -> None:
+        """The packets `psns` arrived (cumulatively or by SACK bits): free the records still
+        held, count their bytes, and hand first transmissions to RACK (one call per SACK: the
+        hottest loop of the receive path, so its lookups are hoisted)."""
+        pop = self.inflight.pop
+        flight = self.flight
+        flight.total(self.next_psn)  # count the PSNs sent since, before any is freed
+        by_plane = flight.by_plane
+        rack_acked = self.rack.acked
+        ages, acked_bytes = self._ages, self._acked_bytes
+        acked = left = 0
+        for psn in psns:
+            rec = pop(psn, None)
+            if rec is None:
+                continue
+            length = rec.length
+            if rec.state == INFLIGHT:
+                left += length
+                by_plane[rec.plane] -= length
+            rec.state = ACKED
+            acked += length
+            # Only first transmissions give RTT samples (Karn) and advance RACK (RFC 8985 §6.2).
+            if rack_acked(rec, now):
+                age = now - rec.sent_at
+                plane = rec.plane
+                if age > ages.get(plane, -1.0):
+                    ages[plane] = age
+                acked_bytes[plane] = acked_bytes.get(plane, 0) + length
+                touched.add(rec.ev)
+            msg = rec.msg
+            msg.acked += 1
+            if msg.acked == msg.npkts and msg.status is None:
+                interval = max(self.paths.planes[p].rtt.current for p in self.paths.planes)
+                msg.completion_interval = interval
+                msg.completion_deadline = now + interval
+                self.awaiting_aeth.append(msg)
+        if acked:
+            flight.left(left)
+            self.stats.bytes_acked += acked
+            self.last_progress = now
+            self.rto_expiries = 0
 
     def _sample_rtts(self, now: float) -> None:
         """One RTT sample per plane per acknowledgement: the longest a first transmission
