@@ -315,6 +315,8 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
             str(p): dict(s.counters) for p, s in sorted(test.io.planes.items()) if s.counters
         },
         "trimmed_received": local["trimmed_received"],
+        # Data packets a full local qdisc or socket buffer refused, resent elsewhere.
+        "local_drops": int(local.get("local_drops") or 0),
         "nacks_sent": local["nacks_sent"],
         "nacks_received": local["nacks_received"],
         "probes_sent": local["probes_sent"],

@@ -533,6 +533,7 @@ class BenchTest:
             "retransmits_by_cause": _by_cause(st.retransmits_by_cause),
             "drops_by_reason": dict(core_drops),
             "trimmed_received": st.trimmed_received,
+            "local_drops": st.local_drops,
             "nacks_sent": st.nacks_sent,
             "nacks_received": st.nacks_received,
             "probes_sent": st.probes_sent,

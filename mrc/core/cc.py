@@ -111,6 +111,9 @@ class CongestionControl(ABC):
     def on_loss(self, now: float, *, lost: int, inflight: int) -> None:  # noqa: B027
         """Packets of `lost` bytes were declared lost (RACK or RTO) since the last call."""
 
+    def on_local_drop(self, plane: int, now: float, *, inflight: int) -> None:  # noqa: B027
+        """A local queue of `plane` refused a transmit (`inflight` bytes still out there)."""
+
 
 class WindowOnly(CongestionControl):
     """`none`: the packet window in bytes; only the receiver's push-back narrows it."""
@@ -219,6 +222,10 @@ class Nscc(CongestionControl):
         self, plane: int, rtt: float, *, acked: int, inflight: int, now: float
     ) -> None:
         self.planes.on_sample(plane, rtt, acked, inflight, now)
+
+    def on_local_drop(self, plane: int, now: float, *, inflight: int) -> None:
+        # The plane's own first hop overflowed: its cap's business, not the window's.
+        self.planes.on_overflow(plane, inflight, now)
 
     # -- inputs -----------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ share + the threshold), so a threshold's worth of queue stays (before a delivery
 measured, NSCC's multiplicative decrease by the delay's excess, at most halving). For 100
 RTTs after a decrease the cap also stays under 1.5 × the pipe: the other planes are noisy too
 and may hide the plane's queue, and a slow plane's shallow queue overflows within an RTT. The
-least-queued plane is never decreased, so the connection always has somewhere to send.
+least-queued plane is never decreased for delay, so the connection always has somewhere to send. A
+transmit the plane's own first hop refused (a full host qdisc, ENOBUFS) cuts the cap to the
+pipe at once (`on_overflow`): that queue never shows as delay, since its drops never come back.
 
 What it leaves to others: the sender counts each plane's bytes in flight and asks `window`
 before a flowcell goes out; the balance policy and the spray rotation choose the plane.
@@ -95,13 +97,8 @@ class PlaneQueues:
         st.excess += GAIN * (max(rtt - st.base, 0.0) - st.excess)
         st.srtt = rtt if not st.srtt else st.srtt + GAIN * (rtt - st.srtt)
         self._measure_rate(st, acked, now)
-        planes = self._planes.values()
-        others = [p.excess for p in planes if p is not st]
-        shared = sum(others) / len(others) if others else 0.0
-        own = st.own = st.excess - shared if others else 0.0
-        threshold = max(self.queue_min, QUEUE_FRACTION * min(p.base for p in planes))
-        # The plane's pipe: its base RTT, plus the delay every plane shares, plus threshold.
-        pipe = st.rate * (st.base + max(shared, 0.0) + threshold)
+        shared, threshold, pipe = self._pipe(st)
+        own = st.own = st.excess - shared if len(self._planes) > 1 else 0.0
         if own > threshold:
             if now - st.last_decrease >= st.srtt:
                 target = pipe or max(1 - GAMMA * (own - threshold) / own, MAX_CUT) * inflight
@@ -115,6 +112,29 @@ class PlaneQueues:
             # Never far above the pipe: the others' delays are noisy too and may hide this
             # plane's queue, and a shallow queue overflows within one RTT.
             st.cap = max(min(st.cap, HEADROOM * pipe), MIN_CAP_MTUS * self.mtu)
+
+    def on_overflow(self, plane: int, inflight: int, now: float) -> None:
+        """A local queue of `plane` refused a transmit (a full qdisc on the host's own link):
+        the cap was above what the plane holds. It drops to the plane's pipe (never above the
+        `inflight` bytes left), or to half of those before a rate is measured; at most once
+        per smoothed RTT, as a delay-driven decrease."""
+        st = self._state(plane)
+        if now - st.last_decrease < st.srtt:
+            return
+        pipe = self._pipe(st)[2]
+        target = min(pipe, inflight) if pipe else MAX_CUT * inflight
+        st.cap = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
+        st.last_decrease = now
+
+    def _pipe(self, st: _Plane) -> tuple[float, float, float]:
+        """(the delay the other planes share, the queue threshold, `st`'s pipe): its delivery
+        rate × (its base RTT + the shared delay + the threshold); 0 before a rate."""
+        planes = self._planes.values()
+        others = [p.excess for p in planes if p is not st]
+        shared = sum(others) / len(others) if others else 0.0
+        threshold = max(self.queue_min, QUEUE_FRACTION * min(p.base for p in planes))
+        pipe = st.rate * (st.base + max(shared, 0.0) + threshold) if st.rate else 0.0
+        return shared, threshold, pipe
 
     def _measure_rate(self, st: _Plane, acked: int, now: float) -> None:
         if st.rate_start is None:

@@ -160,7 +160,7 @@ class Sender:
         self._send_new(now, out)
         self._in_flight()  # count this pull's new PSNs before any input acknowledges them
         self._send_completion_probes(now, out)
-        self._arm_timers()
+        self._arm_timers(now)
         return out
 
     def _in_flight(self) -> int:
@@ -290,7 +290,13 @@ class Sender:
 
     # -- timers -----------------------------------------------------------------------------
 
-    def _arm_timers(self) -> None:
+    def _arm_timers(self, now: float) -> None:
+        if self.rtx_queue:
+            # Resends still waiting (a refused transmit, a full window): look again soon
+            # even if nothing in flight is left to bring an acknowledgement.
+            due = self.timers.get(Timer.REORDER)
+            if due is None or due > now + self.config.reorder_min:
+                self.timers.set(Timer.REORDER, now + self.config.reorder_min)
         for plane, fifo in self.log.by_plane.items():
             while fifo and fifo[0].state != INFLIGHT:
                 fifo.popleft()
@@ -507,6 +513,21 @@ class Sender:
             self._declare_lost(rec, "nack_other", avoid_plane=None)
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:
         # an early warning only; the outcome arrives in the message's AETH.
+
+    def on_transmit_failed(self, psn: int, count: int, ev: int, plane: int, now: float) -> None:
+        """A local queue refused the `count` packets from `psn` sent on `ev` (ENOBUFS): they
+        never left the host. Resent at once on another plane, counted as `local` drops; the
+        plane's cap is cut, and no EV is blamed: the path never saw them."""
+        lost = 0
+        for i in reversed(range(count)):  # queued at the front: the lowest PSN goes first
+            rec = self.inflight.get((psn + i) & PSN_MASK)
+            if rec is None or rec.state != INFLIGHT or rec.ev != ev:
+                continue  # acknowledged or resent since: not this transmission
+            lost += 1
+            self._declare_lost(rec, "local", avoid_plane=plane, front=True)
+        if lost:
+            self.stats.local_drops += lost
+            self.cc.on_local_drop(plane, now, inflight=self.flight.by_plane[plane])
 
     # -- helpers ----------------------------------------------------------------------------
 

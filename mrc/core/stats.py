@@ -27,6 +27,8 @@ class SessionStats:
     #: Receiver drops, one key per reason (DESIGN.md §6: every drop is counted by reason).
     drops_by_reason: Counter[str] = field(default_factory=Counter)
     trimmed_received: int = 0
+    #: Data packets a local queue refused (ENOBUFS: they never left the host), resent.
+    local_drops: int = 0
     nacks_sent: int = 0
     nacks_received: int = 0
     probes_sent: int = 0

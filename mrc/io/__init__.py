@@ -14,6 +14,7 @@ from .pathtable import PathEntry, PathTable, PathTableError, SrPath
 from .planes import (
     DEFAULT_BUFFER_BYTES,
     ECT0,
+    LOCAL_DROP_ERRNOS,
     PLANE_DOWN_ERRNOS,
     PlaneSocket,
     SockAddr,
@@ -24,6 +25,7 @@ from .srv6 import PathMtuError, PathSockets
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
     "ECT0",
+    "LOCAL_DROP_ERRNOS",
     "PLANE_DOWN_ERRNOS",
     "CoreEndpoint",
     "CoreSession",

@@ -27,7 +27,7 @@ from mrc.core.config import SessionConfig
 from mrc.core.events import Event
 from mrc.core.transmit import Transmit
 
-from .planes import PLANE_DOWN_ERRNOS, PlaneSocket, SockAddr
+from .planes import LOCAL_DROP_ERRNOS, PLANE_DOWN_ERRNOS, PlaneSocket, SockAddr
 from .srv6 import PathSockets
 
 __all__ = ["CoreEndpoint", "CoreSession", "Fault", "IoEndpoint"]
@@ -50,6 +50,8 @@ class CoreSession(Protocol):
     def handle_timer(self, now: float) -> None: ...
 
     def plane_status(self, plane: int, up: bool, now: float) -> None: ...
+
+    def transmit_failed(self, tx: Transmit, now: float) -> None: ...
 
 
 S = TypeVar("S", bound=CoreSession)
@@ -119,6 +121,8 @@ class IoEndpoint(Generic[S]):
         self._timers: dict[int, tuple[float, asyncio.TimerHandle]] = {}
         self._flushing: set[int] = set()
         self._again: set[int] = set()
+        #: Sessions whose flush already pulled again after a refused transmit.
+        self._refused: set[int] = set()
         self._down_reported: set[tuple[int, int]] = set()
         self._readers: list[int] = []
         #: The plane whose socket the next wake-up drains first (they take turns).
@@ -215,6 +219,7 @@ class IoEndpoint(Generic[S]):
                     break
         finally:
             self._flushing.discard(key)
+            self._refused.discard(key)
         if session.is_closed and key not in self._timers:
             self._forget(session, key)
 
@@ -233,6 +238,13 @@ class IoEndpoint(Generic[S]):
                     up.add(tx.plane)
             elif err in PLANE_DOWN_ERRNOS:
                 down.add(tx.plane)
+            elif err in LOCAL_DROP_ERRNOS:
+                # A full qdisc or socket buffer: the core resends these packets elsewhere,
+                # so pull once more (once: if that also fails, the next input pulls again).
+                session.transmit_failed(tx, now)
+                if key not in self._refused:
+                    self._refused.add(key)
+                    self._again.add(key)
         for plane in up - down:
             self._down_reported.discard((key, plane))
             session.plane_status(plane, True, now)

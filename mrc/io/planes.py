@@ -31,6 +31,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
     "ECT0",
+    "LOCAL_DROP_ERRNOS",
     "MAX_GSO_SEGMENTS",
     "PLANE_DOWN_ERRNOS",
     "RECV_BUFFER_BYTES",
@@ -62,7 +63,13 @@ _INT = struct.Struct("=i")
 
 #: Send errors that mean the local link of the plane is gone (reported to the core).
 PLANE_DOWN_ERRNOS = frozenset({errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH})
-_LOCAL_DROP_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
+#: Send errors that mean this datagram (or GSO batch) never left the host: the socket buffer
+#: or the interface's qdisc was full (reported to the core, which resends it elsewhere).
+LOCAL_DROP_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
+#: IP_RECVERR / IPV6_RECVERR: without them the kernel hides a qdisc drop from a UDP sender
+#: (it counts UdpSndbufErrors and reports success).
+_IP_RECVERR = 11
+_IPV6_RECVERR = 25
 #: Errors that say the kernel or device cannot do UDP GSO at all.
 _NO_GSO_ERRNOS = frozenset({errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP})
 
@@ -123,6 +130,7 @@ class PlaneSocket:
             else:
                 sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
                 sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            set_recverr(sock, self.family)
             self.gro = False
             if gro:
                 try:
@@ -227,7 +235,19 @@ class PlaneSocket:
             if len(out) >= limit:
                 break
         self._next = idx
+        if not out:
+            # A wake-up with nothing to read may be the error queue (IP_RECVERR): ICMP
+            # errors wait there, and the loop would report the socket ready until read.
+            self._drain_errors()
         return out
+
+    def _drain_errors(self) -> None:
+        for _ in range(64):
+            try:
+                self.sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
+            except OSError:
+                return
+            self.counters["icmp_errors"] += 1
 
     # -- send -------------------------------------------------------------------------------
 
@@ -306,14 +326,24 @@ class PlaneSocket:
         if code in PLANE_DOWN_ERRNOS:
             self.counters["send_" + _errname(code)] += 1
             return code
-        if code in _LOCAL_DROP_ERRNOS:
+        if code in LOCAL_DROP_ERRNOS:
             self.counters["local_drop_" + _errname(code)] += 1
-            return None
+            return code
         self.counters["send_" + _errname(code)] += 1
         return None
 
     def __repr__(self) -> str:
         return f"PlaneSocket(plane={self.plane}, local={self.local_addr!r})"
+
+
+def set_recverr(sock: socket.socket, family: int) -> None:
+    """Have sends report a full qdisc (ENOBUFS) instead of hiding it. ICMP errors then also
+    queue on the socket's error queue, which `PlaneSocket.drain` empties."""
+    with contextlib.suppress(OSError):
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_RECVERR, 1)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, _IP_RECVERR, 1)
 
 
 def _set_buffer(sock: socket.socket, opt: int, force_opt: int, size: int) -> int:

@@ -35,7 +35,14 @@ from mrc.wire.packet import data_header_size
 from mrc.wire.trailer import Trailer
 
 from .pathtable import IpAddress, PathEntry, PathTable, PathTableError, SrPath, parse_addr
-from .planes import DEFAULT_BUFFER_BYTES, ECT0, SO_SNDBUFFORCE, PlaneSocket, SockAddr
+from .planes import (
+    DEFAULT_BUFFER_BYTES,
+    ECT0,
+    SO_SNDBUFFORCE,
+    PlaneSocket,
+    SockAddr,
+    set_recverr,
+)
 
 __all__ = [
     "MRC_DATA_HEADERS",
@@ -259,6 +266,7 @@ class PathSockets:
             s.setblocking(False)
             _send_buffer(s, self.buffer_bytes)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, self.tos)
+            set_recverr(s, socket.AF_INET6)  # a full qdisc reports ENOBUFS here too
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh.encode())
             s.bind(plane.bound_addr)

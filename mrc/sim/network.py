@@ -268,7 +268,8 @@ class Host:
         now = self.net.now
         for _ in range(1000):
             for t in session.datagrams_to_send(now):
-                self._send(t)
+                if not self._send(t):
+                    session.transmit_failed(t, now)
             deadline = session.get_timer()
             if deadline is not None and self._timer_at.get(session.qpn) != deadline:
                 self._timer_at[session.qpn] = deadline
@@ -297,18 +298,24 @@ class Host:
             return
         link.send(self.net, (data, self.name, peer, ev, tos))
 
-    def _send(self, t: Transmit) -> None:
+    def _send(self, t: Transmit) -> bool:
+        """Hand `t` to the host's link on its plane. False: the link's queue refused it whole,
+        as a full qdisc refuses a GSO batch (ENOBUFS), so none of it was sent."""
         link = self.links.get(t.plane)
         if link is None:
             self.net.counters["no_link"] += 1
-            return
+            return True
         net, name, addr, ev = self.net, self.name, t.addr, t.ev
-        if t.segment_size:
-            size = t.segment_size
+        size = t.segment_size
+        if link.queued_bytes(net.now) + len(t.data) > link.params.queue_bytes:
+            link.counters["refused_local"] += -(-len(t.data) // size) if size else 1
+            return False
+        if size:
             for off in range(0, len(t.data), size):
                 link.send(net, (t.data[off : off + size], name, addr, ev, TOS_ECT0))
         else:
             link.send(net, (t.data, name, addr, ev, TOS_ECT0))
+        return True
 
     def _deliver(self, batches: dict[int, list[Datagram]]) -> None:
         """One wake-up: every plane's batch goes in before any output is pulled, as io/

@@ -160,8 +160,8 @@ class _FailingSock:
         (errno.ENETDOWN, errno.ENETDOWN, "send_enetdown"),
         (errno.EHOSTUNREACH, errno.EHOSTUNREACH, "send_ehostunreach"),
         (errno.ECONNREFUSED, None, "econnrefused"),
-        (errno.EAGAIN, None, "local_drop_eagain"),
-        (errno.ENOBUFS, None, "local_drop_enobufs"),
+        (errno.EAGAIN, errno.EAGAIN, "local_drop_eagain"),
+        (errno.ENOBUFS, errno.ENOBUFS, "local_drop_enobufs"),
         (errno.EPERM, None, "send_eperm"),
     ],
 )
