@@ -15,6 +15,7 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
 from mrc.core.events import ConnectionEstablished, Event, PathRetired, WriteCompleted
+from mrc.core.evs import EvState
 from mrc.core.paths import ev_plane
 from mrc.core.session import Session
 from mrc.core.transmit import Transmit
@@ -210,3 +211,38 @@ def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> 
     assert resent[0].ev != lost.ev
     assert session.stats.retransmits == 1
     assert session.stats.retransmits_by_cause["rack"] == 1
+
+
+def test_a_flowcell_a_local_queue_refused_goes_again_at_once_on_another_plane() -> None:
+    # t = 0.001: three flowcells of 4 leave on two planes; io reports that the first one's
+    # plane refused it whole (ENOBUFS from a full qdisc): none of its packets left the host.
+    pair = Pair(payload_mtu=1024, flowcell=4)
+    pair.post(0, 12 * 1024)
+    sender = pair.sa.sender
+    assert sender is not None
+    refused, *sent = data_transmits(pair.pull())
+    for tx in sent:
+        pair.a._send(tx)  # these two left the host
+    assert [p.psn for p in packets(refused)] == [PSN0 + i for i in range(4)]
+    pair.sa.transmit_failed(refused, pair.net.now)
+    # The same pull-driven contract: the next pull resends the four, in PSN order, marked
+    # RTX, on the other plane (the refusing one is full), and counts them as local drops.
+    resent = data_transmits(pair.pull())
+    assert [(p.psn, p.rtx) for t in resent for p in packets(t)] == [
+        (PSN0 + i, True) for i in range(4)
+    ]
+    assert {t.plane for t in resent} == {1 - refused.plane}
+    for tx in resent:
+        pair.a._send(tx)
+    assert pair.sa.stats.local_drops == 4
+    assert pair.sa.stats.retransmits_by_cause == {"local": 4}
+    # No path was blamed: the packets never reached one.
+    assert pair.sa.paths.evs.state_of(refused.ev) is EvState.GOOD
+    assert not pair.a.events_of(PathRetired)
+    # A second report of the same transmit finds resent records and changes nothing.
+    pair.sa.transmit_failed(refused, pair.net.now)
+    assert pair.sa.stats.local_drops == 4 and not data_transmits(pair.pull())
+    # And the resends complete the write.
+    pair.net.drive(0.01)
+    assert [e.msn for e in pair.a.events_of(WriteCompleted)] == [0]
+    assert bytes(pair.dst[: 12 * 1024]) == pair.src[: 12 * 1024]

@@ -24,6 +24,8 @@ class FakeSession:
     deadline: float | None = None
     timer_calls: list[float] = field(default_factory=list)
     status: list[tuple[int, bool]] = field(default_factory=list)
+    refused: list[Transmit] = field(default_factory=list)
+    pulls: int = 0
     received: list[tuple[int, list[bytes]]] = field(default_factory=list)
     closed: bool = False
 
@@ -32,6 +34,7 @@ class FakeSession:
         return self.closed
 
     def datagrams_to_send(self, now: float) -> list[Transmit]:
+        self.pulls += 1
         out, self.outbox = self.outbox, []
         return out
 
@@ -47,6 +50,10 @@ class FakeSession:
 
     def plane_status(self, plane: int, up: bool, now: float) -> None:
         self.status.append((plane, up))
+
+    def transmit_failed(self, tx: Transmit, now: float) -> None:
+        self.refused.append(tx)
+        self.outbox.append(Transmit(tx.plane, tx.addr, b"again:" + tx.data))
 
 
 class FakeCore:
@@ -248,6 +255,46 @@ def test_send_errors_become_plane_status_and_recover() -> None:
         session.outbox.append(Transmit(0, peers[0].local_addr, b"c"))
         io.flush(session)
         assert session.status == [(0, False), (0, True)]
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
+
+
+def test_a_transmit_a_full_queue_refuses_goes_back_to_the_core_which_is_pulled_once_more() -> (
+    None
+):
+    loop, _core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        sock = io.planes[0]
+        real = sock.sock
+
+        class Full:
+            def sendto(self, data: bytes, addr: object) -> int:
+                raise OSError(errno.ENOBUFS, "qdisc full")
+
+            def sendmsg(self, *args: object) -> int:
+                raise OSError(errno.ENOBUFS, "qdisc full")
+
+        sock.sock = Full()  # type: ignore[assignment]
+        batch = Transmit(0, peers[0].local_addr, b"x" * 40, segment_size=10)
+        session.outbox.append(batch)
+        pulls = session.pulls
+        io.flush(session)
+        # The core heard of the batch once; its resend (refused too) waits for the next
+        # input instead of spinning: two pulls in all, and no plane went DOWN.
+        assert session.refused[0] is batch
+        assert [t.data for t in session.refused] == [b"x" * 40, b"again:" + b"x" * 40]
+        assert session.pulls - pulls == 2
+        assert session.status == []
+        assert sock.counters["local_drop_enobufs"] == 2
+        sock.sock = real
+        io.flush(session)  # the queue drained: the pending resend leaves
+        got: list[bytes] = []
+        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(8)) or (
+            b"again:again:" + b"x" * 40 in got
+        ))
     finally:
         io.close()
         loop.close()

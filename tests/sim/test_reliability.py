@@ -11,7 +11,7 @@ from sim_story import Transfer, chunks, make_transfer
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import PathRetired, PlaneDown
-from mrc.sim import LinkParams
+from mrc.sim import Host, LinkParams, Network
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import DataPacket, decode_packet
 
@@ -280,3 +280,30 @@ def test_a_stall_after_one_plane_fell_behind_blames_no_path() -> None:
     assert session.stats.retransmits_by_cause["rack"] == 0
     assert 1 <= session.stats.retransmits_by_cause["rto"] <= 12
     assert all(session.paths.usable(p) for p in range(4))
+
+
+def test_a_host_link_whose_queue_is_full_refuses_whole_flowcells_and_no_path_is_blamed() -> None:
+    # The writer's plane-0 link is slow with a 48 KiB queue: a full GSO flowcell (15 × 4 KiB)
+    # cannot fit behind anything, so the host refuses it whole, as a full qdisc does (ENOBUFS),
+    # and the core resends it at once elsewhere. Nothing was lost on a path, so no EV retires.
+    slow = LinkParams(rate_bps=1e9, latency=20e-6, queue_bytes=48 << 10)
+
+    def build(net: Network, a: Host, b: Host) -> None:
+        a.links[0].params = slow  # the writer's own link on plane 0, towards b
+
+    t = make_transfer(
+        messages=chunks(8 * MiB, MiB),
+        size=8 * MiB,
+        config=SessionConfig(plane_mask=0b1111, flowcell=64),
+        build=build,
+    )
+    t.run()
+    t.assert_placed_exactly_once()
+    assert_in_order(t)
+    stats = t.a.session().stats
+    refused = t.a.links[0].counters["refused_local"]
+    assert refused > 0
+    assert stats.local_drops == stats.retransmits_by_cause["local"] > 0
+    assert stats.local_drops <= refused  # acknowledged or resent records are not counted twice
+    assert t.a.links[0].counters["dropped_queue"] == 0  # refused whole, never cut in pieces
+    assert not t.a.events_of(PathRetired)
