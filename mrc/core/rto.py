@@ -4,7 +4,7 @@ Pure functions over the sender's send records and plane table. A plane is one FI
 (one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane
 silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer. The
 sender (`sender.py`) decides what to resend and which EVs to signal; this module only weighs
-the evidence.
+the evidence, and arms each plane's RETRANSMIT timer (`arm_rtos`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from .paths import Plane
 from .records import ACKED, INFLIGHT, SentPacket
+from .timers import Timer, TimerTable
 
 #: (top send seq acknowledged on a plane, its EV, top seq acknowledged on any other EV).
 PlaneAcks = tuple[int, int, int]
@@ -77,3 +78,22 @@ def peer_alive(
     if stalled:
         return False
     return True if due_at is None else due_at
+
+
+def arm_rtos(
+    timers: TimerTable,
+    fifos: Mapping[int, deque[SentPacket]],
+    planes: Mapping[int, Plane],
+    holds: Mapping[int, float],
+) -> None:
+    """Each plane's RETRANSMIT is due an RTO after its oldest packet in flight (never before
+    the plane's hold), and cancelled when it has none. Records that left the network are
+    dropped from the front of each plane's FIFO here."""
+    for plane, fifo in fifos.items():
+        while fifo and fifo[0].state != INFLIGHT:
+            fifo.popleft()
+        if fifo:
+            due = fifo[0].sent_at + planes[plane].rtt.current
+            timers.set(Timer.RETRANSMIT, max(due, holds.get(plane, 0.0)), plane)
+        else:
+            timers.cancel(Timer.RETRANSMIT, plane)

@@ -24,6 +24,7 @@ from ..wire.bth import MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket
 from .balance import PlaneBalance
 from .cc import CongestionControl
+from .completion import AwaitingAeth
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import Event, WriteCompleted
@@ -33,7 +34,7 @@ from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
-from .rto import acked_later, acked_on_plane, peer_alive
+from .rto import acked_later, acked_on_plane, arm_rtos, peer_alive
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
@@ -83,7 +84,7 @@ class Sender:
         self.pending: deque[OutMessage] = deque()  # not fully sent, MSN order
         self.outstanding: deque[OutMessage] = deque()  # not completed, MSN order
         self.by_msn: dict[int, OutMessage] = {}
-        self.awaiting_aeth: deque[OutMessage] = deque()
+        self.awaiting_aeth = AwaitingAeth(config.max_rto)
         self.rack = Rack(config, paths, timers)
         self.log = SendLog(config.payload_mtu, self.rack, self.evs)
         #: The records of the packets not yet acknowledged, by PSN.
@@ -254,24 +255,13 @@ class Sender:
             self.stats.plane(plane).retransmits += 1
 
     def _send_completion_probes(self, now: float, out: list[Transmit]) -> None:
-        """Resend the LAST of a message whose PSNs are all acked but whose AETH is missing.
-
-        The receiver answers a duplicate LAST by repeating the AETH (WIRE.md §4), so a lost
-        ACKNOWLEDGE costs one such resend. The resend gets no send record: its PSN is
-        already acknowledged and must never count as in flight again.
-        """
-        for msg in self.awaiting_aeth:
-            if msg.status is not None or msg.completion_deadline is None:
-                continue
-            if msg.completion_deadline > now:
-                continue
+        """Resend the LAST of each message whose AETH is overdue (completion.py)."""
+        for msg in self.awaiting_aeth.due(now):
             ev = self.spray.next_ev(now)
             if ev is None:
                 return
             out.append(self._build(msg, msg.npkts - 1, msg.last_psn, ev, now, rtx=True))
             self.stats.retransmits_by_cause["completion"] += 1
-            msg.completion_interval = min(self.config.max_rto, msg.completion_interval * 2)
-            msg.completion_deadline = now + msg.completion_interval
 
     def _build(
         self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
@@ -297,23 +287,8 @@ class Sender:
             due = self.timers.get(Timer.REORDER)
             if due is None or due > now + self.config.reorder_min:
                 self.timers.set(Timer.REORDER, now + self.config.reorder_min)
-        for plane, fifo in self.log.by_plane.items():
-            while fifo and fifo[0].state != INFLIGHT:
-                fifo.popleft()
-            if fifo:
-                rto = self.paths.planes[plane].rtt.current
-                due = max(fifo[0].sent_at + rto, self._rto_hold.get(plane, 0.0))
-                self.timers.set(Timer.RETRANSMIT, due, plane)
-            else:
-                self.timers.cancel(Timer.RETRANSMIT, plane)
-        deadline = min(
-            (
-                m.completion_deadline
-                for m in self.awaiting_aeth
-                if m.status is None and m.completion_deadline is not None
-            ),
-            default=None,
-        )
+        arm_rtos(self.timers, self.log.by_plane, self.paths.planes, self._rto_hold)
+        deadline = self.awaiting_aeth.deadline()
         if deadline is None:
             self.timers.cancel(Timer.COMPLETION)
         else:
@@ -486,8 +461,7 @@ class Sender:
             del self.by_msn[done.msn]
             self.stats.messages_completed += 1
             self.events.append(WriteCompleted(msn=done.msn, status=done.status or 0))
-        while self.awaiting_aeth and self.awaiting_aeth[0].status is not None:
-            self.awaiting_aeth.popleft()
+        self.awaiting_aeth.settle()
 
     def on_nack(self, pkt: NackPacket, now: float) -> None:
         self.stats.nacks_received += 1
@@ -564,9 +538,7 @@ class Sender:
             msg.acked += 1
             if msg.acked == msg.npkts and msg.status is None:
                 interval = max(self.paths.planes[p].rtt.current for p in self.paths.planes)
-                msg.completion_interval = interval
-                msg.completion_deadline = now + interval
-                self.awaiting_aeth.append(msg)
+                self.awaiting_aeth.add(msg, now, interval)
         if acked:
             flight.left(left)
             self.stats.bytes_acked += acked
