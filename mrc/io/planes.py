@@ -66,6 +66,8 @@ PLANE_DOWN_ERRNOS = frozenset({errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNR
 #: Send errors that mean this datagram (or GSO batch) never left the host: the socket buffer
 #: or the interface's qdisc was full (reported to the core, which resends it elsewhere).
 LOCAL_DROP_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
+#: Send errors an ICMP message from the network can leave pending on a socket.
+_ICMP_ERRNOS = PLANE_DOWN_ERRNOS | {errno.ECONNREFUSED}
 #: IP_RECVERR / IPV6_RECVERR: without them the kernel hides a qdisc drop from a UDP sender
 #: (it counts UdpSndbufErrors and reports success).
 _IP_RECVERR = 11
@@ -242,11 +244,7 @@ class PlaneSocket:
         return out
 
     def _drain_errors(self) -> None:
-        for _ in range(64):
-            try:
-                self.sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
-            except OSError:
-                return
+        if _pending_icmp(self.sock):
             self.counters["icmp_errors"] += 1
 
     # -- send -------------------------------------------------------------------------------
@@ -257,6 +255,8 @@ class PlaneSocket:
         addr: SockAddr,
         segment_size: int | None = None,
         via: socket.socket | None = None,
+        *,
+        retry: bool = True,
     ) -> int | None:
         """Send one datagram, or a GSO batch of `segment_size` datagrams.
 
@@ -289,6 +289,12 @@ class PlaneSocket:
                 self.packets_sent += 1
         except OSError as exc:
             code = exc.errno or 0
+            if retry and code in _ICMP_ERRNOS and _pending_icmp(sock):
+                # An ICMP error from the network (IP_RECVERR queued it, and the kernel fails
+                # the next send with it): news of some path, not of this plane's link, and
+                # this datagram never went. Counted; it goes once more.
+                self.counters["icmp_" + _errname(code)] += 1
+                return self.send(data, addr, segment_size, via, retry=False)
             if (
                 segment_size is not None
                 and 0 < segment_size < size
@@ -334,6 +340,18 @@ class PlaneSocket:
 
     def __repr__(self) -> str:
         return f"PlaneSocket(plane={self.plane}, local={self.local_addr!r})"
+
+
+def _pending_icmp(sock: socket.socket) -> bool:
+    """Empty `sock`'s error queue (IP_RECVERR); True if it held anything."""
+    found = False
+    for _ in range(64):
+        try:
+            sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
+        except OSError:
+            break
+        found = True
+    return found
 
 
 def set_recverr(sock: socket.socket, family: int) -> None:

@@ -246,6 +246,9 @@ def test_send_errors_become_plane_status_and_recover() -> None:
             def sendto(self, data: bytes, addr: object) -> int:
                 raise OSError(errno.ENETUNREACH, "down")
 
+            def recvmsg(self, *args: object) -> object:
+                raise BlockingIOError(errno.EAGAIN, "no ICMP error queued: the link is down")
+
         sock.sock = Down()  # type: ignore[assignment]
         session.outbox.append(Transmit(0, peers[0].local_addr, b"a"))
         session.outbox.append(Transmit(0, peers[0].local_addr, b"b"))

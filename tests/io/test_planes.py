@@ -149,6 +149,9 @@ class _FailingSock:
     def sendmsg(self, *args: object) -> int:
         raise OSError(self.code, errno.errorcode[self.code])
 
+    def recvmsg(self, *args: object) -> tuple[bytes, list[object], int, object]:
+        raise BlockingIOError(errno.EAGAIN, "error queue empty")  # a local error, no ICMP
+
     def close(self) -> None:
         pass
 
@@ -174,6 +177,40 @@ def test_send_error_mapping(code: int, returned: int | None, counter: str) -> No
         assert s.counters[counter] == 1
     finally:
         real.close()
+
+
+def test_an_icmp_error_pending_on_the_socket_is_not_a_plane_down() -> None:
+    # With IP_RECVERR an ICMP unreachable from some router fails the next send with
+    # EHOSTUNREACH and waits in the error queue; the plane's own link is fine.
+    s = PlaneSocket(0, "127.0.0.2", 0)
+    b = PlaneSocket(0, "127.0.0.3", 0)
+    real = s.sock
+
+    class IcmpPending:
+        def __init__(self) -> None:
+            self.queued = 1
+            self.failed = False
+
+        def sendto(self, data: bytes, addr: tuple[str, int]) -> int:
+            if not self.failed:
+                self.failed = True
+                raise OSError(errno.EHOSTUNREACH, "pending ICMP error")
+            return real.sendto(data, addr)
+
+        def recvmsg(self, *args: object) -> tuple[bytes, list[object], int, object]:
+            if self.queued:
+                self.queued -= 1
+                return b"", [], 0, None
+            raise BlockingIOError(errno.EAGAIN, "empty")
+
+    try:
+        s.sock = IcmpPending()  # type: ignore[assignment]
+        assert s.send(b"once", b.local_addr) is None
+        assert s.counters["icmp_ehostunreach"] == 1 and "send_ehostunreach" not in s.counters
+        assert [bytes(d) for d, _, _ in drain_all(b, 1)] == [b"once"]
+    finally:
+        real.close()
+        b.close()
 
 
 def test_gso_refused_by_kernel_falls_back_to_single_sends() -> None:
