@@ -406,17 +406,16 @@ class Sender:
                 reason="peer asked to skip",
             )
         touched: set[int] = set()
-        una = self.una
-        psns = [(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)]
-        self.una = cack
+        self._ack_through(cack, now, touched)
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
         bitmap = self.scoreboard.new_bits(base, seth.sack_bitmap, cack)
+        psns = []
         while bitmap:
             top = bitmap.bit_length() - 1
             bitmap ^= 1 << top
             psn = (base + 63 - top) & PSN_MASK
-            if (psn - una) & PSN_MASK < sent_span:
+            if (psn - cack) & PSN_MASK < sent_span:
                 psns.append(psn)
         self._ack(psns, now, touched)
         self._advance_una()
@@ -445,9 +444,7 @@ class Sender:
         # before it arrived, which the SACKs still on their way may not have said yet.
         cack = self._cumulative(pkt.psn)
         if cack is not None:
-            una = self.una
-            self._ack([(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)], now, touched)
-            self.una = cack
+            self._ack_through(cack, now, touched)
         if msg.status is None:
             # The AETH says every PSN of the message arrived or was consumed.
             first = msg.first_psn
@@ -544,6 +541,12 @@ class Sender:
             self.stats.bytes_acked += acked
             self.last_progress = now
             self.rto_expiries = 0
+
+    def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
+        """Everything before `cack` arrived (a cumulative acknowledgement)."""
+        una = self.una
+        self._ack([(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)], now, touched)
+        self.una = cack
 
     def _sample_rtts(self, now: float) -> None:
         """One RTT sample per plane per acknowledgement: the longest a first transmission

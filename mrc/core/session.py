@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from ..wire.ack import NackReason, SackMark
-from ..wire.bth import DATA_OPCODES, Opcode
+from ..wire.bth import BTH, DATA_OPCODES, Opcode
 from ..wire.cm import CMH, RejectReason
 from ..wire.errors import DecodeError
 from ..wire.packet import (
@@ -64,7 +64,6 @@ from .transmit import Addr, Transmit
 
 #: What the peer only sends on a plane it uses toward us (DESIGN.md §4, reverse path).
 _ACKNOWLEDGEMENTS = frozenset({SackPacket, NackPacket, AckPacket})
-_DATA_OPCODE_VALUES = frozenset(int(op) for op in DATA_OPCODES)
 
 
 class SessionState(Enum):
@@ -298,14 +297,13 @@ class Session:
         qdisc): none of its packets left the host. Its data packets are resent at once on
         another plane and the plane's cap is cut; no path is blamed, since the packets never
         reached one (a congestion loss must not retire healthy EVs)."""
-        data = tx.data
-        if self.sender is None or self.is_closed or len(data) < 12:
+        if self.sender is None or self.is_closed:
             return
-        if data[0] not in _DATA_OPCODE_VALUES:
+        bth = BTH.decode(tx.data)  # our own bytes: its first packet's BTH
+        if bth.opcode not in DATA_OPCODES:
             return  # a control packet: SACKs and probes are never resent
-        count = -(-len(data) // tx.segment_size) if tx.segment_size else 1
-        psn = int.from_bytes(data[9:12], "big")
-        self.sender.on_transmit_failed(psn, count, tx.ev, tx.plane, now)
+        count = -(-len(tx.data) // tx.segment_size) if tx.segment_size else 1
+        self.sender.on_transmit_failed(bth.psn, count, tx.ev, tx.plane, now)
 
     def learn_addr(self, plane: int, addr: Addr, now: float) -> None:
         """The endpoint saw the peer on `plane` at `addr` (responder: a late REQUEST copy)."""

@@ -237,15 +237,11 @@ class PlaneSocket:
             if len(out) >= limit:
                 break
         self._next = idx
-        if not out:
+        if not out and _pending_icmp(self.sock):
             # A wake-up with nothing to read may be the error queue (IP_RECVERR): ICMP
             # errors wait there, and the loop would report the socket ready until read.
-            self._drain_errors()
-        return out
-
-    def _drain_errors(self) -> None:
-        if _pending_icmp(self.sock):
             self.counters["icmp_errors"] += 1
+        return out
 
     # -- send -------------------------------------------------------------------------------
 
