@@ -28,6 +28,7 @@ from mrc.core.events import (
 )
 from mrc.core.session import Session
 from mrc.io.endpoint import Fault, IoEndpoint
+from mrc.io.loop import freeze_heap
 
 from .bench_proto import (
     IMM_END,
@@ -128,6 +129,7 @@ class BenchTest:
 
     def start(self) -> None:
         """The session is established: the receiver starts its clock, the writer its messages."""
+        freeze_heap()
         now = self.io.now()
         self._progress_at = now
         self._watchdog()

@@ -144,7 +144,9 @@ class Sender:
 
     # -- output -----------------------------------------------------------------------------
 
-    def datagrams(self, now: float) -> list[Transmit]:
+    def datagrams(self, now: float, limit: int | None = None) -> list[Transmit]:
+        """What to send now; `limit` bounds the new data packets of this pull (whole
+        flowcells, so it may go over by less than one)."""
         out: list[Transmit] = []
         if self._acked_evs:
             # Loss inference runs once per receive batch, after every SACK of it: SACKs of
@@ -158,7 +160,7 @@ class Sender:
             self.cc.on_loss(now, lost=self._lost_bytes, inflight=self._in_flight())
             self._lost_bytes = 0
         self._send_retransmissions(now, out)
-        self._send_new(now, out)
+        self._send_new(now, out, limit)
         self._in_flight()  # count this pull's new PSNs before any input acknowledges them
         self._send_completion_probes(now, out)
         self._arm_timers(now)
@@ -167,7 +169,7 @@ class Sender:
     def _in_flight(self) -> int:
         return self.flight.total(self.next_psn)
 
-    def _send_new(self, now: float, out: list[Transmit]) -> None:
+    def _send_new(self, now: float, out: list[Transmit], limit: int | None) -> None:
         """New packets, a flowcell per EV (DESIGN.md §11): consecutive packets on the EV the
         spray policy picked, as one GSO batch, while the window lets each of them go. A packet
         longer than the flowcell's first starts the next one; a shorter one ends it."""
@@ -175,7 +177,8 @@ class Sender:
         mtu = self.config.payload_mtu
         tx_ts = tx_timestamp(now)
         pending = self.pending
-        while pending and (room := self.flight.room(self.next_psn, self.una)) > 0:
+        budget = PSN_MASK if limit is None else limit
+        while pending and budget > 0 and (room := self.flight.room(self.next_psn, self.una)) > 0:
             ev = self._next_ev(now)
             if ev is None:
                 return
@@ -205,6 +208,7 @@ class Sender:
                 cell.append((msg, index, psn))
                 if len(cell) == limit or this < size or not pending:
                     break
+            budget -= len(cell)
             self.log.add_cell(cell, ev, plane, now, tx_ts)
             out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
 

@@ -403,7 +403,11 @@ class Session:
 
     # -- outputs ------------------------------------------------------------------------------
 
-    def datagrams_to_send(self, now: float) -> list[Transmit]:
+    def datagrams_to_send(self, now: float, limit: int | None = None) -> list[Transmit]:
+        """Everything to send now. With `limit`, at most about that many new data packets
+        (whole flowcells): pull again until the list comes back empty, so the first
+        packets leave while the rest are still being framed (quinn's `poll_transmit` takes a
+        `max_datagrams` the same way). Control packets and resends are never held back."""
         # Drained in place: the plane monitor appends to this same list.
         out = self._out[:]
         self._out.clear()
@@ -411,7 +415,7 @@ class Session:
             out.extend(self.receiver.out)
             self.receiver.out.clear()
         if self.sender is not None and self.state is SessionState.ESTABLISHED:
-            out.extend(self.sender.datagrams(now))
+            out.extend(self.sender.datagrams(now, limit))
             if self.paths.evs.probes_changed and self.planes is not None:
                 # An EV was retired: its probes need the timer (DESIGN.md §4).
                 self.paths.evs.probes_changed = False

@@ -9,7 +9,7 @@ in `mrc.cli` and `mrc.daemon`.
 from __future__ import annotations
 
 from .endpoint import CoreEndpoint, CoreSession, Fault, IoEndpoint
-from .loop import loop_name, new_event_loop
+from .loop import freeze_heap, loop_name, new_event_loop
 from .pathtable import PathEntry, PathTable, PathTableError, SrPath
 from .planes import (
     DEFAULT_BUFFER_BYTES,
@@ -39,6 +39,7 @@ __all__ = [
     "PlaneSocket",
     "SockAddr",
     "SrPath",
+    "freeze_heap",
     "loop_name",
     "new_event_loop",
     "resolve_addr",

@@ -1,18 +1,19 @@
 """Event-loop setup for the I/O layer: uvloop when it is importable, the stdlib loop otherwise.
 
-Holds `new_event_loop()` and `loop_name()`. It sets no policy globally and runs nothing; the
-endpoint (`mrc.io.endpoint`) and the CLI decide what runs on the loop.
+Holds `new_event_loop()`, `loop_name()` and `freeze_heap()`. It sets no policy globally and
+runs nothing; the endpoint (`mrc.io.endpoint`) and the CLI decide what runs on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import os
 from collections.abc import Callable
 from typing import cast
 
-__all__ = ["loop_name", "new_event_loop"]
+__all__ = ["freeze_heap", "loop_name", "new_event_loop"]
 
 
 def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -39,3 +40,18 @@ def new_event_loop(*, prefer_uvloop: bool | None = None) -> asyncio.AbstractEven
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     """ "uvloop" or "asyncio" (the stdlib loop), for reports."""
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
+def freeze_heap() -> None:
+    """Move every object alive now out of the cyclic collector's reach (`gc.freeze`).
+
+    Call it once setup is over (modules, sockets, rings, the session), before data flows. A
+    full collection walks every tracked object: with the ~24k objects of a running bench that
+    took 3-8 ms on this class of machine, during which no packet is read, placed or acked (it
+    was the longest stall of a 1 GiB loopback run). Frozen objects are never walked again, so
+    the collections left only see what the data path allocated since. It thaws what an earlier
+    call froze first, so a server running test after test still frees the cycles of the last.
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()

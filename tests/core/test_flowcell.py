@@ -156,6 +156,26 @@ def test_the_window_ends_a_flowcell() -> None:
     assert [len(packets(t)) for t in txs] == [16, 4]
 
 
+def test_a_pull_with_a_limit_frames_whole_flowcells_and_the_next_pull_goes_on() -> None:
+    # t = 0.001: 20 packets wait. io pulls 6 at a time: each pull ends with the flowcell
+    # that reaches the limit (a flowcell is never cut), and the next pull takes the rest up.
+    pair = Pair(payload_mtu=1024, flowcell=4)
+    pair.post(0, 20 * 1024)
+    now = pair.net.now
+    rounds = []
+    while txs := data_transmits(pair.sa.datagrams_to_send(now, 6)):
+        rounds.append([[p.psn for p in packets(t)] for t in txs])
+    assert rounds == [
+        [[PSN0 + i for i in range(0, 4)], [PSN0 + i for i in range(4, 8)]],
+        [[PSN0 + i for i in range(8, 12)], [PSN0 + i for i in range(12, 16)]],
+        [[PSN0 + i for i in range(16, 20)]],
+    ]
+    # Without a limit the same 20 go in one pull, as five flowcells.
+    other = Pair(payload_mtu=1024, flowcell=4)
+    other.post(0, 20 * 1024)
+    assert [len(packets(t)) for t in data_transmits(other.pull())] == [4] * 5
+
+
 @pytest.mark.parametrize("bad", [0, 65, -1])
 def test_flowcell_must_be_1_to_64(bad: int) -> None:
     with pytest.raises(LocalProtocolError, match="flowcell"):

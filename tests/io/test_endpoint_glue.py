@@ -33,7 +33,7 @@ class FakeSession:
     def is_closed(self) -> bool:
         return self.closed
 
-    def datagrams_to_send(self, now: float) -> list[Transmit]:
+    def datagrams_to_send(self, now: float, limit: int | None = None) -> list[Transmit]:
         self.pulls += 1
         out, self.outbox = self.outbox, []
         return out
@@ -302,6 +302,120 @@ def test_a_transmit_a_full_queue_refuses_goes_back_to_the_core_which_is_pulled_o
         io.close()
         loop.close()
         peers[0].close()
+
+
+def test_a_flush_pulls_in_rounds_and_sends_each_round_before_framing_the_next() -> None:
+    loop, _core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
+        io.flush(session)  # the handshake's own datagram
+        sock = io.planes[0]
+        # The core has 5 transmits for a pull without a limit; with `limit` it hands over
+        # `limit` per pull, as a sender framing whole flowcells would.
+        waiting = [Transmit(0, peers[0].local_addr, bytes([i])) for i in range(5)]
+        pulls: list[tuple[float, int | None, int]] = []
+
+        def datagrams_to_send(now: float, limit: int | None = None) -> list[Transmit]:
+            pulls.append((now, limit, sock.packets_sent))
+            n = len(waiting) if limit is None else limit
+            out = waiting[:n]
+            del waiting[:n]
+            return out
+
+        session.datagrams_to_send = datagrams_to_send  # type: ignore[method-assign]
+        io.pull = 2
+        sent0 = sock.packets_sent
+        io.flush(session)
+        # Rounds of 2, 2, 1, then the empty pull that ends the flush; each round was on the
+        # wire before the next pull, and all of them are one instant to the core.
+        assert [(limit, sent - sent0) for _, limit, sent in pulls] == [
+            (2, 0), (2, 2), (2, 4), (2, 5)
+        ]
+        assert len({now for now, _, _ in pulls}) == 1
+        got: list[bytes] = []
+        run(loop, lambda: got.extend(bytes(d) for d, _, _ in peers[0].drain(8)) or len(got) >= 6)
+        assert got == [b"hello"] + [bytes([i]) for i in range(5)]
+    finally:
+        io.close()
+        loop.close()
+        peers[0].close()
+
+
+def test_a_plane_going_down_mid_flush_is_told_before_the_next_round() -> None:
+    loop, _core, io, peers = make(2)
+    try:
+        session = io.connect(SessionConfig(plane_mask=3),
+                             {p: s.local_addr for p, s in enumerate(peers)}, b"")
+        io.flush(session)
+        sock = io.planes[0]
+
+        class Down:
+            def sendto(self, data: bytes, addr: object) -> int:
+                raise OSError(errno.ENETUNREACH, "down")
+
+            def recvmsg(self, *args: object) -> object:
+                raise BlockingIOError(errno.EAGAIN, "no ICMP error queued")
+
+        real, sock.sock = sock.sock, Down()  # type: ignore[assignment]
+        rounds = [[Transmit(p, peers[p].local_addr, b"x")] for p in (0, 1)]
+        seen: list[list[tuple[int, bool]]] = []
+
+        def datagrams_to_send(now: float, limit: int | None = None) -> list[Transmit]:
+            seen.append(list(session.status))
+            return rounds.pop(0) if rounds else []
+
+        session.datagrams_to_send = datagrams_to_send  # type: ignore[method-assign]
+        io.flush(session)
+        # The second round was pulled only after the core heard plane 0 is down.
+        assert seen == [[], [(0, False)], [(0, False)]]
+        sock.sock = real
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
+
+
+def test_what_arrives_on_a_drained_plane_during_a_wake_up_is_read_before_the_flush() -> None:
+    """A SACK sent together with one just read, but on a plane already drained, must not
+    wait for the next wake-up: RACK would meanwhile take the packets it acknowledges for
+    lost, because a later packet of their EV was acknowledged by the other."""
+    loop, core, io, peers = make(2)
+    try:
+        session = io.connect(SessionConfig(plane_mask=3),
+                             {p: s.local_addr for p, s in enumerate(peers)}, b"")
+        io.flush(session)
+        order: list[object] = []
+        receive = core.receive_datagrams
+
+        def receive_datagrams(
+            plane: int, datagrams: Sequence[tuple[bytes | memoryview, Hashable, int]], now: float
+        ) -> list[FakeSession]:
+            order.append((plane, [bytes(d) for d, _, _ in datagrams]))
+            if plane == 1 and len(order) == 2:
+                peers[0].send(b"late", io.planes[0].local_addr)  # plane 0 was drained
+                select.select([io.planes[0].fileno()], [], [], 1.0)
+            return receive(plane, datagrams, now)
+
+        core.receive_datagrams = receive_datagrams  # type: ignore[method-assign]
+        pull = session.datagrams_to_send
+
+        def datagrams_to_send(now: float, limit: int | None = None) -> list[Transmit]:
+            order.append("flush")
+            return pull(now, limit)
+
+        session.datagrams_to_send = datagrams_to_send  # type: ignore[method-assign]
+        for p, peer in enumerate(peers):
+            peer.send(b"first", io.planes[p].local_addr)
+        run(loop, lambda: all(_readable(s) for s in io.planes.values()))
+        io._drain_start = 0
+        io._on_readable(0)
+        assert order[:4] == [(0, [b"first"]), (1, [b"first"]), (0, [b"late"]), "flush"]
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
 
 
 def test_closed_session_is_discarded_and_close_cleans_up() -> None:
