@@ -160,7 +160,7 @@ class Sender:
             self.cc.on_loss(now, lost=self._lost_bytes, inflight=self._in_flight())
             self._lost_bytes = 0
         self._send_retransmissions(now, out)
-        self._send_new(now, out, limit)
+        self._send_new(now, out, PSN_MASK if limit is None else limit)
         self._in_flight()  # count this pull's new PSNs before any input acknowledges them
         self._send_completion_probes(now, out)
         self._arm_timers(now)
@@ -169,15 +169,15 @@ class Sender:
     def _in_flight(self) -> int:
         return self.flight.total(self.next_psn)
 
-    def _send_new(self, now: float, out: list[Transmit], limit: int | None) -> None:
+    def _send_new(self, now: float, out: list[Transmit], budget: int) -> None:
         """New packets, a flowcell per EV (DESIGN.md §11): consecutive packets on the EV the
-        spray policy picked, as one GSO batch, while the window lets each of them go. A packet
-        longer than the flowcell's first starts the next one; a shorter one ends it."""
+        spray policy picked, as one GSO batch, while the window lets each of them go, until
+        `budget` packets are framed (whole flowcells). A packet longer than the flowcell's
+        first starts the next one; a shorter one ends it."""
         flowcell = self.config.flowcell
         mtu = self.config.payload_mtu
         tx_ts = tx_timestamp(now)
         pending = self.pending
-        budget = PSN_MASK if limit is None else limit
         while pending and budget > 0 and (room := self.flight.room(self.next_psn, self.una)) > 0:
             ev = self._next_ev(now)
             if ev is None:
