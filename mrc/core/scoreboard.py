@@ -33,6 +33,19 @@ class SackScoreboard:
             return bitmap & ((1 << (64 - behind)) - 1)
         return 0 if behind < HALF else bitmap
 
+    def new_psns(self, base: int, bitmap: int, una: int, span: int) -> list[int]:
+        """`new_bits` as PSNs, oldest first, keeping only the `span` PSNs from `una` (those
+        sent and not yet acknowledged)."""
+        bits = self.new_bits(base, bitmap, una)
+        psns = []
+        while bits:
+            top = bits.bit_length() - 1
+            bits ^= 1 << top
+            psn = (base + 63 - top) & PSN_MASK
+            if (psn - una) & PSN_MASK < span:
+                psns.append(psn)
+        return psns
+
     def forget_behind(self, una: int) -> None:
         """Drop blocks wholly behind `una` (nothing in them can be acknowledged again)."""
         if len(self._blocks) > MAX_BLOCKS:

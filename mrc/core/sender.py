@@ -413,15 +413,7 @@ class Sender:
         self._ack_through(cack, now, touched)
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
-        bitmap = self.scoreboard.new_bits(base, seth.sack_bitmap, cack)
-        psns = []
-        while bitmap:
-            top = bitmap.bit_length() - 1
-            bitmap ^= 1 << top
-            psn = (base + 63 - top) & PSN_MASK
-            if (psn - cack) & PSN_MASK < sent_span:
-                psns.append(psn)
-        self._ack(psns, now, touched)
+        self._ack(self.scoreboard.new_psns(base, seth.sack_bitmap, cack, sent_span), now, touched)
         self._advance_una()
         self._sample_rtts(now)
         self.scoreboard.forget_behind(self.una)
