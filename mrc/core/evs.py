@@ -16,7 +16,7 @@ probes (planes.py), does not infer losses (sender.py) and does not order EVs (sp
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -358,13 +358,25 @@ class EvTable:
         self.events.append(PathRestored(ev=rec.ev, plane=rec.plane))
 
     def _place(self, rec: EvRecord) -> None:
+        """Bring a restored or allowed EV back into the active set: into a free slot, or in
+        place of an active EV on the path that holds the most. While a path looked bad its
+        retired EVs were replaced on other paths (`_best_backup`); its EVs coming back move
+        the stand-ins out again, so every path keeps its equal share (DESIGN.md §4)."""
         pe = self.planes[rec.plane]
-        if len(pe.active) < self.config.ev_per_plane:
-            rec.active = True
-            pe.active.append(rec)
-            self.version += 1
-        else:
-            pe.backups.append(rec)
+        if len(pe.active) >= self.config.ev_per_plane:
+            counts = Counter(r.path for r in pe.active)
+            fullest = max(counts, key=counts.__getitem__)
+            if counts[fullest] - counts[rec.path] < 2:
+                pe.backups.append(rec)
+                return
+            # The latest to join that path's share: the stand-in, as a rule.
+            out = next(r for r in reversed(pe.active) if r.path == fullest)
+            pe.active.remove(out)
+            out.active = False
+            pe.backups.append(out)
+        rec.active = True
+        pe.active.append(rec)
+        self.version += 1
 
     def _deny(self, rec: EvRecord, now: float) -> None:
         pe = self.planes[rec.plane]

@@ -139,8 +139,32 @@ def test_probes_back_off_until_answered_then_three_clean_answers_restore() -> No
     assert rec.state is EvState.GOOD
     assert list(events) == [PathRestored(ev=rec.ev, plane=0)]
     assert rec.seconds_retired == pytest.approx(0.083)
-    # The active set is full, so the restored EV waits in the backups.
-    assert not rec.active and rec in t.planes[0].backups
+    # Back in the active set, in place of the stand-in on another path (next test).
+    assert rec.active and rec.ev in t.rotation(0)
+    assert Counter(r.path for r in t.planes[0].active) == {0: 4, 1: 4, 2: 4, 3: 4}
+
+
+def test_restored_evs_take_their_paths_share_back_from_the_stand_ins() -> None:
+    t, _ = table()
+    pe = t.planes[2]
+    # t = 0: two losses on path 0 retire two of its EVs; backups on other paths stand in.
+    dead = [r for r in pe.active if r.path == 0][:2]
+    for rec in dead:
+        t.signal(rec.ev, EvSignal.LOSS, now=0.0, seq=10, sent_seq=1)
+    shares = Counter(r.path for r in pe.active)
+    assert shares[0] == 2 and sum(shares.values()) == 16
+    stand_ins = [r for r in pe.active[-2:]]
+    assert all(r.path != 0 for r in stand_ins)
+    # t = 0.5: the first comes back; the latest stand-in on the fullest path steps down.
+    version = t.version
+    t.signal(dead[0].ev, EvSignal.RESTORED, now=0.5, seq=20)
+    assert dead[0].active and t.version == version + 1
+    assert Counter(r.path for r in pe.active)[0] == 3
+    # t = 0.6: the second comes back and path 0 holds its four again.
+    t.signal(dead[1].ev, EvSignal.RESTORED, now=0.6, seq=21)
+    assert Counter(r.path for r in pe.active) == {0: 4, 1: 4, 2: 4, 3: 4}
+    assert all(not r.active and r in pe.backups for r in stand_ins)
+    assert len(pe.active) == 16 and len(pe.backups) == 16
 
 
 def test_the_state_table_matches_mrc() -> None:
@@ -162,7 +186,10 @@ def test_deny_takes_an_ev_out_for_good_and_allow_brings_it_back() -> None:
     assert len(t.planes[3].active) == 16
     assert not t.signal(rec.ev, EvSignal.LOSS, now=0.0, seq=2)
     assert t.signal(rec.ev, EvSignal.ALLOW, now=0.0, seq=3)
+    # A backup on its own path stood in (a denial says nothing about the path), so the
+    # paths kept their shares and the allowed EV waits in the backups.
     assert rec.state is EvState.GOOD and rec in t.planes[3].backups
+    assert Counter(r.path for r in t.planes[3].active) == {0: 4, 1: 4, 2: 4, 3: 4}
 
 
 def test_report_rows() -> None:
