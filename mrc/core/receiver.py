@@ -17,8 +17,16 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..wire.ack import AETH, NETH, NackReason, SackMark
-from ..wire.bth import PSN_MOD, Opcode
-from ..wire.packet import AckPacket, DataPacket, NackPacket, ProbePacket, encode_sack
+from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
+from ..wire.data import MAX_DMA_LENGTH
+from ..wire.packet import (
+    DATA_HEADER,
+    AckPacket,
+    DataPacket,
+    NackPacket,
+    ProbePacket,
+    encode_sack,
+)
 from .config import SessionConfig
 from .events import Event, ImmediateReceived
 from .evs import ev_plane
@@ -45,6 +53,9 @@ _Note = tuple[int, int, int, "int | None", bool]
 
 
 _ZERO, _ONE = ord("0"), ord("1")
+#: `on_data_bytes` takes packets framed like the sender's: BTH EVXH METH TSETH RETH.
+_HDR = DATA_HEADER.size
+_A_TS = A_BIT | TS_BIT
 
 
 def serial(d: int) -> int:
@@ -201,6 +212,54 @@ class Receiver:
             trig = _Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=ce)
             self._immediate.append(trig)
         self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
+
+    def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
+        """Place the common data packet straight from its bytes, without a `DataPacket`:
+        a full-size FIRST or MIDDLE with EVXH and TSETH, no A bit, no CE mark, new and in
+        the window, of a message with no failure, inside its region. True if it was placed;
+        False, having changed nothing, for every other packet, which then takes
+        `decode_packet` and `on_data` (the same checks, DESIGN.md §6, in order)."""
+        mtu = self.config.payload_mtu
+        if len(data) != _HDR + mtu:
+            return False
+        op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(data)
+        if (
+            (op != _MIDDLE_V and op != _FIRST_V)
+            or b1 & 0x0F  # TVer (WIRE.md §2)
+            or p_key != self.config.p_key
+            or not w4 & EVX_BIT
+            or w8 & _A_TS != TS_BIT
+            or not mtu < dma <= MAX_DMA_LENGTH
+            or tos & 3 == 3
+            or (self._errors and msn in self._errors)
+        ):
+            return False
+        psn = w8 & PSN_MASK
+        slot = psn & self._rmask
+        if (psn - self.cack) & PSN_MASK >= self.window or self._ring[slot] != _ZERO:
+            return False
+        region = self.regions.lookup(rkey)
+        if region is None:
+            return False
+        base = region.base_va
+        end = base + len(region.view)
+        # _message_span: a MIDDLE checks its bytes, the packet before and the byte after;
+        # a FIRST the whole message.
+        if op == _MIDDLE_V:
+            if not (base <= va - mtu and va + mtu + 1 <= end):
+                return False
+        elif not (base <= va and va + dma <= end):
+            return False
+        start = va - base
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+        region.view[start : start + mtu] = mv[_HDR:]
+        self._placed(mtu, now)
+        self._ring[slot] = _ONE
+        self._held += 1
+        if rqmsn != self._rqmsn:
+            self._note_rqmsn(rqmsn)
+        self._blocks[psn & ~63 & PSN_MASK] = (psn, ev, plane, ts, False)
+        return True
 
     def _message_span(self, pkt: DataPacket, n: int) -> tuple[int, int]:
         """(VA, length) that must lie inside the region for this packet to be written.

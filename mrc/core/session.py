@@ -344,10 +344,14 @@ class Session:
         # Set only while ESTABLISHED (the receiver exists from then on, and a CLOSED session
         # returned above): data takes the direct way to it, as `_handle_data` would.
         receiver = self.receiver
+        fast = receiver.on_data_bytes if receiver is not None and not self.half_open else None
         heard = False  # an acknowledgement: the peer still uses this plane toward us
         for data, tos in datagrams:
             ps.packets_received += 1
             ps.bytes_received += len(data)
+            if fast is not None and fast(data, plane, tos, now):
+                self._data_seen = True
+                continue
             try:
                 pkt: Packet = decode_packet(data)
             except DecodeError as exc:

@@ -57,17 +57,19 @@ class Pair:
         rkey: int | None = None,
         dma_length: int | None = None,
         msn: int = 0,
+        a: bool = True,
+        tx_timestamp: int | None = 1234,
     ) -> bytes:
         return DataPacket(
             opcode=opcode,
             dest_qp=self.sb.qpn,
             psn=psn,
             ev=7,
-            a=True,
+            a=a,
             rtx=False,
             rqmsn=0,
             msn=msn,
-            tx_timestamp=1234,
+            tx_timestamp=tx_timestamp,
             va=self.region.base_va + va_offset,
             rkey=self.region.rkey if rkey is None else rkey,
             dma_length=len(payload) if dma_length is None else dma_length,
@@ -235,3 +237,62 @@ def test_probes_are_answered_on_the_mirror_of_the_path_they_probed(pair: Pair) -
     (answer,) = pair.inject(stray)
     assert isinstance(answer, EndpointPacket)
     assert answer.ev in pair.sb.paths.planes[0].reverse_evs
+
+
+def _story(pair: Pair) -> list[tuple[bytes, int]]:
+    """(datagram, TOS) of three-packet messages: the common FIRST/MIDDLE and every way a
+    packet can leave that case."""
+    full, mid = b"m" * MTU, Opcode.WRITE_MIDDLE
+
+    def pkt(psn: int, msn: int, **kw: object) -> bytes:
+        kw.setdefault("opcode", mid)
+        kw.setdefault("a", False)
+        kw.setdefault("va_offset", (psn - 1000) * MTU)
+        return pair.packet(psn, full, dma_length=3 * MTU, msn=msn, **kw)  # type: ignore[arg-type]
+
+    first = pkt(1000, 0, opcode=Opcode.WRITE_FIRST)
+    middle = pkt(1001, 0)
+    return [
+        (first, 2),
+        (middle, 2),
+        (middle, 2),  # a duplicate
+        (pkt(1002, 0, opcode=Opcode.WRITE_LAST, a=True), 2),
+        (pkt(1004, 1), 3),  # ECN-CE
+        (middle[:2] + b"\x12\x34" + middle[4:], 2),  # another P_Key
+        (middle[:1] + b"\x01" + middle[2:], 2),  # TVer 1
+        (pkt(1005, 1)[:-100], 2),  # trimmed
+        (pkt(1000 + 1024, 9), 2),  # beyond the window
+        (pkt(1005, 1, a=True), 2),  # an A bit on a MIDDLE
+        (pkt(1003, 1, opcode=Opcode.WRITE_FIRST, tx_timestamp=None), 2),  # no TSETH
+        (pkt(1006, 2, opcode=Opcode.WRITE_FIRST, rkey=pair.region.rkey ^ 1), 2),
+        (pkt(1007, 2), 2),  # a MIDDLE of the failed message
+        (pkt(1009, 3, opcode=Opcode.WRITE_FIRST, va_offset=64 * 1024 - MTU), 2),  # OOB
+        (pkt(1012, 4, opcode=Opcode.WRITE_FIRST), 2),
+        (pkt(1013, 4), 2),
+    ]
+
+
+def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_decoder() -> None:
+    """`Receiver.on_data_bytes` is a shortcut, not a second set of rules: a run through it
+    ends exactly like the same run with every packet decoded (DESIGN.md §6)."""
+    fast, slow = Pair(), Pair()
+    assert fast.sb.receiver is not None and slow.sb.receiver is not None
+    took: list[bool] = []
+    real = fast.sb.receiver.on_data_bytes
+
+    def spy(data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
+        took.append(real(data, plane, tos, now))
+        return took[-1]
+
+    fast.sb.receiver.on_data_bytes = spy  # type: ignore[method-assign]
+    slow.sb.receiver.on_data_bytes = lambda *_: False  # type: ignore[method-assign]
+    answers = {}
+    for name, pr in (("fast", fast), ("slow", slow)):
+        answers[name] = [pr.inject(d, tos=tos) for d, tos in _story(pr)]
+    # Only the FIRST, the first MIDDLE and the last message's two packets took the shortcut.
+    assert [i for i, t in enumerate(took) if t] == [0, 1, 14, 15]
+    assert fast.dst == slow.dst and fast.dst.count(b"m"[0]) == 8 * MTU
+    assert answers["fast"] == answers["slow"]
+    assert fast.sb.stats.drops_by_reason == slow.sb.stats.drops_by_reason
+    assert fast.sb.stats.bytes_placed == slow.sb.stats.bytes_placed == 8 * MTU
+    assert fast.sb.receiver.cack == slow.sb.receiver.cack == 1008  # 1008 never came
