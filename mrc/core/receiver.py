@@ -2,8 +2,9 @@
 
 Every data packet goes through the checks of DESIGN.md §6 in order — trimmed?, PSN class,
 R_Key and bounds — and only then is copied into its region at its own VA and marked in the
-scoreboard; a failed step stops the packet and counts it by reason. SACKs are produced per
-receive batch (one per 64-PSN block the batch touched) plus one for each packet that asks for an
+scoreboard; a failed step stops the packet and counts it by reason. SACKs are produced when
+the session's output is pulled, for everything received since the last pull (one per 64-PSN
+block touched, on io every plane one wake-up drained) plus one for each packet that asks for an
 immediate answer (duplicate, A bit, ECN-CE, probe). Message outcomes (AETH) and immediates are
 released in PSN order, which is MSN order, as `cack_psn` passes each message's LAST.
 

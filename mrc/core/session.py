@@ -375,8 +375,6 @@ class Session:
             self._handlers[type(pkt)](pkt, plane, tos, now)
             if self.is_closed:
                 return
-        if self.receiver is not None:
-            self.receiver.end_batch(now)
         if (heard or self._data_seen) and plane in self.paths.planes:
             self.paths.planes[plane].heard_at = now
         if self._data_seen and self.planes is not None:
@@ -415,6 +413,11 @@ class Session:
         # Drained in place: the plane monitor appends to this same list.
         out = self._out[:]
         self._out.clear()
+        if self.receiver is not None:
+            # SACKs answer everything received since the last pull: in io, every plane a
+            # wake-up drained, so one SACK covers a 64-PSN block however its packets were
+            # spread over the planes (DESIGN.md §6).
+            self.receiver.end_batch(now)
         if self.receiver is not None and self.receiver.out:
             out.extend(self.receiver.out)
             self.receiver.out.clear()

@@ -296,3 +296,19 @@ def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_de
     assert fast.sb.stats.drops_by_reason == slow.sb.stats.drops_by_reason
     assert fast.sb.stats.bytes_placed == slow.sb.stats.bytes_placed == 8 * MTU
     assert fast.sb.receiver.cack == slow.sb.receiver.cack == 1008  # 1008 never came
+
+
+def test_one_sack_per_block_answers_every_plane_received_since_the_last_pull(pair: Pair) -> None:
+    """io drains every plane before it pulls: the packets of one 64-PSN block that came in on
+    two planes get one SACK, not one per plane."""
+    now = pair.net.now
+    first = pair.packet(1000, b"a" * MTU, opcode=Opcode.WRITE_FIRST, dma_length=2 * MTU, a=False)
+    last = pair.packet(1001, b"b" * 10, opcode=Opcode.WRITE_LAST, va_offset=MTU,
+                       dma_length=MTU + 10, a=False)
+    pair.b.endpoint.receive_datagrams(0, [(first, "a", 2)], now)
+    pair.b.endpoint.receive_datagrams(1, [(last, "a", 2)], now)
+    answers = [decode_packet(t.data) for t in pair.sb.datagrams_to_send(now)]
+    (sack,) = [p for p in answers if isinstance(p, SackPacket)]
+    assert sack.cack_psn == 1002 and pair.dst[MTU : MTU + 10] == b"b" * 10
+    # The next pull has nothing left to answer.
+    assert pair.sb.datagrams_to_send(now) == []
