@@ -319,10 +319,7 @@ class EvTable:
         if rec.active:
             pe.active.remove(rec)
             rec.active = False
-            backup = self._best_backup(pe)
-            if backup is not None:
-                backup.active = True
-                pe.active.append(backup)
+            self._promote_backup(pe)
         rec.times_retired += 1
         rec.retired_at = now
         rec.probe_id = None
@@ -333,18 +330,19 @@ class EvTable:
         self.version += 1
         self.events.append(PathRetired(ev=rec.ev, plane=rec.plane, reason=reason))
 
-    def _best_backup(self, pe: PlaneEvs) -> EvRecord | None:
-        """The backup on the path with the fewest retired EVs: a dead path's EVs are not
-        replaced by more EVs on the same dead path."""
+    def _promote_backup(self, pe: PlaneEvs) -> None:
+        """Fill the slot an EV left: the backup on the path with the fewest retired EVs, so a
+        dead path's EVs are not replaced by more EVs on the same dead path."""
         if not pe.backups:
-            return None
+            return
         bad: dict[int, int] = {}
         for r in self.by_ev.values():
             if r.plane == pe.plane and r.state is B:
                 bad[r.path] = bad.get(r.path, 0) + 1
         best = min(pe.backups, key=lambda r: bad.get(r.path, 0))
         pe.backups.remove(best)
-        return best
+        best.active = True
+        pe.active.append(best)
 
     def _restore(self, rec: EvRecord, now: float) -> None:
         if rec.retired_at is not None:
@@ -360,7 +358,7 @@ class EvTable:
     def _place(self, rec: EvRecord) -> None:
         """Bring a restored or allowed EV back into the active set: into a free slot, or in
         place of an active EV on the path that holds the most. While a path looked bad its
-        retired EVs were replaced on other paths (`_best_backup`); its EVs coming back move
+        retired EVs were replaced on other paths (`_promote_backup`); its EVs coming back move
         the stand-ins out again, so every path keeps its equal share (DESIGN.md §4)."""
         pe = self.planes[rec.plane]
         if len(pe.active) >= self.config.ev_per_plane:
@@ -383,10 +381,7 @@ class EvTable:
         if rec.active:
             pe.active.remove(rec)
             rec.active = False
-            backup = self._best_backup(pe)
-            if backup is not None:
-                backup.active = True
-                pe.active.append(backup)
+            self._promote_backup(pe)
             self.version += 1
         elif rec in pe.backups:
             pe.backups.remove(rec)

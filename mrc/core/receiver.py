@@ -128,19 +128,13 @@ class Receiver:
         return dma if dma <= mtu else None
 
     def on_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
-        # The per-packet fast path: the checks of DESIGN.md §6 in order, with the common case
-        # (a FIRST/MIDDLE of a message with no failure, new and in window) kept to plain
-        # integer work; every other case takes the same steps through the helpers.
+        # The checks of DESIGN.md §6 in order, for a decoded packet: every packet that
+        # `on_data_bytes` did not place straight from its bytes.
         op = pkt.opcode
         payload = pkt.payload
         n = len(payload)
-        mtu = self.config.payload_mtu
-        dma = pkt.dma_length
-        full = op in (_MIDDLE_V, _FIRST_V)
-        if full:
-            expected: int | None = mtu if dma > mtu else None
-        else:
-            expected = self._expected_length(pkt)
+        full = op in _FULL
+        expected = self._expected_length(pkt)
         if expected is None:
             self.stats.drops_by_reason["bad_dma_length"] += 1
             return
@@ -183,15 +177,8 @@ class Receiver:
         elif region is None:
             failure, reason_name = NackReason.BAD_RKEY, "bad_rkey"
         else:
-            base = region.base_va
-            va = pkt.va
-            if op == _MIDDLE_V:
-                # _message_span of a MIDDLE: its bytes plus the packet before and the byte after.
-                ok = base <= va - mtu and va + mtu + 1 <= base + len(region.view)
-            else:
-                ok = region.contains(*self._message_span(pkt, n))
-            if ok:
-                start = va - base
+            if region.contains(*self._message_span(op, pkt.va, pkt.dma_length, n)):
+                start = pkt.va - region.base_va
                 region.view[start : start + n] = payload
                 self._placed(n, now)
             else:
@@ -242,16 +229,9 @@ class Receiver:
         region = self.regions.lookup(rkey)
         if region is None:
             return False
-        base = region.base_va
-        end = base + len(region.view)
-        # _message_span: a MIDDLE checks its bytes, the packet before and the byte after;
-        # a FIRST the whole message.
-        if op == _MIDDLE_V:
-            if not (base <= va - mtu and va + mtu + 1 <= end):
-                return False
-        elif not (base <= va and va + dma <= end):
+        if not region.contains(*self._message_span(op, va, dma, mtu)):
             return False
-        start = va - base
+        start = va - region.base_va
         mv = data if isinstance(data, memoryview) else memoryview(data)
         region.view[start : start + mtu] = mv[_HDR:]
         self._placed(mtu, now)
@@ -262,20 +242,20 @@ class Receiver:
         self._blocks[psn & ~63 & PSN_MASK] = (psn, ev, plane, ts, False)
         return True
 
-    def _message_span(self, pkt: DataPacket, n: int) -> tuple[int, int]:
-        """(VA, length) that must lie inside the region for this packet to be written.
+    def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
+        """(VA, length) that must lie inside the region for a packet of opcode `op` with
+        `n` payload bytes at `va` of a `dma`-byte message to be written.
 
         FIRST/ONLY know where the message starts and LAST where it ends, so they check the
         whole message: an out-of-bounds WRITE is refused whole whenever one of them arrives
         first. A MIDDLE checks its own bytes plus the packet before and the byte after it.
         """
-        op = pkt.opcode
         if op in _LAST:
-            return pkt.va + n - pkt.dma_length, pkt.dma_length
-        if op is Opcode.WRITE_MIDDLE:
+            return va + n - dma, dma
+        if op == _MIDDLE_V:
             mtu = self.config.payload_mtu
-            return pkt.va - mtu, 2 * mtu + 1
-        return pkt.va, pkt.dma_length
+            return va - mtu, 2 * mtu + 1
+        return va, dma
 
     def _placed(self, n: int, now: float) -> None:
         st = self.stats
