@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import Event
+from mrc.core.flush import Flusher, FlushSession, SendResult
 from mrc.core.transmit import Transmit
 
 from .planes import LOCAL_DROP_ERRNOS, PLANE_DOWN_ERRNOS, PlaneSocket, SockAddr
@@ -40,27 +41,11 @@ log = logging.getLogger("mrc.io")
 #: it acknowledges for lost (their EV sent later packets that the other SACK acknowledged).
 _DRAIN_PASSES = 2
 
-#: Pull rounds per flush at most (a bound, not a budget: a round that returns nothing ends it).
-_MAX_ROUNDS = 1000
 
-
-class CoreSession(Protocol):
-    """What io/ needs from a core `Session`."""
-
-    @property
-    def is_closed(self) -> bool: ...
-
-    def datagrams_to_send(self, now: float, limit: int | None = None) -> list[Transmit]: ...
-
-    def get_timer(self) -> float | None: ...
-
-    def next_event(self) -> Event | None: ...
+class CoreSession(FlushSession, Protocol):
+    """What io/ needs from a core `Session`: the flush loop's needs, and its timer."""
 
     def handle_timer(self, now: float) -> None: ...
-
-    def plane_status(self, plane: int, up: bool, now: float) -> None: ...
-
-    def transmit_failed(self, tx: Transmit, now: float) -> None: ...
 
 
 S = TypeVar("S", bound=CoreSession)
@@ -118,8 +103,6 @@ class IoEndpoint(Generic[S]):
         self.planes: dict[int, PlaneSocket] = dict(planes)
         self.on_event = on_event
         self.batch = batch
-        #: New data packets pulled from a session per round of a flush (`_flush_once`).
-        self.pull = pull
         self.now = clock
         self.on_error = on_error
         #: SRv6 path sockets (closed with this endpoint); None = every plane is direct.
@@ -131,11 +114,7 @@ class IoEndpoint(Generic[S]):
         self.faults: list[Fault] = []
         self._blackhole: dict[int, float] = {}
         self._timers: dict[int, tuple[float, asyncio.TimerHandle]] = {}
-        self._flushing: set[int] = set()
-        self._again: set[int] = set()
-        #: Sessions whose flush already pulled again after a refused transmit.
-        self._refused: set[int] = set()
-        self._down_reported: set[tuple[int, int]] = set()
+        self._flusher: Flusher[S] = Flusher(self, clock, pull)
         self._readers: list[int] = []
         #: The plane whose socket the next wake-up drains first (they take turns).
         self._drain_start = 0
@@ -165,6 +144,15 @@ class IoEndpoint(Generic[S]):
             self.paths.close()
         for sock in self.planes.values():
             sock.close()
+
+    @property
+    def pull(self) -> int:
+        """New data packets pulled from a session per round of a flush."""
+        return self._flusher.pull
+
+    @pull.setter
+    def pull(self, value: int) -> None:
+        self._flusher.pull = value
 
     @property
     def closed(self) -> bool:
@@ -214,78 +202,40 @@ class IoEndpoint(Generic[S]):
         return fault
 
     def flush(self, session: S) -> None:
-        """Pull the session's outputs: send its transmits, re-arm its timer, deliver its events.
+        """Pull the session's outputs: send its transmits, re-arm its timer, deliver its events
+        (the one loop of `mrc.core.flush`, shared with the simulator).
 
         Safe to call from inside `on_event` (the request is folded into the running flush).
         """
-        key = id(session)
-        if key in self._flushing:
-            self._again.add(key)
-            return
-        self._flushing.add(key)
-        try:
-            for _ in range(1000):
-                self._again.discard(key)
-                self._flush_once(session, key)
-                if key not in self._again:
-                    break
-        finally:
-            self._flushing.discard(key)
-            self._refused.discard(key)
-        if session.is_closed and key not in self._timers:
-            self._forget(session, key)
-
-    # -- internals --------------------------------------------------------------------------
-
-    def _flush_once(self, session: S, key: int) -> None:
         if self._closed:
             return
-        down: set[int] = set()
-        up: set[int] = set()
-        # Pull in rounds of `self.pull` new packets and send each round before framing the
-        # next: a window's worth framed in one pull (~900 packets, 5 ms) left the wire and
-        # the receiver idle until the last was framed. Every round of one flush is the same
-        # instant to the core, as one big pull was: with a fresh `now` per round the plane
-        # queue guard cut one plane of the Clos testbed to its floor and kept it there (0.06
-        # of the mean share; cause not pinned down, RTT spreads looked alike per plane).
-        refused = False
-        now = self.now()
-        for _ in range(_MAX_ROUNDS):
-            txs = session.datagrams_to_send(now, self.pull)
-            if not txs:
-                break
-            for tx in txs:
-                err = self._send(tx, now)
-                if err is None:
-                    if (key, tx.plane) in self._down_reported:
-                        up.add(tx.plane)
-                elif err in PLANE_DOWN_ERRNOS:
-                    down.add(tx.plane)
-                elif err in LOCAL_DROP_ERRNOS:
-                    # A full qdisc or socket buffer: the core resends these packets
-                    # elsewhere, so pull once more (once: if that also fails, the next
-                    # input pulls again).
-                    session.transmit_failed(tx, now)
-                    refused = True
-            if refused or any((key, plane) not in self._down_reported for plane in down):
-                break  # tell the core first; `_again` brings the next round
-        if refused and key not in self._refused:
-            self._refused.add(key)
-            self._again.add(key)
-        for plane in up - down:
-            self._down_reported.discard((key, plane))
-            session.plane_status(plane, True, now)
-            self._again.add(key)
-        for plane in down:
-            if (key, plane) not in self._down_reported:
-                self._down_reported.add((key, plane))
-                session.plane_status(plane, False, now)
-                self._again.add(key)
-        self._arm(session, key, session.get_timer(), now)
-        on_event = self.on_event
-        while (event := session.next_event()) is not None:
-            if on_event is not None:
-                on_event(session, event)
+        self._flusher.flush(session)
+        if session.is_closed and id(session) not in self._timers:
+            self._forget(session, id(session))
+
+    # -- the flush loop's sink ----------------------------------------------------------------
+
+    def send(self, tx: Transmit, now: float) -> SendResult:
+        if self._closed:
+            return SendResult.SENT
+        err = self._send(tx, now)
+        if err is None:
+            return SendResult.SENT
+        if err in PLANE_DOWN_ERRNOS:
+            return SendResult.PLANE_DOWN
+        if err in LOCAL_DROP_ERRNOS:
+            # A full qdisc or socket buffer: the core resends these packets elsewhere.
+            return SendResult.REFUSED
+        return SendResult.SENT
+
+    def arm(self, session: S, deadline: float | None, now: float) -> None:
+        self._arm(session, id(session), deadline, now)
+
+    def deliver(self, session: S, event: Event, now: float) -> None:
+        if self.on_event is not None:
+            self.on_event(session, event)
+
+    # -- internals --------------------------------------------------------------------------
 
     def _send(self, tx: Transmit, now: float) -> int | None:
         sock = self.planes.get(tx.plane)
@@ -393,7 +343,7 @@ class IoEndpoint(Generic[S]):
         handle = self._timers.pop(key, None)
         if handle is not None:
             handle[1].cancel()
-        self._down_reported = {k for k in self._down_reported if k[0] != key}
+        self._flusher.forget(session)
         sessions: Any = getattr(self.core, "sessions", None)
         if sessions is None or session in sessions.values():
             self.core.discard(session)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.config import SessionConfig
 from ..core.endpoint import AcceptFn, Endpoint
 from ..core.events import Event
+from ..core.flush import Flusher, SendResult
 from ..core.memory import RegionTable
 from ..core.session import Session
 from ..core.transmit import Addr, Transmit
@@ -241,6 +242,7 @@ class Host:
         self._lagging: dict[int, float] = {}
         self._held: dict[int, list[Datagram]] = {}
         self._timer_at: dict[int, float] = {}
+        self._flusher: Flusher[Session] = Flusher(self, lambda: net.now)
 
     # -- application calls -----------------------------------------------------------------
 
@@ -264,25 +266,26 @@ class Host:
     # -- driving -----------------------------------------------------------------------------
 
     def flush(self, session: Session) -> None:
-        """Pull every output of `session` after an input, as io/ does (DESIGN.md §3)."""
-        now = self.net.now
-        for _ in range(1000):
-            for t in session.datagrams_to_send(now):
-                if not self._send(t):
-                    session.transmit_failed(t, now)
-            deadline = session.get_timer()
-            if deadline is not None and self._timer_at.get(session.qpn) != deadline:
-                self._timer_at[session.qpn] = deadline
-                self.net._push(deadline, "timer", (self, session))
-            event = session.next_event()
-            if event is None:
-                return
-            while event is not None:
-                self.events.append((now, session, event))
-                if self.on_event is not None:
-                    self.on_event(self, session, event)
-                event = session.next_event()
-        raise RuntimeError("session kept producing output without new input")
+        """Pull every output of `session` after an input: the one loop io/ runs too
+        (`mrc.core.flush`, docs/architecture.md §3)."""
+        self._flusher.flush(session)
+
+    # -- the flush loop's sink ---------------------------------------------------------------
+
+    def send(self, tx: Transmit, now: float) -> SendResult:
+        return SendResult.SENT if self._send(tx) else SendResult.REFUSED
+
+    def arm(self, session: Session, deadline: float | None, now: float) -> None:
+        if deadline is not None and self._timer_at.get(session.qpn) != deadline:
+            self._timer_at[session.qpn] = deadline
+            self.net._push(deadline, "timer", (self, session))
+
+    def deliver(self, session: Session, event: Event, now: float) -> None:
+        self.events.append((now, session, event))
+        if self.on_event is not None:
+            self.on_event(self, session, event)
+            # The hook may have posted WRITEs without flushing: pull once more.
+            self._flusher.flush(session)
 
     def _flush_endpoint(self) -> None:
         for t in self.endpoint.datagrams_to_send():
