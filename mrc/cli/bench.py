@@ -1,7 +1,7 @@
 """`mrc bench`: the command line of the benchmark (DESIGN.md §10) and its validation.
 
-Holds the argparse definition with iperf3's flags, the size/time parsers, `BenchOptions` (the
-checked options) and `run`, which hands them to `bench_run`. Bad flags end here with one line on
+Holds the argparse definition with iperf3's flags, the size/time parsers, `options_from` (flags to
+checked `BenchOptions`, see `bench_options`) and `run`, which hands them to `bench_run`. Bad flags end here with one line on
 stderr and exit status 2; everything after parsing (sockets, the test itself) is `bench_run`'s.
 
 The bench's own agreement between client and server (private data, slots, the --verify
@@ -17,27 +17,27 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from mrc.core.balance import balance_names
 from mrc.core.cc import cc_names
-from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
+from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU
 from mrc.core.errors import LocalProtocolError
 from mrc.core.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
 
+from . import bench_run
+from .bench_options import (
+    DEFAULT_CC,
+    DEFAULT_FLOWCELL,
+    DEFAULT_MSG_SIZE,
+    DEFAULT_PORT,
+    BenchOptions,
+)
 from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
 
-DEFAULT_PORT = 4791
 DEFAULT_DURATION = 10.0
-DEFAULT_MSG_SIZE = 1 << 20
 DEMO_BYTES = 256 << 20
-#: The session's default congestion control (DESIGN.md §7).
-DEFAULT_CC = SessionConfig().cc
-#: Packets per flowcell of the writing side: as many as one GSO call holds (see --flowcell).
-DEFAULT_FLOWCELL = 64
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 _UNITS = {
@@ -268,51 +268,6 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
-@dataclass(slots=True)
-class BenchOptions:
-    role: str
-    server: list[str] = field(default_factory=list)
-    bind: list[str] | None = None
-    port: int = DEFAULT_PORT
-    duration: float = 0.0
-    total_bytes: int = 0
-    msg_size: int = DEFAULT_MSG_SIZE
-    interval: float = 1.0
-    json: bool = False
-    one_off: bool = False
-    reverse: bool = False
-    payload_mtu: int = 4096
-    ev_per_plane: int = 16
-    mpr: int = 8
-    spray: str = "bitmap"
-    plane_balance: str = "equal"
-    cc: str = DEFAULT_CC
-    flowcell: int = DEFAULT_FLOWCELL
-    verify: bool = False
-    injects: list[tuple[int, float]] = field(default_factory=list)
-    connect_timeout: float = 5.0
-    #: --paths: the file name and the table read from it.
-    paths: str | None = None
-    path_table: PathTable | None = None
-
-    def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
-        counts = plane_paths or {}
-        return SessionConfig(
-            plane_mask=(1 << planes) - 1,
-            payload_mtu=self.payload_mtu,
-            mpr=self.mpr,
-            ev_per_plane=self.ev_per_plane,
-            spray=self.spray,
-            plane_balance=self.plane_balance,
-            cc=self.cc,
-            flowcell=self.flowcell,
-            plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
-        ).validate()
-
-    def inject_specs(self) -> list[str]:
-        return [f"plane-down={p}@{at:g}" for p, at in self.injects]
-
-
 def default_flowcell() -> int:
     """--flowcell's default: MRC_FLOWCELL when set (so a whole test suite can run per-packet
     spraying), else DEFAULT_FLOWCELL."""
@@ -416,8 +371,6 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from . import bench_run
-
     try:
         opts = options_from(ns)
     except UsageError as exc:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import mrc
 from mrc.core.events import ConnectionEstablished
 
-from .bench import BenchOptions
+from .bench_options import BenchOptions
 from .bench_roles import WRITER, BenchTest, IntervalSample
 
 STREAM_ID = 5  # iperf3's first stream id; kept so the lines look familiar

@@ -18,16 +18,14 @@ import sys
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
-from mrc.core.memory import RegionTable
 from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name, new_event_loop
-from mrc.io.planes import PlaneSocket, SockAddr, resolve_addr
-from mrc.io.srv6 import PathSockets
+from mrc.io.planes import SockAddr, resolve_addr
+from mrc.node import Node, NodeError, client_binds
 
-from .bench import BenchOptions
+from .bench_options import BenchOptions
 from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
 from .bench_report import (
     Output,
@@ -47,11 +45,7 @@ from .bench_setup import (
     BenchError,
     TestParams,
     TestSetup,
-    bind_planes,
-    client_binds,
-    client_paths,
     record_paths,
-    server_paths,
 )
 
 __all__ = ["BenchClient", "BenchError", "run", "run_demo"]
@@ -65,26 +59,24 @@ class BenchClient:
         loop: asyncio.AbstractEventLoop,
         opts: BenchOptions,
         out: Output,
-        planes: dict[int, PlaneSocket],
+        node: Node,
         peers: dict[int, SockAddr],
         *,
         demo_fault: tuple[int, float] | None = None,
-        paths: PathSockets | None = None,
         plane_paths: Mapping[int, int] | None = None,
-        path_lines: list[str] | None = None,
     ) -> None:
         self.loop = loop
         self.opts = opts
         self.out = out
         self.peers = peers
-        self.rng = random.Random()
-        self.core = Endpoint(rng=self.rng, regions=RegionTable(self.rng))
-        self.io: IoEndpoint[Session] = IoEndpoint(
-            loop, self.core, planes, self._on_event, paths=paths
-        )
+        self.node = node
+        self.rng = node.rng
+        self.core = node.endpoint
+        self.io: IoEndpoint[Session] = node.io
+        node.on_event = self._on_event
         #: --paths: paths per plane (1 = direct) and the lines that describe them.
         self.plane_paths: dict[int, int] = dict(plane_paths or {})
-        self.path_lines = list(path_lines or [])
+        self.path_lines = list(node.path_lines)
         self.demo_fault = demo_fault
         self.test: BenchTest | None = None
         self.session: Session | None = None
@@ -139,7 +131,7 @@ class BenchClient:
             self.out.line(f"SRv6 paths from {opts.paths} (testbed {opts.path_table.testbed}):")
             for line in self.path_lines:
                 self.out.line(f"  {line}")
-        self.io.start()
+        self.node.start()
         try:
             config = opts.config(len(self.peers), self.plane_paths)
             session = self.io.connect(config, self.peers, req.encode(), connect_sockets=True)
@@ -281,7 +273,7 @@ class BenchClient:
         if self.session is not None and not self.session.is_closed and not self.io.closed:
             self.session.close(self.io.now())  # DISCONNECT, so the server need not time out
             self.io.flush(self.session)
-        self.io.close()
+        self.node.close()
 
 
 def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
@@ -302,26 +294,15 @@ def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
 async def _serve(opts: BenchOptions) -> int:
     loop = asyncio.get_running_loop()
     assert opts.bind is not None
-    table = opts.path_table
-    planes = bind_planes(opts.bind, opts.port, reuseport=table is not None)
-    if table is None:
-        server = BenchServer(loop, opts, Output(json_mode=opts.json), planes)
-    else:
-        try:
-            paths, counts, lines = server_paths(table, planes, opts.payload_mtu, opts.port)
-        except BaseException:
-            for sock in planes.values():
-                sock.close()
-            raise
-        server = BenchServer(
-            loop,
-            opts,
-            Output(json_mode=opts.json),
-            planes,
-            paths=paths,
-            plane_paths=counts,
-            path_lines=lines,
-        )
+    node = Node(
+        loop,
+        opts.bind,
+        opts.port,
+        table=opts.path_table,
+        payload_mtu=opts.payload_mtu,
+        serve=True,
+    )
+    server = BenchServer(loop, opts, Output(json_mode=opts.json), node)
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, server.stop)
@@ -337,29 +318,17 @@ async def _client(opts: BenchOptions) -> int:
     loop = asyncio.get_running_loop()
     peers, binds = _resolve_peers(opts)
     table = opts.path_table
-    if table is None:
-        planes = bind_planes(binds, 0)
-        client = BenchClient(loop, opts, Output(json_mode=opts.json), planes, peers)
-    else:
-        if opts.bind is None:
-            binds = client_binds(table, opts.server, binds)
-        planes = bind_planes(binds, 0, reuseport=True)
-        try:
-            paths, counts, lines = client_paths(table, planes, peers, opts.payload_mtu, opts.port)
-        except BaseException:
-            for sock in planes.values():
-                sock.close()
-            raise
-        client = BenchClient(
-            loop,
-            opts,
-            Output(json_mode=opts.json),
-            planes,
-            peers,
-            paths=paths,
-            plane_paths=counts,
-            path_lines=lines,
-        )
+    if table is not None and opts.bind is None:
+        binds = client_binds(table, opts.server, binds)
+    node = Node(loop, binds, 0, table=table, payload_mtu=opts.payload_mtu)
+    try:
+        counts = node.open_paths(peers) if table is not None else {}
+    except BaseException:
+        node.close()
+        raise
+    client = BenchClient(
+        loop, opts, Output(json_mode=opts.json), node, peers, plane_paths=counts
+    )
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, client.interrupt)
@@ -376,15 +345,15 @@ DEMO_CLIENT = [f"127.0.0.{i}" for i in (6, 7, 8, 9)]
 async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -> int:
     """Server and client in this process on 4 loopback planes, a plane blackholed midway."""
     loop = asyncio.get_running_loop()
-    planes: dict[int, PlaneSocket] | None = None
+    node: Node | None = None
     for _ in range(50):
         port = random.randrange(20000, 60000)
         try:
-            planes = bind_planes(DEMO_SERVER, port)
+            node = Node(loop, DEMO_SERVER, port, serve=True)
             break
-        except BenchError:
+        except NodeError:
             continue
-    if planes is None:
+    if node is None:
         raise BenchError("no free UDP port on 127.0.0.2-5 for the demo server")
     server_opts = BenchOptions(
         role="server",
@@ -400,7 +369,7 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
         flowcell=opts.flowcell,
         one_off=True,
     )
-    server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), planes)
+    server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), node)
     server.start()
     client_opts = BenchOptions(
         **{
@@ -418,9 +387,9 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
         f"client {DEMO_CLIENT[0]}-{DEMO_CLIENT[-1].rsplit('.', 1)[1]} (4 planes), {amount}, "
         f"--verify, plane {fault[0]} blackholed once {fault[1]:.0%} of the bytes are through"
     )
-    client_planes = bind_planes(DEMO_CLIENT, 0)
+    client_node = Node(loop, DEMO_CLIENT, 0)
     peers = {i: (h, port) for i, h in enumerate(DEMO_SERVER)}
-    client = BenchClient(loop, client_opts, out, client_planes, dict(peers), demo_fault=fault)
+    client = BenchClient(loop, client_opts, out, client_node, dict(peers), demo_fault=fault)
     try:
         return await client.run()
     finally:
@@ -445,7 +414,7 @@ def run(opts: BenchOptions) -> int:
     loop = new_event_loop()
     try:
         return loop.run_until_complete(coro)
-    except BenchError as exc:
+    except (BenchError, NodeError) as exc:
         sys.stderr.write(f"mrc bench: {exc}\n")
         return 1
     except MemoryError:

@@ -10,21 +10,16 @@ their drops folded into the next report. Sockets come in from the caller (`bench
 from __future__ import annotations
 
 import asyncio
-import random
 import sys
 from collections import Counter
-from collections.abc import Mapping
 
-from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
-from mrc.core.memory import RegionTable
 from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name
-from mrc.io.planes import PlaneSocket
-from mrc.io.srv6 import PathSockets
+from mrc.node import Node
 
-from .bench import BenchOptions
+from .bench_options import BenchOptions
 from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, slot_count
 from .bench_report import (
     Output,
@@ -43,7 +38,6 @@ from .bench_setup import (
     IntervalSample,
     TestParams,
     TestSetup,
-    path_counts,
     record_paths,
 )
 
@@ -58,25 +52,23 @@ class BenchServer:
         loop: asyncio.AbstractEventLoop,
         opts: BenchOptions,
         out: Output,
-        planes: dict[int, PlaneSocket],
+        node: Node,
         *,
         max_tests: int = 8,
         start_timeout: float = 5.0,
-        paths: PathSockets | None = None,
-        plane_paths: Mapping[int, int] | None = None,
-        path_lines: list[str] | None = None,
     ) -> None:
         self.loop = loop
         self.opts = opts
         self.out = out
-        self.rng = random.Random()
-        self.core = Endpoint(rng=self.rng, regions=RegionTable(self.rng))
-        self.io: IoEndpoint[Session] = IoEndpoint(
-            loop, self.core, planes, self._on_event, on_error=self._on_error, paths=paths
-        )
+        self.node = node
+        self.rng = node.rng
+        self.core = node.endpoint
+        self.io: IoEndpoint[Session] = node.io
+        node.on_event = self._on_event
+        node.on_error = self._on_error
         #: --paths: lines that describe them for the banner.
-        self.path_lines = list(path_lines or [])
-        self.config = opts.config(len(planes), plane_paths)
+        self.path_lines = list(node.path_lines)
+        self.config = opts.config(len(node.planes))
         self.max_tests = max_tests
         self.start_timeout = start_timeout
         self.pending: dict[int, tuple[TestSetup, BenchRequest, float]] = {}
@@ -93,8 +85,8 @@ class BenchServer:
         self._announced: set[int] = set()
 
     def start(self) -> None:
-        self.io.listen(self.config, self._accept)
-        self.io.start()
+        self.node.listen(self.config, self._accept)
+        self.node.start()
         self._banner()
 
     def _banner(self) -> None:
@@ -118,7 +110,7 @@ class BenchServer:
             setup.release()
         self.tests.clear()
         self.pending.clear()
-        self.io.close()
+        self.node.close()
 
     def stop(self) -> None:
         if not self.stopped.done():
@@ -253,7 +245,7 @@ class BenchServer:
             doc = json_document(test, start)
             table = self.opts.path_table
             if table is not None:
-                counts = path_counts(table, self.io.planes, test.session.peer_addrs)
+                counts = self.node.peer_path_counts(test.session.peer_addrs)
                 rows = doc["start"]["connected"] + doc["end"]["mrc"]["planes"]
                 record_paths(doc["start"]["test_start"], rows, self.opts.paths, counts)
             self.out.doc(doc)

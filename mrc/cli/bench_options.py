@@ -1,0 +1,65 @@
+"""`BenchOptions`: the parameters of one `mrc bench` run, after the flags were checked.
+
+Kept apart from the argument parser (`bench`) so that the modules that run a test (`bench_run`,
+`bench_server`, `bench_report`) depend on the options and not on the command line: imports flow
+one way, `bench → bench_run → bench_server | bench_report → bench_options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mrc.core.config import SessionConfig
+from mrc.io.pathtable import PathTable
+
+DEFAULT_PORT = 4791
+DEFAULT_MSG_SIZE = 1 << 20
+DEFAULT_CC = SessionConfig().cc
+#: Packets per flowcell (one GSO batch on one EV); capped by what one sendmsg holds.
+DEFAULT_FLOWCELL = 64
+
+
+@dataclass(slots=True)
+class BenchOptions:
+    role: str
+    server: list[str] = field(default_factory=list)
+    bind: list[str] | None = None
+    port: int = DEFAULT_PORT
+    duration: float = 0.0
+    total_bytes: int = 0
+    msg_size: int = DEFAULT_MSG_SIZE
+    interval: float = 1.0
+    json: bool = False
+    one_off: bool = False
+    reverse: bool = False
+    payload_mtu: int = 4096
+    ev_per_plane: int = 16
+    mpr: int = 8
+    spray: str = "bitmap"
+    plane_balance: str = "equal"
+    cc: str = DEFAULT_CC
+    flowcell: int = DEFAULT_FLOWCELL
+    verify: bool = False
+    injects: list[tuple[int, float]] = field(default_factory=list)
+    connect_timeout: float = 5.0
+    #: --paths: the file name and the table read from it.
+    paths: str | None = None
+    path_table: PathTable | None = None
+
+    def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
+        counts = plane_paths or {}
+        return SessionConfig(
+            plane_mask=(1 << planes) - 1,
+            payload_mtu=self.payload_mtu,
+            mpr=self.mpr,
+            ev_per_plane=self.ev_per_plane,
+            spray=self.spray,
+            plane_balance=self.plane_balance,
+            cc=self.cc,
+            flowcell=self.flowcell,
+            plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
+        ).validate()
+
+    def inject_specs(self) -> list[str]:
+        return [f"plane-down={p}@{at:g}" for p, at in self.injects]
