@@ -1,8 +1,9 @@
 """`mrc bench`: the command line of the benchmark (DESIGN.md §10) and its validation.
 
-Holds the argparse definition with iperf3's flags, the size/time parsers, `options_from` (flags to
-checked `BenchOptions`, see `bench_options`) and `run`, which hands them to `bench_run`. Bad flags end here with one line on
-stderr and exit status 2; everything after parsing (sockets, the test itself) is `bench_run`'s.
+Holds the argparse definition with iperf3's flags, the size/time parsers, `options_from` (flags
+to checked `BenchOptions`, see `bench_options`) and `run`, which hands them to `bench_run`. Bad
+flags end here with one line on stderr and exit status 2; everything after parsing (sockets, the
+test itself) is `bench_run`'s.
 
 The bench's own agreement between client and server (private data, slots, the --verify
 pattern, the results exchange) is documented in `bench_proto`.

@@ -311,6 +311,7 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
         "retransmits_by_cause": local["retransmits_by_cause"],
         "drops_by_reason": local["drops_by_reason"],
         "io_drops": dict(test.io.counters),
+        "internal_errors": test.io.internal_errors,
         "socket_counters": {
             str(p): dict(s.counters) for p, s in sorted(test.io.planes.items()) if s.counters
         },

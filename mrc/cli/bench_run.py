@@ -252,6 +252,12 @@ class BenchClient:
         if test.session is not None and not test.session.is_closed:
             test.session.close(self.io.now())
             self.io.flush(test.session)
+        if self.io.internal_errors:
+            sys.stderr.write(
+                f"mrc bench: {self.io.internal_errors} internal error(s) in the transport "
+                f"(first: {self.io.first_internal_error})\n"
+            )
+            return 70
         if test.error:
             sys.stderr.write(f"mrc bench: test failed: {test.error}\n")
             return 1
@@ -391,11 +397,18 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
     peers = {i: (h, port) for i, h in enumerate(DEMO_SERVER)}
     client = BenchClient(loop, client_opts, out, client_node, dict(peers), demo_fault=fault)
     try:
-        return await client.run()
+        rc = await client.run()
     finally:
         client.close()
         await asyncio.sleep(0.05)
         server.close()
+    if server.io.internal_errors:
+        sys.stderr.write(
+            f"mrc bench: {server.io.internal_errors} internal error(s) in the transport of the "
+            f"demo server (first: {server.io.first_internal_error})\n"
+        )
+        return 70
+    return rc
 
 
 def _fields(opts: BenchOptions) -> dict[str, Any]:

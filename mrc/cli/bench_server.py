@@ -76,6 +76,8 @@ class BenchServer:
         self.starts: dict[int, StartInfo] = {}
         self.stopped: asyncio.Future[None] = loop.create_future()
         self.failures = 0
+        #: io's internal-error count when the last test ended.
+        self._internal_mark = 0
         self.completed = 0
         self._drops_mark: Counter[str] = Counter()
         #: Session drops of connections that never ran a test (not reported on their own).
@@ -256,7 +258,14 @@ class BenchServer:
             self._banner()
         self._drops_mark = Counter(self.core.drops)
         self._orphan_drops = Counter()
-        if test.error or test.integrity() == "mismatch" or test.write_errors:
+        if self.io.internal_errors > self._internal_mark:
+            sys.stderr.write(
+                f"mrc bench: {self.io.internal_errors - self._internal_mark} internal error(s) "
+                f"in the transport during this test (first: {self.io.first_internal_error})\n"
+            )
+            self._internal_mark = self.io.internal_errors
+            self.failures += 1
+        elif test.error or test.integrity() == "mismatch" or test.write_errors:
             self.failures += 1
         self.completed += 1
         if self.opts.one_off:

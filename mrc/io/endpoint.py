@@ -112,6 +112,9 @@ class IoEndpoint(Generic[S]):
         #: io-level drops and incidents: injected blackhole drops, sends to planes we lack, …
         self.counters: Counter[str] = Counter()
         self.faults: list[Fault] = []
+        #: Exceptions the core raised into io (bugs, never expected): how many, and the first.
+        self.internal_errors = 0
+        self.first_internal_error: str | None = None
         self._blackhole: dict[int, float] = {}
         self._timers: dict[int, tuple[float, asyncio.TimerHandle]] = {}
         self._flusher: Flusher[S] = Flusher(self, clock, pull)
@@ -356,9 +359,14 @@ class IoEndpoint(Generic[S]):
             log.error("%s", message)
 
     def _internal_error(self, where: str, exc: Exception) -> None:
+        """A bug surfaced in the core: counted, kept (the first one), and reported. io goes on
+        serving the other sessions, but every program on top must treat this as a failure."""
         name = type(exc).__name__
         self.counters["internal_error_" + name] += 1
+        self.internal_errors += 1
         message = f"internal error in {where}: {name}: {exc}"
+        if self.first_internal_error is None:
+            self.first_internal_error = message
         if self.on_error is not None:
             self.on_error(message)
         else:

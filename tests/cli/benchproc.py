@@ -100,7 +100,9 @@ class Server:
             self.proc.wait()
         for r in self._readers:
             r.join(timeout=5)
-        return self.proc.returncode, "".join(self._out), "".join(self._err)
+        err = "".join(self._err)
+        assert_no_internal_error(err)
+        return self.proc.returncode, "".join(self._out), err
 
 
 def _drain(pipe: Any, sink: list[str]) -> None:
@@ -127,7 +129,18 @@ def client(
     ]
     if binds is not None or addrs is None:
         cmd += ["-B", ",".join(binds or CLIENT_ADDRS)]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env())
+    proc = subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env()
+    )
+    assert_no_internal_error(proc.stderr)
+    return proc
+
+
+def assert_no_internal_error(stderr: str) -> None:
+    """Every bench run of the suite fails on an exception inside the transport, whatever the
+    test itself checks (the bench also exits non-zero then)."""
+    bad = [line for line in stderr.splitlines() if "internal error" in line]
+    assert not bad, f"internal error in a bench process: {bad[0]}"
 
 
 def json_docs(text: str) -> list[dict[str, Any]]:

@@ -454,6 +454,7 @@ def test_core_exception_is_counted_not_raised() -> None:
         run(loop, lambda: bool(errors))
         assert io.counters["internal_error_ValueError"] == 1
         assert errors[0].startswith("internal error in receive on plane 0")
+        assert io.internal_errors == 1 and io.first_internal_error == errors[0]
     finally:
         io.close()
         loop.close()
