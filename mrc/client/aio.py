@@ -1,0 +1,309 @@
+"""`AsyncClient`: the asyncio flavour of `mrc.client`, mirroring `Client` with coroutines.
+
+Holds `AsyncClient`, `AsyncRegion` and `AsyncConnection` and the transport under them: a
+non-blocking Unix socket, one reader task that matches answers to waiting futures by id (so
+coroutines may have several requests in flight on one control connection, e.g. a long-poll for
+completions while another posts writes), and a send lock that keeps request lines whole. The
+region fd rides on its request line (SCM_RIGHTS). What each operation asks and keeps is `ops`';
+the framing is `rpc`'s; connect errors are worded by `sync.unreachable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .memory import RegionBase, SharedMemory
+from .objects import Completion, Immediate, Message, RegionHandle, Write
+from .ops import Call, ClientCore, Op
+from .rpc import (
+    CLOSED,
+    TIMEOUT,
+    ClientError,
+    LineReader,
+    decode_response,
+    encode_request,
+)
+from .sync import check_path, default_socket, unreachable
+
+__all__ = ["AsyncClient", "AsyncConnection", "AsyncRegion"]
+
+T = TypeVar("T")
+
+
+class AsyncRegion(RegionBase):
+    """A registered region of an `AsyncClient`: `buf`, `handle`, `await close()`."""
+
+    def __init__(self, client: AsyncClient, region_id: int, handle: RegionHandle,
+                 memory: SharedMemory, name: str | None) -> None:
+        super().__init__(region_id, handle, memory, name)
+        self._client = client
+
+    async def close(self) -> None:
+        await self._client._run(self._client._core.deregister_region(self))
+
+    deregister = close
+
+    async def __aenter__(self) -> AsyncRegion:
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+
+class AsyncConnection:
+    """One MRC connection (QP) to a peer daemon; the coroutine twin of `Connection`."""
+
+    def __init__(self, client: AsyncClient, connection_id: int, peer: str) -> None:
+        self._client = client
+        self.id = connection_id
+        self.peer = peer
+
+    async def write(self, region: AsyncRegion, offset: int, length: int,
+                    remote_handle: RegionHandle, remote_offset: int = 0,
+                    imm: int | None = None) -> int:
+        ids = await self.write_many([Write(region, offset, length, remote_handle, remote_offset,
+                                           imm)])
+        return ids[0]
+
+    async def write_many(self, writes: Sequence[Write]) -> list[int]:
+        return await self._client._run(self._client._core.write(self.id, writes))
+
+    async def wait(self, ids: Sequence[int] | None = None,
+                   timeout: float | None = None) -> list[Completion]:
+        return await self._client._run(self._client._core.wait(self.id, ids, timeout))
+
+    async def poll(self, timeout: float | None = 0.0,
+                   max: int | None = None) -> list[Completion]:
+        return await self._client._run(self._client._core.poll(self.id, timeout, max))
+
+    @property
+    def outstanding(self) -> int:
+        return self._client._core.outstanding(self.id)
+
+    async def evs(self) -> list[dict[str, Any]]:
+        return await self._client.evs(self.id)
+
+    async def close(self) -> None:
+        await self._client._run(self._client._core.disconnect(self.id))
+
+    disconnect = close
+
+    async def __aenter__(self) -> AsyncConnection:
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+
+class AsyncClient:
+    """An asyncio client of the daemon at `path`; use `async with AsyncClient(path) as c` or
+    `c = await AsyncClient.open(path)`."""
+
+    def __init__(self, path: str | None = None, *, connect_timeout: float = 5.0) -> None:
+        self.path = check_path(path) if path is not None else default_socket()
+        self.connect_timeout = connect_timeout
+        self._sock: socket.socket | None = None
+        self._core = ClientCore()
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._next_id = 1
+        self._send_lock = asyncio.Lock()
+        self._reader_task: asyncio.Task[None] | None = None
+        self._failure: ClientError | None = None
+
+    @classmethod
+    async def open(cls, path: str | None = None, *, connect_timeout: float = 5.0) -> AsyncClient:
+        client = cls(path, connect_timeout=connect_timeout)
+        await client.start()
+        return client
+
+    async def start(self) -> None:
+        if self._sock is not None:
+            return
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, self.path), self.connect_timeout)
+        except BaseException as exc:
+            sock.close()
+            err = unreachable(self.path, exc, self.connect_timeout)
+            if err is None:
+                raise
+            raise err from None
+        self._sock = sock
+        self._failure = None
+        self._reader_task = loop.create_task(self._read_loop(sock))
+
+    # ---- transport -----------------------------------------------------------------------
+
+    async def _read_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        reader = LineReader()
+        failure = ClientError(CLOSED, "the daemon closed the control connection")
+        try:
+            while True:
+                data = await loop.sock_recv(sock, 1 << 16)
+                if not data:
+                    break
+                for line in reader.feed(data):
+                    resp = decode_response(line)
+                    req_id = resp.id
+                    if req_id is None:
+                        # The daemon could not tell which request failed: the oldest waiting.
+                        req_id = next(iter(self._pending), None)
+                    fut = self._pending.pop(req_id, None) if req_id is not None else None
+                    if fut is None or fut.done():
+                        continue  # an answer to a request given up on
+                    if resp.error is not None:
+                        fut.set_exception(resp.error)
+                    else:
+                        fut.set_result(resp.result)
+        except ClientError as exc:
+            failure = exc
+        except OSError as exc:
+            failure = ClientError(CLOSED, f"control connection failed: {exc.strerror or exc}")
+        self._fail(failure)
+
+    def _fail(self, failure: ClientError) -> None:
+        self._failure = failure
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._core.regions.clear()
+        self._core.conns.clear()
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(failure)
+
+    async def _call(self, call: Call) -> Any:
+        sock = self._sock
+        if sock is None:
+            raise self._failure or ClientError(CLOSED, "the client is not open")
+        loop = asyncio.get_running_loop()
+        req_id = self._next_id
+        self._next_id += 1
+        line = encode_request(call.method, call.params, req_id)
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending[req_id] = fut
+        try:
+            async with self._send_lock:
+                if call.fd is not None:
+                    sent = await self._send_fd(sock, line, call.fd)
+                    line = line[sent:]
+                if line:
+                    await loop.sock_sendall(sock, line)
+            return await asyncio.wait_for(fut, call.answer_within)
+        except TimeoutError:
+            raise ClientError(
+                TIMEOUT, f"{call.method}: no answer from the daemon within {call.answer_within:g} s"
+            ) from None
+        except OSError as exc:
+            self._fail(ClientError(CLOSED, f"control connection failed: {exc.strerror or exc}"))
+            raise ClientError(
+                CLOSED, f"{call.method}: control connection failed: {exc.strerror or exc}"
+            ) from None
+        finally:
+            self._pending.pop(req_id, None)
+
+    @staticmethod
+    async def _send_fd(sock: socket.socket, line: bytes, fd: int) -> int:
+        """sendmsg with the fd on a non-blocking socket, waiting for room if it is full."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return socket.send_fds(sock, [line], [fd])
+            except BlockingIOError:
+                ready: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(sock.fileno(), ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(sock.fileno())
+
+    async def _run(self, op: Op[T]) -> T:
+        try:
+            call = next(op)
+            while True:
+                try:
+                    result = await self._call(call)
+                except ClientError as exc:
+                    call = op.throw(exc)
+                else:
+                    call = op.send(result)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+
+    @property
+    def closed(self) -> bool:
+        return self._sock is None
+
+    async def close(self) -> None:
+        self._fail(ClientError(CLOSED, "the client is closed"))
+        task, self._reader_task = self._reader_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def __aenter__(self) -> AsyncClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # ---- the API -------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        return await self._run(self._core.status())
+
+    async def register_region(self, size: int, name: str | None = None) -> AsyncRegion:
+        region_id, handle, memory = await self._run(self._core.register_region(size, name))
+        region = AsyncRegion(self, region_id, handle, memory, name)
+        self._core.adopt_region(region)
+        return region
+
+    async def connect(self, peer: str) -> AsyncConnection:
+        cid = await self._run(self._core.connect(peer))
+        return AsyncConnection(self, cid, peer)
+
+    async def wait_immediates(self, region: AsyncRegion | None = None,
+                              timeout: float | None = None,
+                              max: int | None = None) -> list[Immediate]:
+        return await self._run(self._core.immediates(region, timeout, max))
+
+    async def bind(self, endpoint: str) -> None:
+        await self._run(self._core.bind(endpoint))
+
+    async def send_message(self, peer: str, endpoint: str, data: bytes) -> None:
+        await self._run(self._core.send_message(peer, endpoint, data))
+
+    async def recv_message(self, endpoint: str, timeout: float | None = None) -> Message | None:
+        return await self._run(self._core.recv_message(endpoint, timeout))
+
+    async def peers(self) -> list[dict[str, Any]]:
+        return await self._run(self._core.view("peers"))
+
+    async def connections(self) -> list[dict[str, Any]]:
+        return await self._run(self._core.view("connections"))
+
+    async def planes(self) -> list[dict[str, Any]]:
+        return await self._run(self._core.view("planes"))
+
+    async def evs(self, connection: int | None = None) -> list[dict[str, Any]]:
+        return await self._run(
+            self._core.view("evs", None if connection is None else {"connection": connection})
+        )
+
+    async def regions(self) -> list[dict[str, Any]]:
+        return await self._run(self._core.view("regions"))

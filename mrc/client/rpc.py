@@ -1,0 +1,195 @@
+"""The control protocol's framing and codec, shared by the blocking and the asyncio client.
+
+The daemon's control socket speaks newline-delimited JSON-RPC 2.0 over a Unix stream socket
+(docs/architecture.md §9): one JSON value per line, UTF-8, at most 1 MiB per line; errors carry
+JSON-RPC codes, the transport's own from -32000 down. This module holds the error codes,
+`ClientError`, the request encoder, `LineReader` (bytes → complete lines, bounded) and the
+response decoder. It touches no socket: `sync` and `aio` move the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BAD_ANSWER",
+    "BAD_MEMORY",
+    "CLOSED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "MAX_LINE",
+    "METHOD_NOT_FOUND",
+    "NOT_CONNECTED",
+    "OUT_OF_BOUNDS",
+    "PARSE_ERROR",
+    "RESOURCE_LIMIT",
+    "SHUTTING_DOWN",
+    "TIMEOUT",
+    "TOO_MANY_OUTSTANDING",
+    "UNKNOWN_CONNECTION",
+    "UNKNOWN_PEER",
+    "UNKNOWN_REGION",
+    "UNREACHABLE",
+    "ClientError",
+    "LineReader",
+    "Response",
+    "decode_response",
+    "encode_request",
+]
+
+#: Longest line either side may send, newline included.
+MAX_LINE = 1 << 20
+
+# JSON-RPC 2.0's own codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# The daemon's codes (the control protocol names them from -32000 down).
+UNKNOWN_PEER = -32001
+UNKNOWN_REGION = -32002
+UNKNOWN_CONNECTION = -32003
+BAD_MEMORY = -32004
+OUT_OF_BOUNDS = -32005
+TOO_MANY_OUTSTANDING = -32006
+NOT_CONNECTED = -32007
+SHUTTING_DOWN = -32008
+RESOURCE_LIMIT = -32009
+# Raised by the client itself, never sent by a daemon: kept apart from the daemon's range so a
+# caller can tell "the daemon refused" from "the daemon could not be asked".
+UNREACHABLE = -32090
+CLOSED = -32091
+BAD_ANSWER = -32092
+TIMEOUT = -32093
+
+_NAMES = {
+    PARSE_ERROR: "parse error",
+    INVALID_REQUEST: "invalid request",
+    METHOD_NOT_FOUND: "unknown method",
+    INVALID_PARAMS: "invalid params",
+    INTERNAL_ERROR: "internal error",
+    UNKNOWN_PEER: "unknown peer",
+    UNKNOWN_REGION: "unknown region",
+    UNKNOWN_CONNECTION: "unknown connection",
+    BAD_MEMORY: "bad memory",
+    OUT_OF_BOUNDS: "out of bounds",
+    TOO_MANY_OUTSTANDING: "too many outstanding writes",
+    NOT_CONNECTED: "not connected",
+    SHUTTING_DOWN: "shutting down",
+    RESOURCE_LIMIT: "resource limit",
+    UNREACHABLE: "daemon unreachable",
+    CLOSED: "connection to the daemon closed",
+    BAD_ANSWER: "bad answer from the daemon",
+    TIMEOUT: "timed out",
+}
+
+
+class ClientError(Exception):
+    """A refused or failed control request: `code` (JSON-RPC), a one-line `message`, and the
+    error's `data` object when the daemon sent one."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        self.code = code
+        # One line whatever the daemon sent: callers print it as is.
+        self.message = " ".join(str(message).split()) or _NAMES.get(code, "error")
+        self.data = data
+        super().__init__(code, self.message)
+
+    @property
+    def name(self) -> str:
+        """The code's short name ("unknown peer", "out of bounds", …)."""
+        return _NAMES.get(self.code, f"error {self.code}")
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"ClientError({self.code}, {self.message!r})"
+
+
+def encode_request(method: str, params: Mapping[str, Any], req_id: int | None) -> bytes:
+    """One request line (a notification when `req_id` is None); refuses a line over MAX_LINE
+    here, with the method named, rather than letting the daemon cut the connection short."""
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": dict(params)}
+    if req_id is not None:
+        msg["id"] = req_id
+    try:
+        line = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    except (TypeError, ValueError) as exc:
+        raise ClientError(INVALID_PARAMS, f"{method}: params are not JSON: {exc}") from None
+    if len(line) > MAX_LINE:
+        raise ClientError(
+            INVALID_PARAMS, f"{method}: request of {len(line)} bytes exceeds {MAX_LINE}"
+        )
+    return line
+
+
+class LineReader:
+    """Splits a byte stream into lines; a line longer than MAX_LINE is a `BAD_ANSWER`."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            end = self._buf.find(b"\n", start)
+            if end < 0:
+                break
+            lines.append(bytes(self._buf[start:end]))
+            start = end + 1
+        if start:
+            del self._buf[:start]
+        if len(self._buf) > MAX_LINE:
+            raise ClientError(BAD_ANSWER, f"the daemon sent a line over {MAX_LINE} bytes")
+        return [line for line in lines if line.strip()]
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One decoded answer: `id` (None when the daemon could not tell which request failed),
+    and either `result` or `error`."""
+
+    id: int | None
+    result: Any = None
+    error: ClientError | None = None
+
+    def value(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def decode_response(line: bytes) -> Response:
+    """Decode one answer line; anything that is not a JSON-RPC 2.0 response is a BAD_ANSWER."""
+    try:
+        msg = json.loads(line)
+    except ValueError as exc:
+        raise ClientError(BAD_ANSWER, f"the daemon sent a line that is not JSON: {exc}") from None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        raise ClientError(BAD_ANSWER, "the daemon sent something that is not a JSON-RPC answer")
+    req_id = msg.get("id")
+    if req_id is not None and (type(req_id) is not int):
+        raise ClientError(BAD_ANSWER, f"the daemon answered with an id of type {type(req_id)}")
+    if "error" in msg:
+        err = msg["error"]
+        if not isinstance(err, dict) or type(err.get("code")) is not int:
+            raise ClientError(BAD_ANSWER, "the daemon sent a malformed error object")
+        return Response(req_id, error=ClientError(err["code"], err.get("message", ""),
+                                                  err.get("data")))
+    if "result" not in msg:
+        raise ClientError(BAD_ANSWER, "the daemon's answer has neither result nor error")
+    return Response(req_id, result=msg["result"])
