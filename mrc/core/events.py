@@ -51,6 +51,11 @@ class ImmediateReceived(Event):
 
     msn: int
     imm: int
+    #: The message's target as its packets named it: R_Key, the VA of its first byte and its
+    #: length, so a host serving several applications can tell whose region it landed in.
+    rkey: int = 0
+    va: int = 0
+    length: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,8 @@ class Receiver:
         self._ring = bytearray(b"0" * size)
         self._rmask = size - 1
         self._held = 0  # ring entries set (packets received beyond cack)
-        self._lasts: dict[int, tuple[int, int | None, bool, int]] = {}  # psn → msn, imm, A, plane
+        # psn → msn, imm, A, plane, and for an immediate its message's R_Key, VA and length
+        self._lasts: dict[int, tuple[int, int | None, bool, int, int, int, int]] = {}
         self._errors: dict[int, int] = {}  # msn → first failing syndrome
         self._outcomes: dict[int, int] = {}  # completed msn → syndrome, for duplicate LASTs
         self._outcome_order: deque[int] = deque()
@@ -192,7 +193,8 @@ class Receiver:
         self._ring[slot] = _ONE
         self._held += 1
         if not full:
-            self._lasts[psn] = (pkt.msn, pkt.imm, pkt.a, plane)
+            va, dma = self._message_span(op, pkt.va, pkt.dma_length, n)
+            self._lasts[psn] = (pkt.msn, pkt.imm, pkt.a, plane, pkt.rkey, va, dma)
         if pkt.rqmsn != self._rqmsn:
             self._note_rqmsn(pkt.rqmsn)
         ce = tos & 3 == 3
@@ -305,7 +307,9 @@ class Receiver:
         self._blocks.clear()
         self._immediate.clear()
 
-    def _complete(self, msn: int, imm: int | None, a: bool, plane: int) -> None:
+    def _complete(
+        self, msn: int, imm: int | None, a: bool, plane: int, rkey: int, va: int, length: int
+    ) -> None:
         status = self._errors.pop(msn, 0)
         self._outcomes[msn] = status
         self._outcome_order.append(msn)
@@ -313,7 +317,7 @@ class Receiver:
         if a:
             self._acknowledge(status, msn, plane)
         if imm is not None and status == 0:
-            self.events.append(ImmediateReceived(msn=msn, imm=imm))
+            self.events.append(ImmediateReceived(msn, imm, rkey, va, length))
 
     # -- probes -----------------------------------------------------------------------------
 
