@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import mrc
 
-from . import bench, switch
+from . import bench, ctl, switch
 
 __all__ = ["main"]
 
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     bench.add_parser(sub)
     switch.add_parser(sub)
+    ctl.add_parser(sub)
     return parser
 
 
