@@ -27,7 +27,7 @@ from mrc.core.errors import LocalProtocolError
 from mrc.core.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
 
-from . import bench_run
+from . import bench_daemon, bench_run
 from .bench_options import (
     DEFAULT_CC,
     DEFAULT_FLOWCELL,
@@ -266,6 +266,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="SEC",
         help="client: give up when the server has not answered (default 5)",
     )
+    p.add_argument(
+        "--daemon",
+        metavar="SOCK",
+        help="run through the mrc daemon at this control socket: -s serves tests, -c PEER "
+        "writes to the server on the daemon's peer PEER (see bench_daemon)",
+    )
     p.set_defaults(func=run)
 
 
@@ -372,6 +378,8 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
 
 
 def run(ns: argparse.Namespace) -> int:
+    if ns.daemon is not None:
+        return bench_daemon.run(ns)
     try:
         opts = options_from(ns)
     except UsageError as exc:

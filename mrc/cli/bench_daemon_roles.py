@@ -1,0 +1,367 @@
+"""The two roles of `mrc bench --daemon`: the writing client and the receiving server, each an
+application of its host's daemon through `mrc.client` (docs/architecture.md §9).
+
+Their agreement, carried as small JSON messages through the daemons (no side channel):
+
+- the client binds a reply endpoint `bench-<cookie>` and sends `request` (message size, byte
+  count or duration, pattern seed, verify, reply endpoint) to the endpoint "bench" of the peer;
+- the server registers a DATA region of `slots` × message size and answers `ready` with its
+  handle and `slots` (or `error`);
+- the client WRITEs message n into slot n mod slots, keeping up to a window of WRITEs
+  outstanding (`write_many`, one request for many). With verify, message n holds
+  `bench_proto.Pattern` bytes and is a WRITE_WITH_IMM carrying n; the server checks the slot when
+  the immediate arrives and returns `credit` (messages checked so far) every quarter of the
+  slots, and the client never posts n before message n - slots was checked: a slot is never
+  overwritten before its check, even though completions reach the client before the server
+  app has looked (its daemon queues the immediate);
+- once every WRITE completed the client sends `end` (messages, bytes, seconds, write errors);
+  the server, once it has checked them all, answers `results`.
+
+Holds `Progress` (interval samples), `run_writer` and `serve_one`; printing is `bench_daemon`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mrc.client import Client, ClientError, Message, RegionHandle, Write
+from mrc.client.rpc import TOO_MANY_OUTSTANDING
+
+from .bench_proto import MAX_MESSAGES, Pattern, message_count, message_length
+
+__all__ = [
+    "ENDPOINT",
+    "BenchFailed",
+    "Progress",
+    "TestResult",
+    "plane_bytes",
+    "run_writer",
+    "serve_one",
+]
+
+ENDPOINT = "bench"
+VERSION = 1
+#: WRITEs per `write_many` request.
+BATCH = 64
+#: Bytes the writer keeps in flight (as whole messages, at least 2, at most MAX_WINDOW).
+WINDOW_BYTES = 32 << 20
+MAX_WINDOW = 1024
+#: Bytes of the server's DATA region (as whole slots, at least 2).
+SLOT_BYTES = 64 << 20
+MAX_SLOTS = 1024
+#: A test that moves nothing for this long is abandoned (a peer that died or went silent).
+STALL = 30.0
+#: Long-poll of the loops: short enough to keep interval lines and credits timely.
+TICK = 0.05
+
+
+class BenchFailed(Exception):
+    """The test could not run or finish; one line."""
+
+
+def slots_for(msg_size: int) -> int:
+    return max(2, min(MAX_SLOTS, SLOT_BYTES // msg_size))
+
+
+def encode(op: str, cookie: str, **fields: Any) -> bytes:
+    return json.dumps({"v": VERSION, "op": op, "cookie": cookie, **fields},
+                      separators=(",", ":")).encode()
+
+
+def decode(msg: Message) -> dict[str, Any] | None:
+    """A bench message, or None for anything else (ignored, never a traceback)."""
+    try:
+        obj = json.loads(msg.data)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("v") != VERSION or not isinstance(obj.get("op"), str):
+        return None
+    return obj
+
+
+@dataclass(slots=True)
+class Progress:
+    """Interval samples of one side: bytes moved between reports, printed as they close."""
+
+    interval: float
+    show: Callable[[float, float, int], None]
+    start: float = field(default_factory=time.monotonic)
+    samples: list[tuple[float, float, int]] = field(default_factory=list)
+    _last_t: float = 0.0
+    _last_bytes: int = 0
+
+    def due(self) -> bool:
+        return bool(self.interval) and time.monotonic() - self.start - self._last_t >= self.interval
+
+    def tick(self, total: int, final: bool = False) -> None:
+        t = time.monotonic() - self.start
+        if not self.interval or (t - self._last_t < self.interval and not final):
+            return
+        if final and t - self._last_t < 0.001:
+            return
+        sample = (self._last_t, t, total - self._last_bytes)
+        self.samples.append(sample)
+        self.show(*sample)
+        self._last_t, self._last_bytes = t, total
+
+
+@dataclass(slots=True)
+class TestResult:
+    """One side's account of a test, and the other side's as it reported it."""
+
+    role: str
+    messages: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    messages_verified: int = 0
+    mismatches: int = 0
+    write_errors: dict[str, int] = field(default_factory=dict)
+    verify: bool = False
+    peer: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    test_start: dict[str, Any] = field(default_factory=dict)
+
+    def integrity(self) -> str:
+        """ok when the receiver checked every message that completed without an error."""
+        if not self.verify:
+            return "not-checked"
+        receiver, writer = (self.peer, self.as_dict()) if self.role == "client" else (
+            self.as_dict(), self.peer)
+        if receiver.get("mismatches") or receiver.get("messages_verified") != _landed(writer):
+            return "mismatch"
+        return "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"messages": self.messages, "bytes": self.bytes, "seconds": self.seconds,
+                "messages_verified": self.messages_verified, "mismatches": self.mismatches,
+                "write_errors": dict(self.write_errors)}
+
+
+def _wait_for(client: Client, endpoint: str, cookie: str, ops: tuple[str, ...],
+              timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        msg = client.recv_message(endpoint, timeout=left)
+        obj = decode(msg) if msg is not None else None
+        if obj is None or obj.get("cookie") != cookie:
+            continue
+        if obj["op"] == "error":
+            raise BenchFailed(f"the server refused the test: {obj.get('error', '?')}")
+        if obj["op"] in ops:
+            return obj
+    raise BenchFailed(f"no {'/'.join(ops)} from the server within {timeout:g} s")
+
+
+def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, duration: float,
+               verify: bool, wait: float, progress: Progress) -> TestResult:
+    """One test as the writing client; raises BenchFailed or ClientError."""
+    cookie = secrets.token_hex(8)
+    reply = f"bench-{cookie}"
+    seed = random.getrandbits(32)
+    result = TestResult("client", verify=verify)
+    result.test_start = {"blksize": msg_size, "bytes": total_bytes, "duration": duration,
+                         "verify": verify, "seed": seed, "peer": peer}
+    client.bind(reply)
+    client.send_message(peer, ENDPOINT, encode(
+        "request", cookie, msg_size=msg_size, total_bytes=total_bytes, duration=duration,
+        seed=seed, verify=verify, reply=reply))
+    ready = _wait_for(client, reply, cookie, ("ready",), wait)
+    try:
+        handle = RegionHandle.from_dict(ready.get("handle"))
+    except ClientError as exc:
+        raise BenchFailed(f"the server's ready message: {exc}") from None
+    slots = ready.get("slots")
+    if type(slots) is not int or not 1 <= slots <= MAX_SLOTS or slots * msg_size > handle.length:
+        raise BenchFailed(f"the server's ready message has a bad slot count {slots!r}")
+    conn = client.connect(peer)
+    local = client.register_region(slots * msg_size if verify else msg_size, "bench-source")
+    pattern = Pattern(seed, msg_size) if verify else None
+    stream = memoryview(pattern.stream) if pattern is not None else None
+    if pattern is None:
+        local.buf[:] = random.Random(seed).randbytes(msg_size)
+    count = message_count(msg_size, total_bytes)
+    window = max(2, min(MAX_WINDOW, WINDOW_BYTES // msg_size))
+    if verify:
+        window = min(window, slots)
+    inflight: deque[tuple[int, int]] = deque()  # (write id, length) in posting order
+    next_n = checked = 0
+    errors: Counter[str] = Counter()
+    stopping = False
+    last_move = progress.start = start = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if duration and now - start >= duration:
+            stopping = True
+        if now - last_move > STALL:
+            raise BenchFailed(f"no WRITE completed for {STALL:g} s")
+        batch: list[Write] = []
+        while not stopping and len(inflight) + len(batch) < window and len(batch) < BATCH:
+            n = next_n + len(batch)
+            if (count is not None and n >= count) or n >= MAX_MESSAGES or (
+                    verify and n >= checked + slots):
+                break
+            length = message_length(n, msg_size, total_bytes)
+            off = (n % slots) * msg_size if verify else 0
+            if pattern is not None and stream is not None:
+                src = pattern.offset(n)
+                local.buf[off:off + length] = stream[src:src + length]
+            batch.append(Write(local, off, length, handle, (n % slots) * msg_size,
+                               imm=n if verify else None))
+        if batch:
+            try:
+                ids = conn.write_many(batch)
+            except ClientError as exc:
+                # The daemon's cap is lower than our window: settle just under it.
+                if exc.code != TOO_MANY_OUTSTANDING or not inflight:
+                    raise
+                window = max(1, len(inflight))
+                continue
+            inflight.extend((i, w.length) for i, w in zip(ids, batch, strict=True))
+            next_n += len(batch)
+        if not inflight and (stopping or next_n == count or next_n >= MAX_MESSAGES):
+            break
+        if verify and (next_n >= checked + slots // 2 or not inflight):
+            while (msg := client.recv_message(reply, timeout=0 if inflight else TICK)):
+                obj = decode(msg)
+                if obj is not None and obj.get("cookie") == cookie:
+                    if obj["op"] == "error":
+                        raise BenchFailed(f"the server gave up: {obj.get('error', '?')}")
+                    if obj["op"] == "credit" and type(obj.get("checked")) is int:
+                        checked = max(checked, obj["checked"])
+                        last_move = time.monotonic()
+                if not inflight:
+                    break
+        if inflight:
+            for c in conn.poll(timeout=0 if batch else TICK):
+                wid, length = inflight.popleft()
+                if c.id != wid:
+                    raise BenchFailed(f"completion {c.id} came before {wid}: not in posting order")
+                result.messages += 1
+                last_move = time.monotonic()
+                if c.ok:
+                    result.bytes += c.bytes
+                else:
+                    errors[c.status] += 1
+                    stopping = True
+        progress.tick(result.bytes)
+    result.seconds = time.monotonic() - start
+    progress.tick(result.bytes, final=True)
+    result.write_errors = dict(errors)
+    client.send_message(peer, ENDPOINT, encode("end", cookie, **result.as_dict()))
+    result.peer = _wait_for(client, reply, cookie, ("results",), STALL)
+    conn.close()
+    local.close()
+    return result
+
+
+def plane_bytes(client: Client, key: str) -> int:
+    """The daemon's `key` counter summed over its planes."""
+    planes = client.status().get("planes")
+    return sum(int(p.get(key) or 0) for p in planes if isinstance(p, dict)) if isinstance(
+        planes, list) else 0
+
+
+def _landed(end: dict[str, Any]) -> int:
+    """Messages of an `end` report that completed without an error (so have an immediate)."""
+    errors = end.get("write_errors")
+    failed = sum(v for v in errors.values() if type(v) is int) if isinstance(errors, dict) else 0
+    return int(end.get("messages") or 0) - failed
+
+
+def _check_request(obj: dict[str, Any]) -> str:
+    """Why a request cannot be served, or ''."""
+    ms, total, dur = obj.get("msg_size"), obj.get("total_bytes"), obj.get("duration")
+    if type(ms) is not int or not 1 <= ms <= 256 << 20:
+        return f"message size {ms!r} outside 1..{256 << 20}"
+    if type(total) is not int or total < 0 or not isinstance(dur, int | float) or dur < 0:
+        return "bad byte count or duration"
+    if (total > 0) == (dur > 0):
+        return "exactly one of byte count and duration must be set"
+    if total and -(-total // ms) > MAX_MESSAGES:
+        return "too many messages"
+    if type(obj.get("seed")) is not int or not isinstance(obj.get("reply"), str):
+        return "missing seed or reply endpoint"
+    return ""
+
+
+def serve_one(client: Client, request: Message, progress: Progress) -> TestResult:
+    """Answer one request (already received on ENDPOINT) and receive its test."""
+    obj = decode(request)
+    result = TestResult("server")
+    if obj is None or obj.get("op") != "request" or not isinstance(obj.get("cookie"), str):
+        raise BenchFailed(f"ignored a message from {request.peer} that is not a bench request")
+    cookie, peer = obj["cookie"], request.peer
+    problem = _check_request(obj)
+    if problem:
+        client.send_message(peer, obj.get("reply", "") or ENDPOINT,
+                            encode("error", cookie, error=problem))
+        raise BenchFailed(f"refused a request from {peer}: {problem}")
+    msg_size, total, verify = obj["msg_size"], obj["total_bytes"], bool(obj.get("verify"))
+    reply = obj["reply"]
+    result.verify = verify
+    result.test_start = {"blksize": msg_size, "bytes": total, "duration": obj["duration"],
+                         "verify": verify, "seed": obj["seed"], "peer": peer}
+    slots = slots_for(msg_size)
+    region = client.register_region(slots * msg_size, "bench-data")
+    pattern = Pattern(obj["seed"], msg_size) if verify else None
+    try:
+        client.send_message(peer, reply, encode("ready", cookie, handle=region.handle.to_dict(),
+                                                slots=slots))
+        base = 0 if pattern is not None else plane_bytes(client, "bytes_received")
+        progress.start = start = last_move = time.monotonic()
+        credited = 0
+        end: dict[str, Any] | None = None
+        while True:
+            if pattern is not None:
+                for imm in client.wait_immediates(region, timeout=TICK):
+                    n = imm.imm
+                    length = message_length(n, msg_size, total)
+                    off = (n % slots) * msg_size
+                    if n != result.messages_verified + result.mismatches or not length or \
+                            not pattern.matches(region.buf[off:off + length], n):
+                        result.mismatches += 1
+                    else:
+                        result.messages_verified += 1
+                    result.bytes += length
+                    last_move = time.monotonic()
+                checked = result.messages_verified + result.mismatches
+                if checked - credited >= max(1, slots // 4):
+                    client.send_message(peer, reply, encode("credit", cookie, checked=checked))
+                    credited = checked
+            msg = client.recv_message(ENDPOINT, timeout=0 if pattern is not None else TICK)
+            got = decode(msg) if msg is not None else None
+            if got is not None and got.get("cookie") == cookie and got["op"] == "end":
+                end = got
+                last_move = time.monotonic()
+            elif got is not None and got["op"] == "request" and msg is not None:
+                client.send_message(msg.peer, str(got.get("reply", ENDPOINT)), encode(
+                    "error", str(got.get("cookie")), error="busy with another test"))
+            if end is not None and (pattern is None or result.messages_verified
+                                    + result.mismatches >= _landed(end)):
+                break
+            if time.monotonic() - last_move > STALL:
+                result.error = f"the client moved nothing for {STALL:g} s"
+                break
+            if pattern is not None:
+                progress.tick(result.bytes)
+            elif progress.due():
+                # Without immediates the receiver sees no messages: its daemon's planes do.
+                progress.tick(plane_bytes(client, "bytes_received") - base)
+        result.seconds = time.monotonic() - start
+        if end is not None:
+            result.peer = end
+            result.messages = int(end.get("messages", 0))
+            if pattern is None:
+                result.bytes = int(end.get("bytes", 0))
+            client.send_message(peer, reply, encode("results", cookie, **result.as_dict()))
+        progress.tick(result.bytes, final=True)
+    finally:
+        region.close()
+    return result
