@@ -2,7 +2,11 @@
 
 Pure functions over `SessionConfig` and the `CMH` codec: what a REQUEST, REPLY, REJECT or
 DISCONNECT holds, and which parameters two sides agree on. The handshake's state (retries,
-which planes a copy arrived on) lives in the session and the endpoint.
+which planes a copy arrived on) lives in the session and the endpoint; on a secured connection
+the key block's keys and the REPLY's sealing come from handshake.py and aead.py
+(docs/wire.md §7). A REQUEST and a REPLY carry the connection's security level and their key
+block; a REJECT and a DISCONNECT carry level 0 and no key block (a DISCONNECT is authenticated
+by its trailer instead).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..wire.bth import CM_LISTEN_QPN, Opcode
-from ..wire.cm import CMH, MAX_PRIVATE_DATA, RejectReason, SecurityLevel
+from ..wire.cm import CMH, MAX_PRIVATE_DATA, KeyBlock, RejectReason, SecurityLevel
 from ..wire.packet import CmPacket
 from .config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from .errors import LocalProtocolError
@@ -27,6 +31,10 @@ def check_private_data(data: bytes) -> bytes:
     return bytes(data)
 
 
+def security_level(config: SessionConfig) -> SecurityLevel:
+    return SecurityLevel[config.security.upper()]
+
+
 def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
     """The responder's view of a REQUEST: the agreed config, or why to refuse it.
 
@@ -35,7 +43,7 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
     """
     if cmh.version != CM_VERSION:
         return RejectReason.VERSION
-    if cmh.security != SecurityLevel.NONE:
+    if cmh.security != security_level(local):
         return RejectReason.SECURITY_POLICY
     mask = local.plane_mask & cmh.plane_mask
     if (
@@ -61,7 +69,7 @@ def adopt_reply(local: SessionConfig, cmh: CMH) -> SessionConfig | None:
     narrowing of what we asked for (a responder may only lower values)."""
     if (
         cmh.version != CM_VERSION
-        or cmh.security != SecurityLevel.NONE
+        or cmh.security != security_level(local)
         or not MIN_PAYLOAD_MTU <= cmh.payload_mtu <= local.payload_mtu
         or not 1 <= cmh.mpr <= local.mpr
         or not 1 <= cmh.ev_per_plane <= local.ev_per_plane
@@ -91,6 +99,7 @@ def _cmh(
     connection_id: int,
     private_data: bytes = b"",
     reject_reason: int = 0,
+    secured: bool = False,
 ) -> CMH:
     return CMH(
         local_qpn=local_qpn,
@@ -102,7 +111,7 @@ def _cmh(
         ev_per_plane=config.ev_per_plane,
         plane_mask=config.plane_mask,
         max_imm=config.max_imm,
-        security=SecurityLevel.NONE,
+        security=security_level(config) if secured else SecurityLevel.NONE,
         nonce=nonce,
         connection_id=connection_id,
         plane=plane,
@@ -121,7 +130,9 @@ def build_request(
     nonce: bytes,
     connection_id: int,
     private_data: bytes,
+    key_block: KeyBlock | None = None,
 ) -> bytes:
+    """A REQUEST copy for `plane`; `key_block` (ephemeral, static) iff the config is secured."""
     cmh = _cmh(
         config,
         plane=plane,
@@ -131,12 +142,13 @@ def build_request(
         nonce=nonce,
         connection_id=connection_id,
         private_data=private_data,
+        secured=key_block is not None,
     )
     return CmPacket(
         opcode=Opcode.CM_REQUEST,
         dest_qp=CM_LISTEN_QPN,
         cmh=cmh,
-        key_block=None,
+        key_block=key_block,
         private_data=private_data,
         p_key=config.p_key,
     ).encode()
@@ -151,7 +163,10 @@ def build_reply(
     nonce: bytes,
     connection_id: int,
     private_data: bytes,
+    key_block: KeyBlock | None = None,
 ) -> bytes:
+    """The REPLY, private data in clear and without trailer: a secured one (`key_block` given)
+    is then sealed with `PacketProtection.seal_reply`."""
     cmh = _cmh(
         config,
         plane=REPLY_PLANE,
@@ -161,12 +176,13 @@ def build_reply(
         nonce=nonce,
         connection_id=connection_id,
         private_data=private_data,
+        secured=key_block is not None,
     )
     return CmPacket(
         opcode=Opcode.CM_REPLY,
         dest_qp=remote_qpn,
         cmh=cmh,
-        key_block=None,
+        key_block=key_block,
         private_data=private_data,
         p_key=config.p_key,
     ).encode()

@@ -17,6 +17,8 @@ MAX_PAYLOAD_MTU = 8192
 MAX_FLOWCELL = 64
 #: Paths one plane may have between two hosts (`plane_paths`).
 MAX_PLANE_PATHS = 1 << 16
+#: `security` levels (docs/wire.md §7): none, auth (integrity), encrypt (payload encrypted too).
+SECURITY_LEVELS = ("none", "auth", "encrypt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,12 @@ class SessionConfig:
     initial_msn: int = 0
     #: A responder closes a connection whose requester never spoke after the REPLY.
     half_open_timeout: float = 30.0
+    #: Per-packet protection (docs/wire.md §7): "none", "auth" (AES-256-GCM tag over every
+    #: packet) or "encrypt" (payloads encrypted too). Must match on both sides.
+    security: str = "none"
+    #: log2 of the packets one AES-GCM key protects before the next epoch's key takes over
+    #: (aead.py): 23 = QUIC's AES-GCM limit. Not negotiated: both sides must agree (as p_key).
+    rekey_shift: int = 23
 
     def validate(self) -> SessionConfig:
         """Return self, or raise LocalProtocolError naming the first bad field."""
@@ -143,12 +151,27 @@ class SessionConfig:
             raise LocalProtocolError("initial_psn must be a 24-bit value")
         if not 0 <= self.initial_msn < 1 << 16:
             raise LocalProtocolError("initial_msn must be a 16-bit value")
+        if self.security not in SECURITY_LEVELS:
+            raise LocalProtocolError(
+                f"security must be one of {', '.join(SECURITY_LEVELS)}, got {self.security!r}"
+            )
+        if not 8 <= self.rekey_shift <= 48:
+            raise LocalProtocolError(f"rekey_shift must be 8..48, got {self.rekey_shift}")
         return self
 
     @property
     def window(self) -> int:
         """PSNs the receiver accepts beyond cack_psn (MPR × 128)."""
         return self.mpr * 128
+
+    @property
+    def secured(self) -> bool:
+        return self.security != "none"
+
+    @property
+    def replay_width(self) -> int:
+        """Transmit counters the anti-replay window spans: 4 × MPR × 128 (docs/wire.md §7)."""
+        return 4 * self.window
 
     @property
     def backups_per_plane(self) -> int:

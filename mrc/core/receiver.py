@@ -117,7 +117,7 @@ class Receiver:
 
     # -- data -------------------------------------------------------------------------------
 
-    def _expected_length(self, pkt: DataPacket) -> int | None:
+    def expected_length(self, pkt: DataPacket) -> int | None:
         """WIRE.md §3: a packet's payload length follows from its opcode; None = inconsistent."""
         mtu = self.config.payload_mtu
         dma = pkt.dma_length
@@ -135,28 +135,21 @@ class Receiver:
         payload = pkt.payload
         n = len(payload)
         full = op in _FULL
-        expected = self._expected_length(pkt)
+        expected = self.expected_length(pkt)
         if expected is None:
             self.stats.drops_by_reason["bad_dma_length"] += 1
             return
         if n > expected:
             self.stats.drops_by_reason["bad_length"] += 1
             return
+        if n < expected:
+            self.on_trimmed(pkt, plane, tos)
+            return
         psn = pkt.psn
         d = (psn - self.cack) & PSN_MASK
         in_window = d < self.window
         slot = psn & self._rmask
         fresh = in_window and self._ring[slot] == _ZERO
-        if n < expected:
-            # Trimmed (WIRE.md §5): a hint, never written; answered only while still useful.
-            if not fresh:
-                self.stats.drops_by_reason["trimmed_stale"] += 1
-                return
-            self.stats.trimmed_received += 1
-            lasthop = tos >> 2 == DSCP_TRIMMED_LASTHOP
-            reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
-            self._nack(reason, pkt, plane)
-            return
         if not fresh:
             drops = self.stats.drops_by_reason
             if in_window or d >= HALF:
@@ -202,6 +195,19 @@ class Receiver:
             trig = _Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=ce)
             self._immediate.append(trig)
         self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
+
+    def on_trimmed(self, pkt: DataPacket, plane: int, tos: int) -> None:
+        """A trimmed packet (WIRE.md §5): a hint, never written. Answered with a NACK only
+        while its PSN is in the window and not yet received; on a secured connection it is
+        the one packet that skips authentication, so it must never do more than that."""
+        psn = pkt.psn
+        if (psn - self.cack) & PSN_MASK >= self.window or self._ring[psn & self._rmask] != _ZERO:
+            self.stats.drops_by_reason["trimmed_stale"] += 1
+            return
+        self.stats.trimmed_received += 1
+        lasthop = tos >> 2 == DSCP_TRIMMED_LASTHOP
+        reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
+        self._nack(reason, pkt, plane)
 
     def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
         """Place the common data packet straight from its bytes, without a `DataPacket`:

@@ -188,7 +188,7 @@ class Sender:
             cell: list[CellPacket] = []
             if flowcell > 1:
                 size = packet_size(pending[0], pending[0].sent, mtu)
-                limit = min(flowcell_limit(flowcell, size), room)
+                limit = min(flowcell_limit(flowcell, size + self.framer.overhead), room)
             else:
                 size, limit = 0, 1  # an EV per packet: sizes do not matter
             while True:

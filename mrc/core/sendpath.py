@@ -8,6 +8,10 @@ the precompiled layouts of `mrc.wire.packet` (every packet carries the flowcell'
 EVXH), slices its payload from the message's source, joins the lot once per `Transmit`, and
 counts it in the plane's stats.
 
+On a secured connection (`protection` set) each packet is framed into one buffer per
+`Transmit` and sealed in place as it is written (aead.py: every segment gets its own counter and
+trailer, so `segment_size` includes the trailer and GSO still cuts the batch into whole packets).
+
 What it leaves to the sender (sender.py): which packets go, on which EV, whether the window
 allows each of them, and their send records.
 """
@@ -18,6 +22,7 @@ from collections.abc import Sequence
 
 from ..wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT, Opcode
 from ..wire.packet import DATA_HEADER, DATA_HEADER_IMM
+from .aead import TRAILER, PacketProtection
 from .config import SessionConfig
 from .paths import ev_plane
 from .records import OutMessage, tx_timestamp
@@ -66,6 +71,13 @@ class Framer:
         self.p_key = config.p_key
         self.stats = stats
         self.peer_addrs = peer_addrs
+        #: Set once a secured connection has its keys: packets are sealed as they are framed.
+        self.protection: PacketProtection | None = None
+
+    @property
+    def overhead(self) -> int:
+        """Bytes every packet carries beyond `packet_size`: the trailer when secured."""
+        return 0 if self.protection is None else TRAILER
 
     def frame(
         self,
@@ -83,6 +95,8 @@ class Framer:
         one shorter, at most `flowcell_limit` packets. With more than one packet the transmit's
         `segment_size` is the first packet's size.
         """
+        if self.protection is not None:
+            return self._frame_sealed(cell, ev, now, dest_qp=dest_qp, rqmsn=rqmsn, rtx=rtx)
         mtu = self.mtu
         p_key = self.p_key
         w4 = EVX_BIT | dest_qp
@@ -132,4 +146,72 @@ class Framer:
         segment_size = len(parts[0]) + len(parts[1]) if len(cell) > 1 else None
         return Transmit(
             plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev, segment_size=segment_size
+        )
+
+    def _frame_sealed(
+        self,
+        cell: Sequence[CellPacket],
+        ev: int,
+        now: float,
+        *,
+        dest_qp: int,
+        rqmsn: int,
+        rtx: bool,
+    ) -> Transmit:
+        """`frame` for a secured connection: headers, payload and trailer of every packet
+        written into one buffer, each packet sealed where it lies (docs/wire.md §7)."""
+        protection = self.protection
+        assert protection is not None
+        mtu = self.mtu
+        p_key = self.p_key
+        w4 = EVX_BIT | dest_qp
+        flags = TS_BIT | RTX_BIT if rtx else TS_BIT
+        ts = tx_timestamp(now)
+        sizes = [packet_size(msg, index, mtu) + TRAILER for msg, index, _ in cell]
+        buf = bytearray(sum(sizes))
+        mv = memoryview(buf)
+        seal = protection.seal_into
+        start = 0
+        for (msg, index, psn), size in zip(cell, sizes, strict=True):
+            src = msg.src
+            dma = len(src)
+            off = index * mtu
+            va = msg.remote_va + off
+            if index == msg.npkts - 1:
+                w8 = flags | A_BIT | psn
+                if msg.imm is None:
+                    op = _LAST if index else _ONLY
+                    header = HEADER
+                    DATA_HEADER.pack_into(
+                        buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey, dma
+                    )
+                else:
+                    op = _LAST_IMM if index else _ONLY_IMM
+                    header = HEADER_IMM
+                    DATA_HEADER_IMM.pack_into(
+                        buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey,
+                        dma, msg.imm,
+                    )
+                payload = src[off:]
+            else:
+                op = _MIDDLE if index else _FIRST
+                header = HEADER
+                DATA_HEADER.pack_into(
+                    buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msg.msn, ts, va,
+                    msg.rkey, dma,
+                )
+                payload = src[off : off + mtu]
+            end = start + size - TRAILER
+            seal(mv, start, header, end, payload)
+            start += size
+        plane = ev_plane(ev)
+        ps = self.stats.plane(plane)
+        ps.packets_sent += len(cell)
+        ps.bytes_sent += len(buf)
+        return Transmit(
+            plane=plane,
+            addr=self.peer_addrs[plane],
+            data=bytes(buf),
+            ev=ev,
+            segment_size=sizes[0] if len(cell) > 1 else None,
         )

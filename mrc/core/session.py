@@ -16,6 +16,12 @@ a spray policy, and the CM handshake helpers in `cm.py`. This module holds the h
 routes decoded packets to their handler (`_handle_<kind>`), hands plane suspicion, probing and
 DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. Time always arrives as `now`
 (monotonic seconds).
+
+Security (docs/wire.md §7). With `config.security` "auth" or "encrypt" a session needs an
+`Identity` (handshake.py): `Endpoint.connect(..., peer_key=...)` and `Endpoint.listen` pass it
+in. Every received datagram then goes through `SecureChannel.open` (secure.py) before anything
+else looks at it, data packets are sealed as they are framed and control packets when output
+is pulled. `peer_static_key` is the peer's authenticated static public key once established.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from ..wire.packet import (
 )
 from ..wire.probe import EETH, ERTH, EndpointOp
 from . import cm
+from .aead import PacketProtection
 from .balance import make_balance
 from .cc import make_cc
 from .config import SessionConfig
@@ -52,10 +59,12 @@ from .events import (
     ConnectionEstablished,
     Event,
 )
+from .handshake import HEAD, Identity, Requester
 from .memory import Region, RegionTable
 from .paths import PathTable, PlaneState
 from .planes import PlaneMonitor
 from .receiver import Receiver
+from .secure import SecureChannel, check_reply, reply_for
 from .sender import Sender
 from .spray import make_spray
 from .stats import SessionStats
@@ -112,6 +121,14 @@ class Session:
         self._cm_interval = config.cm_retry
         self._reply = b""
         self._data_seen = False
+        #: Secured connections: the requester's handshake half until the REPLY verifies, the
+        #: REQUEST head the transcript hashes, then the gate (secure.py).
+        self._requester: Requester | None = None
+        self._request_head = b""
+        self._protection: PacketProtection | None = None
+        self.channel: SecureChannel | None = None
+        #: The peer's static X25519 public key, authenticated by the handshake (secured only).
+        self.peer_static_key: bytes | None = None
         self.paths = PathTable(config, rng, self._events)
         self.spray = make_spray(config.spray, self.paths, rng)
         self.balance = make_balance(config.plane_balance, self.paths)
@@ -142,14 +159,22 @@ class Session:
         regions: RegionTable,
         rng: random.Random,
         now: float,
+        identity: Identity | None = None,
+        peer_key: bytes | None = None,
     ) -> Session:
         """A requester: sends a REQUEST on every plane of `config.plane_mask` it has an address
-        for, and repeats them on a backoff until a REPLY or REJECT arrives (WIRE.md §6)."""
+        for, and repeats them on a backoff until a REPLY or REJECT arrives (WIRE.md §6).
+        A secured one needs `identity`; `peer_key` is the responder static key it accepts
+        (None: any key the identity's allowlist holds)."""
         config = config.validate()
         missing = [p for p in config.planes if p not in peer_addrs]
         if missing:
             raise LocalProtocolError(f"no peer address for plane(s) {missing}")
+        if config.secured and identity is None:
+            raise LocalProtocolError(f"security {config.security!r} needs an identity (a key)")
         s = cls(config, qpn=qpn, regions=regions, rng=rng, peer_addrs=dict(peer_addrs), now=now)
+        if config.secured and identity is not None:
+            s._requester = Requester(identity, peer_key)
         s._private_data = cm.check_private_data(private_data)
         s.nonce = rng.randbytes(16)
         s.connection_id = rng.getrandbits(64)
@@ -169,22 +194,30 @@ class Session:
         regions: RegionTable,
         rng: random.Random,
         now: float,
+        identity: Identity | None = None,
+        request_raw: bytes | memoryview = b"",
     ) -> Session:
-        """A responder for a REQUEST, with `config` already negotiated (`cm.negotiate`)."""
+        """A responder for a REQUEST, with `config` already negotiated (`cm.negotiate`). A
+        secured one does its half of the key agreement with `identity` over the REQUEST's
+        bytes `request_raw` (LocalProtocolError if the REQUEST's keys are degenerate)."""
         s = cls(config, qpn=qpn, regions=regions, rng=rng, peer_addrs={plane: addr}, now=now)
         req = request.cmh
         s.peer_qpn = req.local_qpn
         s.nonce = req.nonce
         s.connection_id = req.connection_id
-        s._reply = cm.build_reply(
+        s._reply, s._protection = reply_for(
             s.config,
-            local_qpn=qpn,
-            remote_qpn=req.local_qpn,
+            request,
+            request_raw,
+            identity,
+            qpn=qpn,
             initial_psn=s.initial_psn,
-            nonce=rng.randbytes(16),
-            connection_id=req.connection_id,
             private_data=cm.check_private_data(reply_private_data),
+            rng=rng,
+            drops=s.stats.drops_by_reason,
         )
+        if request.key_block is not None:
+            s.peer_static_key = request.key_block.static
         s._establish(peer_initial_psn=req.initial_psn, now=now)
         s.half_open = True
         s.timers.set(Timer.HALF_OPEN, now + config.half_open_timeout)
@@ -253,6 +286,10 @@ class Session:
         )
         self.planes.peer_qpn = self.peer_qpn
         self.timers.cancel(Timer.CM_RETRY)
+        if self._protection is not None:
+            self.sender.framer.protection = self._protection
+            drops = self.stats.drops_by_reason
+            self.channel = SecureChannel(self._protection, self.config, self.receiver, drops)
 
     # -- user calls ---------------------------------------------------------------------------
 
@@ -346,9 +383,22 @@ class Session:
         receiver = self.receiver
         fast = receiver.on_data_bytes if receiver is not None and not self.half_open else None
         heard = False  # an acknowledgement: the peer still uses this plane toward us
+        secured = self.config.secured
         for data, tos in datagrams:
             ps.packets_received += 1
             ps.bytes_received += len(data)
+            if secured:
+                # Nothing below sees a packet that did not authenticate (secure.py).
+                channel = self.channel
+                if channel is None:
+                    self._before_keys(data, plane, now)
+                    if self.is_closed:
+                        return
+                    continue
+                opened = channel.open(data, plane, tos)
+                if opened is None:
+                    continue
+                data = opened
             if fast is not None and fast(data, plane, tos, now):
                 self._data_seen = True
                 continue
@@ -427,6 +477,8 @@ class Session:
                 # An EV was retired: its probes need the timer (DESIGN.md §4).
                 self.paths.evs.probes_changed = False
                 self.planes.arm_ev_timer()
+        if self.channel is not None:
+            self.channel.seal_control(out)
         return out
 
     def get_timer(self) -> float | None:
@@ -518,24 +570,46 @@ class Session:
 
     # -- CM ---------------------------------------------------------------------------------
 
+    def _before_keys(self, data: bytes | memoryview, plane: int, now: float) -> None:
+        """A secured requester before its REPLY verified: only a REPLY or a REJECT counts."""
+        drops = self.stats.drops_by_reason
+        op = data[0] if len(data) else -1
+        pkt: Packet | None = None
+        if op == Opcode.CM_REPLY and self._requester is not None:
+            args = (self._request_head, self._private_data, self.nonce, drops)
+            done = check_reply(self._requester, self.config, data, *args)
+            if done is not None:
+                pkt, self._protection, self.peer_static_key = done
+        elif op == Opcode.CM_REJECT:
+            try:
+                pkt = decode_packet(data)
+            except DecodeError as exc:
+                drops[f"decode_{exc.field}"] += 1
+        else:
+            drops["not_connected"] += 1
+        if isinstance(pkt, CmPacket):
+            self._handle_cm(pkt, plane, 0, now)
+
     def _send_requests(self, now: float) -> None:
         if self._cm_attempts >= self.config.cm_attempts:
-            self._close("no answer")
+            wrong_key = self.stats.drops_by_reason["unknown_peer"] > 0
+            self._close("no answer" + " (the responder's key is not one we accept)" * wrong_key)
             return
         self._cm_attempts += 1
+        key_block = self._requester.key_block if self._requester is not None else None
         for plane in self.config.planes:
-            self._cm_send(
-                plane,
-                cm.build_request(
-                    self.config,
-                    plane=plane,
-                    local_qpn=self.qpn,
-                    initial_psn=self.initial_psn,
-                    nonce=self.nonce,
-                    connection_id=self.connection_id,
-                    private_data=self._private_data,
-                ),
+            request = cm.build_request(
+                self.config,
+                plane=plane,
+                local_qpn=self.qpn,
+                initial_psn=self.initial_psn,
+                nonce=self.nonce,
+                connection_id=self.connection_id,
+                private_data=self._private_data,
+                key_block=key_block,
             )
+            self._request_head = request[:HEAD]
+            self._cm_send(plane, request)
         self.timers.set(Timer.CM_RETRY, now + self._cm_interval)
         self._cm_interval = min(self._cm_interval * 2, 2.0)
 

@@ -1,0 +1,262 @@
+"""Per-packet protection of a secured connection (docs/wire.md §7): keys, sealing, opening.
+
+`PacketProtection` holds one connection's two directions after the handshake: what we send is
+sealed under our direction's keys with our transmit counter, what we receive is opened under
+the peer's direction's keys and checked against the anti-replay window (replay.py).
+
+Trailer and nonce. Every packet after the REQUEST (not a REJECT) ends with `tx_counter 64 |
+tag 128` (`mrc.wire.trailer`). The AES-256-GCM nonce is `direction 32 | tx_counter 64`
+(direction 0 = requester → responder, 1 = the reverse), and each direction's counter goes up
+by one per transmitted packet, retransmissions and GSO segments included, so no (key, nonce)
+pair is ever used twice. Counter 0 of the responder's direction is its REPLY.
+
+Levels. `auth`: the whole packet before the trailer is associated data, the plaintext is empty
+(the tag alone). `encrypt`: a data packet's payload is ciphertext and its headers associated
+data; a control packet has no payload and is sealed as in `auth`. A secured REPLY's private data
+is encrypted at both levels (it carries R_Keys).
+
+Rekeying without signals. The handshake yields one 32-byte traffic secret per direction. The
+key of counter c is the key of its epoch e = c >> `rekey_shift`:
+    key(e) = HKDF-Expand-SHA256(secret, "mrc epoch" ‖ e as 8 bytes big-endian, 32).
+With the default shift of 23 a key protects at most 2^23 packets, QUIC's confidentiality limit
+for AES-GCM (RFC 9001 §6.6); `SessionConfig.rekey_shift` lowers it for tests. The sender moves
+to the next key when its counter crosses an epoch boundary; the receiver reads the epoch off
+each counter and keeps a context for every epoch the replay window still reaches, deriving an
+epoch's key the first time a counter of it arrives (it keeps keys at most one epoch ahead of
+the newest verified counter, so forged counters cannot fill its table). Nothing stops or waits
+at a boundary. Both
+sides must use the same shift: it is not negotiated (like `p_key`).
+
+Hot path. Nonces, counters and tags are written with `pack_into` into buffers allocated once,
+and `AESGCM.encrypt_into` / `decrypt_into` write straight into the packet being framed or into
+this object's plaintext buffer, so sealing and opening allocate no packet-sized buffer.
+
+What it leaves to others: the handshake and the traffic secrets (handshake.py), deciding which
+bytes of a datagram are headers and which packets are trimmed (secure.py), framing (sendpath.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+from ..wire.trailer import TAG_SIZE, Trailer
+from .replay import ReplayWindow
+
+#: Bytes the trailer adds to every secured packet.
+TRAILER = Trailer.SIZE
+#: The key of each epoch is HKDF-Expand(secret, EPOCH_LABEL ‖ epoch).
+EPOCH_LABEL = b"mrc epoch"
+#: Default log2 of packets per key: 2^23, QUIC's AES-GCM confidentiality limit.
+DEFAULT_REKEY_SHIFT = 23
+KEY_SIZE = 32
+
+_NONCE = struct.Struct(">IQ")
+_COUNTER = struct.Struct(">Q")
+_EPOCH = struct.Struct(">Q")
+
+
+def epoch_key(secret: bytes, epoch: int) -> bytes:
+    """The AES-256-GCM key of `epoch` under one direction's traffic secret."""
+    info = EPOCH_LABEL + _EPOCH.pack(epoch)
+    return HKDFExpand(hashes.SHA256(), KEY_SIZE, info).derive(secret)
+
+
+class PacketProtection:
+    """Both directions of one secured connection.
+
+    `direction` is ours (0 requester, 1 responder); `tx_secret` and `rx_secret` are the traffic
+    secrets of our direction and the peer's. `max_payload` bounds the payload of a packet this
+    side opens with decryption (the connection's payload_mtu, or the private-data limit).
+    `drops` is the session's drop counter: opening counts `auth`, `replay` (a counter already
+    seen), `replay_window` (below the window) and `bad_length` there.
+    """
+
+    def __init__(
+        self,
+        *,
+        direction: int,
+        tx_secret: bytes,
+        rx_secret: bytes,
+        encrypt: bool,
+        rekey_shift: int,
+        replay_width: int,
+        max_payload: int,
+        drops: Counter[str],
+    ) -> None:
+        self.direction = direction
+        self.encrypt = encrypt
+        self.shift = rekey_shift
+        self.drops = drops
+        self._tx_secret = tx_secret
+        self._rx_secret = rx_secret
+        #: The next counter we send with.
+        self.tx_counter = 0
+        self._tx_epoch = 0
+        self._tx_ctx = AESGCM(epoch_key(tx_secret, 0))
+        self._tx_nonce = bytearray(_NONCE.size)
+        self._rx_direction = direction ^ 1
+        self._rx_ctxs: dict[int, AESGCM] = {0: AESGCM(epoch_key(rx_secret, 0))}
+        self._rx_nonce = bytearray(_NONCE.size)
+        self.replay = ReplayWindow(replay_width)
+        self.max_payload = max_payload
+        # Opening an encrypted payload: ciphertext ‖ tag are gathered in `_gather` (the wire
+        # has the counter between them) and decrypted into `_plain` behind a copy of the
+        # headers, so the receive path can treat the result as a plain packet.
+        self._gather = memoryview(bytearray(max_payload + TAG_SIZE))
+        self._plain = memoryview(bytearray(max_payload + 64))
+        self._empty = bytearray(0)
+        #: Keys derived so far (both directions), for tests and metrics.
+        self.rekeys = 0
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _next(self) -> tuple[AESGCM, bytearray, int]:
+        """The context, nonce and counter of the next transmission (the counter is consumed)."""
+        counter = self.tx_counter
+        self.tx_counter = counter + 1
+        if counter >> self.shift != self._tx_epoch:
+            self._tx_epoch = counter >> self.shift
+            self._tx_ctx = AESGCM(epoch_key(self._tx_secret, self._tx_epoch))
+            self.rekeys += 1
+        _NONCE.pack_into(self._tx_nonce, 0, self.direction, counter)
+        return self._tx_ctx, self._tx_nonce, counter
+
+    def seal(self, packet: bytes) -> bytes:
+        """A control packet with its trailer: the whole packet is associated data."""
+        ctx, nonce, counter = self._next()
+        n = len(packet)
+        buf = bytearray(n + TRAILER)
+        mv = memoryview(buf)
+        mv[:n] = packet
+        ctx.encrypt_into(nonce, b"", mv[:n], mv[n + 8 :])
+        _COUNTER.pack_into(buf, n, counter)
+        return bytes(buf)
+
+    def seal_into(
+        self, mv: memoryview, start: int, header: int, end: int, payload: memoryview
+    ) -> None:
+        """Seal the data packet framed at `mv[start:end]` whose headers take `header` bytes
+        and are already written there: writes `payload` (as ciphertext in `encrypt` mode)
+        after them and the trailer at `mv[end:end + TRAILER]`."""
+        ctx, nonce, counter = self._next()
+        body = start + header
+        if self.encrypt:
+            # encrypt_into writes ciphertext ‖ tag; the tag then moves past the counter.
+            ctx.encrypt_into(nonce, payload, mv[start:body], mv[body : end + TAG_SIZE])
+            mv[end + 8 : end + TRAILER] = mv[end : end + TAG_SIZE]
+        else:
+            mv[body:end] = payload
+            ctx.encrypt_into(nonce, b"", mv[start:end], mv[end + 8 : end + TRAILER])
+        _COUNTER.pack_into(mv, end, counter)
+
+    def seal_reply(self, reply: bytes, private_len: int) -> bytes:
+        """The REPLY with its private data (the last `private_len` bytes) encrypted and its
+        trailer, under counter 0 (docs/wire.md §7: resent byte-identical)."""
+        if self.tx_counter != 0:
+            raise ValueError("the REPLY must be the first packet sealed")
+        ctx, nonce, counter = self._next()
+        n = len(reply)
+        head = n - private_len
+        buf = bytearray(n + TRAILER)
+        mv = memoryview(buf)
+        mv[:head] = reply[:head]
+        ctx.encrypt_into(nonce, reply[head:], mv[:head], mv[head : n + TAG_SIZE])
+        mv[n + 8 :] = mv[n : n + TAG_SIZE]
+        _COUNTER.pack_into(buf, n, counter)
+        return bytes(buf)
+
+    # -- receiving --------------------------------------------------------------------------
+
+    def _rx_ctx(self, counter: int) -> AESGCM:
+        epoch = counter >> self.shift
+        ctx = self._rx_ctxs.get(epoch)
+        if ctx is not None:
+            return ctx
+        ctx = AESGCM(epoch_key(self._rx_secret, epoch))
+        # Kept only up to one epoch ahead of what verified: forged counters from far ahead
+        # cost a derivation each (as much as two tag checks) but cannot fill the table; a
+        # genuine jump (a long burst lost) is kept once its tag verifies (`open`).
+        if epoch <= (max(self.replay.top, 0) >> self.shift) + 1:
+            self._rx_ctxs[epoch] = ctx
+            self.rekeys += 1
+        return ctx
+
+    def _forget_old_epochs(self) -> None:
+        """Drop the contexts of epochs the replay window no longer reaches."""
+        oldest = (self.replay.top - self.replay.width + 1) >> self.shift
+        for epoch in [e for e in self._rx_ctxs if e < oldest]:
+            del self._rx_ctxs[epoch]
+
+    def open(self, data: bytes | memoryview, header: int) -> memoryview | None:
+        """The packet without its trailer if its tag verifies and its counter is new, else
+        None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
+        data packet's encrypted payload, and the result is a view of this object's plaintext
+        buffer, valid until the next `open`; otherwise it is a view of `data`."""
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+        end = len(mv) - TRAILER
+        if end < 0:
+            self.drops["auth"] += 1
+            return None
+        counter = _COUNTER.unpack_from(mv, end)[0]
+        replay = self.replay
+        if not replay.fresh(counter):
+            self.drops["replay_window" if replay.stale(counter) else "replay"] += 1
+            return None
+        ctx = self._rx_ctx(counter)
+        nonce = self._rx_nonce
+        _NONCE.pack_into(nonce, 0, self._rx_direction, counter)
+        size = end - header
+        try:
+            if self.encrypt and header:
+                if size > self.max_payload:
+                    self.drops["bad_length"] += 1
+                    return None
+                gather = self._gather
+                gather[:size] = mv[header:end]
+                gather[size : size + TAG_SIZE] = mv[end + 8 :]
+                plain = self._plain
+                ctx.decrypt_into(nonce, gather[: size + TAG_SIZE], mv[:header], plain[header:end])
+                plain[:header] = mv[:header]
+                out = plain[:end]
+            else:
+                ctx.decrypt_into(nonce, mv[end + 8 :], mv[:end], self._empty)
+                out = mv[:end]
+        except InvalidTag:
+            self.drops["auth"] += 1
+            return None
+        old_epoch = replay.top >> self.shift
+        replay.accept(counter)
+        epoch = replay.top >> self.shift
+        if epoch != old_epoch:
+            if epoch not in self._rx_ctxs:
+                self._rx_ctxs[epoch] = ctx
+                self.rekeys += 1
+            self._forget_old_epochs()
+        return out
+
+    def open_reply(self, data: bytes | memoryview, private_len: int) -> bytes | None:
+        """The REPLY's private data in clear if its tag verifies under counter 0, else None
+        (counted as `auth`)."""
+        mv = data if isinstance(data, memoryview) else memoryview(data)
+        end = len(mv) - TRAILER
+        head = end - private_len
+        if head < 0 or _COUNTER.unpack_from(mv, end)[0] != 0:
+            self.drops["auth"] += 1
+            return None
+        nonce = self._rx_nonce
+        _NONCE.pack_into(nonce, 0, self._rx_direction, 0)
+        sealed = bytes(mv[head:end]) + bytes(mv[end + 8 :])
+        plain = bytearray(private_len)
+        try:
+            self._rx_ctxs[0].decrypt_into(nonce, sealed, mv[:head], plain)
+        except InvalidTag:
+            self.drops["auth"] += 1
+            return None
+        self.replay.accept(0)
+        return bytes(plain)

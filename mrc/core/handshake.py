@@ -1,0 +1,222 @@
+"""The secured CM handshake (docs/wire.md §6–§7): identities, key agreement, traffic secrets.
+
+A host's `Identity` is its static X25519 key pair, the peers it accepts (WireGuard style: a set
+of static public keys; None accepts any key, for per-run keys that protect against tampering
+but not impersonation), an optional pre-shared key, and the entropy source for ephemeral keys.
+
+With requester static s_i and ephemeral e_i, responder static s_r and ephemeral e_r:
+    IKM  = DH(e_i, e_r) ‖ DH(s_i, e_r) ‖ DH(e_i, s_r) [‖ PSK]
+    salt = REQUEST nonce ‖ REPLY nonce
+    info = SHA-256(REQUEST head ‖ REPLY head ‖ REQUEST private data), a head being the bytes
+           from BTH through the key block with the CMH `plane` byte set to 0
+and HKDF-SHA256 expands them into two 32-byte traffic secrets: direction 0 (requester →
+responder), then direction 1. Only holders of the two listed static keys can compute the DH
+values, and the transcript binds the negotiated parameters and the request's private data.
+Per-epoch AES-GCM keys come from these secrets (aead.py).
+
+`Requester` is the requester's half (its ephemeral key, and the REPLY check), `Responder` the
+responder's (its ephemeral key and IKM, computed before the REPLY exists). `TokenBucket` caps
+the X25519 work a flood of REQUESTs can cause. What it leaves to others: building and parsing
+CM packets (cm.py, wire/cm.py), the allowlist check's REJECT and the half-open cap (endpoint.py),
+and sealing with the secrets (aead.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable, Iterable
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ..wire.cm import CMH, KEY_SIZE, KeyBlock
+from .errors import LocalProtocolError
+
+#: BTH + CMH + key block: the part of a CM packet the transcript hashes.
+HEAD = 12 + CMH.SIZE + KeyBlock.SIZE
+#: Offset of the CMH `plane` byte in a CM packet (zeroed in the transcript).
+PLANE_BYTE = 12 + 1
+PSK_SIZE = 32
+SECRET_SIZE = 32
+
+Entropy = Callable[[int], bytes]
+
+
+def public_key(private_key: bytes) -> bytes:
+    """The X25519 public key of a 32-byte private key."""
+    return _raw_public(X25519PrivateKey.from_private_bytes(private_key))
+
+
+def _raw_public(key: X25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+class Identity:
+    """A host's static key pair, the peers it accepts, its optional PSK, its entropy.
+
+    `allowed_peers=None` accepts any peer key (nothing then stops an impersonator);
+    `entropy` must be a cryptographically secure source (the default is the OS's, through
+    `secrets`); tests pass a seeded one for reproducible packets.
+    """
+
+    def __init__(
+        self,
+        private_key: bytes,
+        allowed_peers: Iterable[bytes] | None = None,
+        psk: bytes | None = None,
+        entropy: Entropy = secrets.token_bytes,
+    ) -> None:
+        if len(private_key) != KEY_SIZE:
+            raise LocalProtocolError(
+                f"an X25519 private key is {KEY_SIZE} bytes, got {len(private_key)}"
+            )
+        if psk is not None and len(psk) != PSK_SIZE:
+            raise LocalProtocolError(f"a pre-shared key is {PSK_SIZE} bytes, got {len(psk)}")
+        self.key = X25519PrivateKey.from_private_bytes(bytes(private_key))
+        self.public_key = _raw_public(self.key)
+        self.allowed_peers = None if allowed_peers is None else frozenset(map(bytes, allowed_peers))
+        if self.allowed_peers is not None and any(len(k) != KEY_SIZE for k in self.allowed_peers):
+            raise LocalProtocolError(f"every allowed peer key must be {KEY_SIZE} bytes")
+        self.psk = psk
+        self.entropy = entropy
+
+    @classmethod
+    def generate(
+        cls,
+        allowed_peers: Iterable[bytes] | None = None,
+        psk: bytes | None = None,
+        entropy: Entropy = secrets.token_bytes,
+    ) -> Identity:
+        """A fresh identity (per-run keys)."""
+        return cls(entropy(KEY_SIZE), allowed_peers, psk, entropy)
+
+    def allows(self, peer_static: bytes) -> bool:
+        return self.allowed_peers is None or peer_static in self.allowed_peers
+
+    def ephemeral(self) -> X25519PrivateKey:
+        return X25519PrivateKey.from_private_bytes(self.entropy(KEY_SIZE))
+
+
+def transcript(request_head: bytes, reply_head: bytes, request_private: bytes) -> bytes:
+    """SHA-256 of both heads (CMH `plane` byte zeroed) and the REQUEST's private data."""
+    h = hashlib.sha256()
+    for head in (request_head, reply_head):
+        b = bytearray(head[:HEAD])
+        b[PLANE_BYTE] = 0
+        h.update(b)
+    h.update(request_private)
+    return h.digest()
+
+
+def derive_secrets(ikm: bytes, salt: bytes, info: bytes) -> tuple[bytes, bytes]:
+    """The traffic secrets of direction 0 and direction 1."""
+    okm = HKDF(hashes.SHA256(), 2 * SECRET_SIZE, salt, info).derive(ikm)
+    return okm[:SECRET_SIZE], okm[SECRET_SIZE:]
+
+
+def _dh(private: X25519PrivateKey, public: bytes) -> bytes | None:
+    """X25519; None for a public key that gives the all-zero secret (a low-order point)."""
+    try:
+        return private.exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:
+        return None
+
+
+class Requester:
+    """The requester's side: its ephemeral key, and the check of a REPLY's keys.
+
+    `peer_key`, when given, is the one responder static key accepted; otherwise the identity's
+    allowlist decides (or any key, without one).
+    """
+
+    #: REPLYs that fail their check before a good one ends the attempt at most: each costs
+    #: three X25519 operations, so a flood of forged REPLYs is cut off.
+    MAX_REPLY_CHECKS = 16
+
+    def __init__(self, identity: Identity, peer_key: bytes | None = None) -> None:
+        self.identity = identity
+        self.peer_key = peer_key
+        self._ephemeral = identity.ephemeral()
+        self.key_block = KeyBlock(_raw_public(self._ephemeral), identity.public_key)
+        self.checks = 0
+
+    def accepts(self, responder_static: bytes) -> bool:
+        if self.peer_key is not None:
+            return responder_static == self.peer_key
+        return self.identity.allows(responder_static)
+
+    def secrets(
+        self,
+        request_head: bytes,
+        reply_head: bytes,
+        request_private: bytes,
+        reply_keys: KeyBlock,
+        salt: bytes,
+    ) -> tuple[bytes, bytes] | None:
+        """The two traffic secrets, or None if a DH value is degenerate."""
+        e_i = self._ephemeral
+        parts = (
+            _dh(e_i, reply_keys.ephemeral),
+            _dh(self.identity.key, reply_keys.ephemeral),
+            _dh(e_i, reply_keys.static),
+        )
+        if any(p is None for p in parts):
+            return None
+        ikm = b"".join(p for p in parts if p is not None) + (self.identity.psk or b"")
+        return derive_secrets(ikm, salt, transcript(request_head, reply_head, request_private))
+
+
+class Responder:
+    """The responder's side for one REQUEST: its ephemeral key and the IKM.
+
+    Build it with `Responder.start`, which returns None when a DH value is degenerate; the
+    REPLY head (with `key_block`) is then built, and `secrets` gives the traffic secrets.
+    """
+
+    def __init__(self, key_block: KeyBlock, ikm: bytes) -> None:
+        self.key_block = key_block
+        self._ikm = ikm
+
+    @classmethod
+    def start(cls, identity: Identity, request_keys: KeyBlock) -> Responder | None:
+        e_r = identity.ephemeral()
+        parts = (
+            _dh(e_r, request_keys.ephemeral),
+            _dh(e_r, request_keys.static),
+            _dh(identity.key, request_keys.ephemeral),
+        )
+        if any(p is None for p in parts):
+            return None
+        ikm = b"".join(p for p in parts if p is not None) + (identity.psk or b"")
+        return cls(KeyBlock(ephemeral=_raw_public(e_r), static=identity.public_key), ikm)
+
+    def secrets(
+        self, request_head: bytes, reply_head: bytes, request_private: bytes, salt: bytes
+    ) -> tuple[bytes, bytes]:
+        info = transcript(request_head, reply_head, request_private)
+        return derive_secrets(self._ikm, salt, info)
+
+
+class TokenBucket:
+    """At most `burst` handshakes at once and `rate` per second on average."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        if rate <= 0 or burst < 1:
+            raise LocalProtocolError("handshake rate must be positive and its burst at least 1")
+        self.rate = rate
+        self.burst = float(burst)
+        self._tokens = float(burst)
+        self._at: float | None = None
+
+    def take(self, now: float) -> bool:
+        if self._at is not None and now > self._at:
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        if self._at is None or now > self._at:
+            self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True

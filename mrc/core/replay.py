@@ -1,0 +1,65 @@
+"""The anti-replay window of one secured receive direction (docs/wire.md §7).
+
+`ReplayWindow` remembers which transmit counters of the peer's direction were accepted, in the
+style of RFC 6479: a ring of 64-bit bitmap blocks, so moving the window forward clears whole
+blocks instead of shifting a long bitmap. One window per connection and direction, shared by
+every plane: a packet that took a slow plane arrives after newer ones from a fast plane, so the
+window is at least 4 × MPR × 128 counters wide.
+
+It only answers and records. The caller asks `fresh(counter)` before it spends an AES-GCM
+verification and calls `accept(counter)` only after the tag verified, so a forged packet can
+neither move the window nor mark a counter as seen. Keys, tags and the drop counters belong to
+`aead.py` and the session.
+"""
+
+from __future__ import annotations
+
+#: Bits per bitmap block (RFC 6479's word).
+BLOCK_BITS = 64
+_BLOCK_SHIFT = 6
+_BIT_MASK = BLOCK_BITS - 1
+
+
+class ReplayWindow:
+    """Counters in (top - width, top] are remembered; older ones are refused."""
+
+    __slots__ = ("_blocks", "_mask", "top", "width")
+
+    def __init__(self, width: int) -> None:
+        if width < BLOCK_BITS:
+            raise ValueError(f"replay window must be at least {BLOCK_BITS} counters, got {width}")
+        # One block more than the width needs: the block holding `top` is only partly used,
+        # and the window must still reach `width` counters back (RFC 6479 §2).
+        blocks = 1 << (width // BLOCK_BITS).bit_length()
+        self._blocks = [0] * blocks
+        self._mask = blocks - 1
+        self.width = width
+        #: The highest counter accepted so far; -1 before the first.
+        self.top = -1
+
+    def fresh(self, counter: int) -> bool:
+        """True iff `counter` is new: above the window, or inside it and not yet seen."""
+        top = self.top
+        if counter > top:
+            return True
+        if top - counter >= self.width:
+            return False
+        return not self._blocks[(counter >> _BLOCK_SHIFT) & self._mask] >> (counter & _BIT_MASK) & 1
+
+    def stale(self, counter: int) -> bool:
+        """True iff `counter` lies below the window (too old to tell whether it was seen)."""
+        return self.top - counter >= self.width
+
+    def accept(self, counter: int) -> None:
+        """Record `counter` (whose tag verified); moves the window when it is the newest."""
+        blocks = self._blocks
+        mask = self._mask
+        index = counter >> _BLOCK_SHIFT
+        if counter > self.top:
+            current = self.top >> _BLOCK_SHIFT
+            # Blocks between the old top's and the new one's are from a past lap: clear them
+            # (all of them at most once, however far the counter jumped).
+            for i in range(current + 1, current + 1 + min(index - current, len(blocks))):
+                blocks[i & mask] = 0
+            self.top = counter
+        blocks[index & mask] |= 1 << (counter & _BIT_MASK)

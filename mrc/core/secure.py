@@ -1,0 +1,230 @@
+"""A secured session's gate: which bytes of a datagram are checked how, before anything acts.
+
+docs/architecture.md §6 orders a data packet's checks: decode → trimmed? → authenticate → PSN
+window → R_Key and bounds → copy → mark. `SecureChannel.open` is the part up to
+"authenticate", for every packet of an established secured connection:
+
+* a data packet whose payload (UDP length - headers - trailer) is shorter than its opcode
+  implies is trimmed (docs/wire.md §5): it cannot authenticate (its trailer was cut off), so it
+  skips the tag and the anti-replay window and goes to `Receiver.on_trimmed`, which can only
+  answer with a NACK, never write;
+* every other packet — data, SACK, NACK, ACKNOWLEDGE, PROBE, endpoint, DISCONNECT — must carry
+  a tag that verifies under a counter the anti-replay window has not seen (aead.py); only then
+  is it handed on, without its trailer, to the same receive path an unsecured session uses;
+* CM REQUEST and REJECT copies carry no trailer (docs/wire.md §7) and pass as they are: a
+  REQUEST copy only ever makes the responder resend its REPLY bytes, a REJECT only ends a
+  connection attempt that is still waiting.
+
+`seal_control` seals the control packets of one output pull (data packets are sealed as they
+are framed, sendpath.py). `reply_for` (the responder's REPLY, sealed when secured) and
+`check_reply` (the requester's check of a secured REPLY) are the two ends of the handshake as
+the session sees them; both give the connection's `PacketProtection`.
+
+What it leaves to others: the keys and the window (aead.py, replay.py), key agreement
+(handshake.py), the checks after authentication (receiver.py, sender.py, session.py).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections import Counter
+
+from ..wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
+from ..wire.errors import DecodeError
+from ..wire.packet import DATA_HEADER, CmPacket, DataPacket, decode_packet
+from . import cm
+from .aead import TRAILER, PacketProtection
+from .config import SessionConfig
+from .errors import LocalProtocolError
+from .handshake import HEAD, Identity, Requester, Responder
+from .receiver import Receiver
+from .transmit import Transmit
+
+_WORDS = struct.Struct(">4xII")
+_DATA = frozenset(op.value for op in DATA_OPCODES)
+_IMM = frozenset(op.value for op in IMM_OPCODES)
+_CM = frozenset(op.value for op in CM_OPCODES)
+#: CM packets that never carry a trailer.
+_PLAIN_CM = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value})
+_UNSEALED = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REPLY.value})
+_FULL = frozenset({Opcode.WRITE_FIRST.value, Opcode.WRITE_MIDDLE.value})
+_HDR = DATA_HEADER.size
+
+
+class SecureChannel:
+    """The gate and the control-packet sealer of one established secured session."""
+
+    def __init__(
+        self,
+        protection: PacketProtection,
+        config: SessionConfig,
+        receiver: Receiver,
+        drops: Counter[str],
+    ) -> None:
+        self.protection = protection
+        self.receiver = receiver
+        self.drops = drops
+        #: The length of a full-size FIRST/MIDDLE as the sender frames it: the common case.
+        self._full = _HDR + config.payload_mtu + TRAILER
+
+    def open(self, data: bytes | memoryview, plane: int, tos: int) -> bytes | memoryview | None:
+        """The packet to process (without its trailer), or None when it was dropped (counted)
+        or was a trimmed packet (already answered)."""
+        n = len(data)
+        if n < 12:
+            self.drops["decode_length"] += 1
+            return None
+        op = data[0]
+        if op in _DATA:
+            w4, w8 = _WORDS.unpack_from(data)
+            if n == self._full and op in _FULL and w4 & EVX_BIT and w8 & TS_BIT:
+                return self.protection.open(data, _HDR)
+            return self._open_data(data, plane, tos)
+        if op in _CM:
+            if op in _PLAIN_CM:
+                return data
+            if op == Opcode.CM_REPLY.value:
+                self.drops["cm_duplicate_reply"] += 1  # a copy from another plane: no action
+                return None
+        return self.protection.open(data, 0)
+
+    def _open_data(
+        self, data: bytes | memoryview, plane: int, tos: int
+    ) -> bytes | memoryview | None:
+        try:
+            # The trailer decodes as payload here: the codec does not know about it.
+            pkt = decode_packet(data)
+        except DecodeError as exc:
+            self.drops[f"decode_{exc.field}"] += 1
+            return None
+        assert isinstance(pkt, DataPacket)
+        expected = self.receiver.expected_length(pkt)
+        if expected is None:
+            self.drops["bad_dma_length"] += 1
+            return None
+        payload = len(pkt.payload)
+        if payload < expected + TRAILER:
+            # Trimmed (docs/wire.md §5): payload = UDP length - headers - trailer is short.
+            self.receiver.on_trimmed(pkt, plane, tos)
+            return None
+        return self.protection.open(data, len(data) - payload)
+
+    def seal_control(self, out: list[Transmit]) -> None:
+        """Give every control packet of `out` its trailer, in place (data packets are sealed
+        by the framer; a REQUEST has none and a REPLY was sealed when it was built)."""
+        seal = self.protection.seal
+        for i, tx in enumerate(out):
+            data = tx.data
+            if tx.segment_size is None and data[0] not in _DATA and data[0] not in _UNSEALED:
+                out[i] = Transmit(tx.plane, tx.addr, seal(data), tx.ev)
+
+
+def _protection(
+    config: SessionConfig, direction: int, secrets: tuple[bytes, bytes], drops: Counter[str]
+) -> PacketProtection:
+    return PacketProtection(
+        direction=direction,
+        tx_secret=secrets[direction],
+        rx_secret=secrets[direction ^ 1],
+        encrypt=config.security == "encrypt",
+        rekey_shift=config.rekey_shift,
+        replay_width=config.replay_width,
+        max_payload=max(config.payload_mtu, 256),
+        drops=drops,
+    )
+
+
+def reply_for(
+    config: SessionConfig,
+    request: CmPacket,
+    request_raw: bytes | memoryview,
+    identity: Identity | None,
+    *,
+    qpn: int,
+    initial_psn: int,
+    private_data: bytes,
+    rng: random.Random,
+    drops: Counter[str],
+) -> tuple[bytes, PacketProtection | None]:
+    """The responder's REPLY to `request` under the negotiated `config`, and on a secured
+    connection its protection: the responder's half of the key agreement over the REQUEST's
+    bytes `request_raw`, with `identity` (whose allowlist the endpoint already checked). The
+    REPLY is sealed under counter 0, its private data encrypted. Raises LocalProtocolError for
+    a secured REQUEST without keys or with degenerate ones (the endpoint REJECTs it)."""
+    secured = config.secured
+    # A secured REPLY's nonce salts the keys: it comes from the identity's entropy.
+    nonce = identity.entropy(16) if secured and identity is not None else rng.randbytes(16)
+    responder: Responder | None = None
+    if secured:
+        if identity is None or request.key_block is None:
+            raise LocalProtocolError("a secured REQUEST needs an identity and a key block")
+        responder = Responder.start(identity, request.key_block)
+        if responder is None:
+            drops["handshake_bad_key"] += 1
+            raise LocalProtocolError("the REQUEST's keys are degenerate")
+    reply = cm.build_reply(
+        config,
+        local_qpn=qpn,
+        remote_qpn=request.cmh.local_qpn,
+        initial_psn=initial_psn,
+        nonce=nonce,
+        connection_id=request.cmh.connection_id,
+        private_data=private_data,
+        key_block=responder.key_block if responder is not None else None,
+    )
+    if responder is None:
+        return reply, None
+    secrets = responder.secrets(
+        bytes(request_raw[:HEAD]),
+        reply[:HEAD],
+        bytes(request.private_data),
+        request.cmh.nonce + nonce,
+    )
+    protection = _protection(config, 1, secrets, drops)
+    return protection.seal_reply(reply, len(private_data)), protection
+
+
+def check_reply(
+    requester: Requester,
+    config: SessionConfig,
+    raw: bytes | memoryview,
+    request_head: bytes,
+    request_private: bytes,
+    request_nonce: bytes,
+    drops: Counter[str],
+) -> tuple[CmPacket, PacketProtection, bytes] | None:
+    """The requester's check of a secured REPLY (`raw`, with its trailer): the decoded REPLY
+    (its private data in clear), the connection's protection and the responder's static key,
+    or None with the reason counted. Nothing in a REPLY is acted on before its tag verifies."""
+    if requester.checks >= Requester.MAX_REPLY_CHECKS:
+        drops["cm_reply_flood"] += 1
+        return None
+    try:
+        pkt = decode_packet(raw[: len(raw) - TRAILER])
+    except DecodeError as exc:
+        drops[f"decode_{exc.field}"] += 1
+        return None
+    if not isinstance(pkt, CmPacket) or pkt.key_block is None:
+        drops["cm_mismatch"] += 1
+        return None
+    if not requester.accepts(pkt.key_block.static):
+        drops["unknown_peer"] += 1
+        return None
+    requester.checks += 1
+    secrets = requester.secrets(
+        request_head,
+        bytes(raw[:HEAD]),
+        request_private,
+        pkt.key_block,
+        request_nonce + pkt.cmh.nonce,
+    )
+    if secrets is None:
+        drops["handshake_bad_key"] += 1
+        return None
+    protection = _protection(config, 0, secrets, drops)
+    private = protection.open_reply(raw, pkt.cmh.private_data_len)
+    if private is None:
+        return None
+    pkt.private_data = private
+    return pkt, protection, pkt.key_block.static
