@@ -1,0 +1,1 @@
+"""Example programs that use mrc as a service (mrc.client against running daemons)."""
