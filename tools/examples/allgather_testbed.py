@@ -1,0 +1,255 @@
+"""Run the ring all-gather example on the clos netns testbed, with a tier-1 switch failing.
+
+    sudo python -m tools.examples.allgather_testbed [--size 64M] [--name TESTBED] [-J]
+
+Brings up `clos` (4 hosts in 2 racks, 4 planes, 2 tier-1 switches per plane; or uses the
+testbed `--name`), writes one daemon configuration per host (its 4 plane addresses, the other
+hosts as peers, the testbed's SRv6 path table, `security = "none"`: the example measures the
+fabric, not the handshake), starts `mrc daemon` inside each host's namespace, then one
+`tools.examples.allgather` rank per host. Once data flows it takes a tier-1 switch down (both
+of its links) and lets the all-gather finish on the remaining paths. Every rank's JSON line is
+collected; the run is `verified` when every rank checked every chunk. Daemons get SIGTERM,
+faults are cleared and a testbed it brought up is taken down, whatever happened.
+
+Holds the orchestration only; the example program is `allgather`, the testbed `tools.testbed`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mrc.client import Client, ClientError
+
+from .allgather import parse_size
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PLANES = 4
+FAULT_SWITCH = "t1bp1"  # plane 1's second tier-1 switch
+FAULT_LINKS = ("t0r1p1-t1bp1", "t0r2p1-t1bp1")
+
+
+class HarnessError(Exception):
+    """Setting the run up failed; one line."""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def testbed(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "tools.testbed", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=_env(), timeout=120, check=False)
+    if check and proc.returncode:
+        raise HarnessError(f"testbed {' '.join(args)}: {proc.stderr.strip() or proc.stdout}")
+    return proc
+
+
+def hosts_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """host name → {"namespace", "addresses": [plane 0..]} from `testbed status -J`."""
+    out = {}
+    for node in doc["nodes"]:
+        if not str(node["name"]).startswith("h"):
+            continue
+        addrs = {}
+        for iface in node["interfaces"]:
+            for a in iface["addresses"]:
+                if ":" in a:
+                    addrs[int(iface["plane"])] = a.split("/")[0]
+        if len(addrs) == PLANES:
+            out[node["name"]] = {"namespace": node["namespace"],
+                                 "addresses": [addrs[p] for p in range(PLANES)]}
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0][1:])))
+
+
+def daemon_config(host: str, hosts: dict[str, dict[str, Any]], paths: Path, sock: Path) -> str:
+    lines = [f'host = "{host}"', 'security = "none"', f'paths = "{paths}"', ""]
+    for addr in hosts[host]["addresses"]:
+        lines += ["[[planes]]", f'address = "{addr}"', ""]
+    for peer, info in hosts.items():
+        if peer != host:
+            quoted = ", ".join(f'"{a}"' for a in info["addresses"])
+            lines += ["[[peers]]", f'name = "{peer}"', f"addresses = [{quoted}]", ""]
+    lines += ["[control]", f'socket = "{sock}"', ""]
+    return "\n".join(lines)
+
+
+def _wait_socket(sock: Path, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise HarnessError(f"daemon for {sock.name} exited {proc.returncode}: "
+                               + " | ".join(tail))
+        with contextlib.suppress(ClientError), Client(str(sock), connect_timeout=1.0) as c:
+            c.status()
+            return
+        time.sleep(0.1)
+    raise HarnessError(f"daemon at {sock} not answering after {timeout:g} s")
+
+
+def _sent_bytes(socks: list[Path]) -> int:
+    total = 0
+    for sock in socks:
+        with contextlib.suppress(ClientError), Client(str(sock), connect_timeout=1.0) as c:
+            total += sum(int(p.get("bytes_sent") or 0) for p in c.planes())
+    return total
+
+
+@contextlib.contextmanager
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes started inside; SIGTERM (then SIGKILL) for any still running at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
+        timeout: float) -> dict[str, Any]:
+    own = name is None
+    name = name or f"ag{secrets.token_hex(3)}"
+    try:
+        if own:
+            testbed("up", "clos", "--name", name)
+        doc = json.loads(testbed("status", name, "-J").stdout)
+        paths = work / "paths.json"
+        testbed("paths", name, "-o", str(paths))
+        hosts = hosts_of(doc)
+        if len(hosts) < 2:
+            raise HarnessError(f"testbed {name} has {len(hosts)} hosts with {PLANES} planes")
+        names = list(hosts)
+        socks = [work / f"{h}.sock" for h in names]
+        with processes() as procs:
+            daemons = []
+            for host, sock in zip(names, socks, strict=True):
+                conf = work / f"{host}.toml"
+                conf.write_text(daemon_config(host, hosts, paths, sock))
+                log = work / f"{host}.daemon.log"
+                with log.open("wb") as fh:
+                    daemons.append(subprocess.Popen(
+                        ["ip", "netns", "exec", hosts[host]["namespace"], sys.executable, "-m",
+                         "mrc", "daemon", "--config", str(conf)],
+                        stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=_env()))
+                procs.append(daemons[-1])
+            for sock, proc, host in zip(socks, daemons, names, strict=True):
+                _wait_socket(sock, proc, work / f"{host}.daemon.log", 30.0)
+            ranks = []
+            for rank, (host, sock) in enumerate(zip(names, socks, strict=True)):
+                ranks.append(subprocess.Popen(
+                    ["ip", "netns", "exec", hosts[host]["namespace"], sys.executable, "-m",
+                     "tools.examples.allgather", "--socket", str(sock), "--rank", str(rank),
+                     "--hosts", ",".join(names), "--size", str(size), "--write", str(piece),
+                     "--timeout", str(timeout)],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=_env()))
+                procs.append(ranks[-1])
+            start = time.monotonic()
+            fault_at = None
+            if fault:
+                # Mid-run: once about a quarter of the data has left the hosts.
+                target = len(names) * (len(names) - 1) * size // 4
+                while _sent_bytes(socks) < target and time.monotonic() - start < timeout:
+                    if all(r.poll() is not None for r in ranks):
+                        break
+                    time.sleep(0.05)
+                fault_at = round(time.monotonic() - start, 3)
+                for link in FAULT_LINKS:
+                    testbed("fault", "--name", name, "link-down", link)
+            results = []
+            for rank, proc in enumerate(ranks):
+                try:
+                    out, err = proc.communicate(timeout=timeout + 30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    out, err = proc.communicate()
+                lines = out.decode(errors="replace").strip().splitlines()
+                try:
+                    results.append(json.loads(lines[-1]))
+                except (IndexError, ValueError):
+                    results.append({"rank": rank, "verified": False,
+                                    "error": err.decode(errors="replace").strip()[-300:]
+                                    or f"exited {proc.returncode} without a result"})
+            daemon_status = []
+            for sock in socks:
+                with contextlib.suppress(ClientError), Client(str(sock)) as c:
+                    daemon_status.append(c.status())
+        exits = [d.returncode for d in daemons]
+    finally:
+        testbed("fault", "--name", name, "clear", check=False)
+        if own:
+            testbed("down", name, check=False)
+    return {
+        "testbed": name,
+        "hosts": names,
+        "size": size,
+        "fault": {"switch": FAULT_SWITCH, "links": list(FAULT_LINKS), "at_seconds": fault_at}
+        if fault else None,
+        "verified": all(r.get("verified") for r in results) and len(results) == len(names),
+        "ranks": results,
+        "daemon_exits": exits,
+        "daemons": [{"host": s.get("host"), "planes": s.get("planes")} for s in daemon_status],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.examples.allgather_testbed",
+                                description="The ring all-gather on the clos testbed, with a "
+                                "tier-1 switch failing mid-run (root).")
+    p.add_argument("--name", help="use this running clos testbed instead of bringing one up")
+    p.add_argument("--size", type=parse_size, default=64 << 20, help="bytes per host (64M)")
+    p.add_argument("--write", type=parse_size, default=1 << 20, help="bytes per WRITE (1M)")
+    p.add_argument("--no-fault", action="store_true", help="run without the tier-1 failure")
+    p.add_argument("--timeout", type=float, default=120.0, help="per rank (120 s)")
+    p.add_argument("--work", help="directory for configs, sockets and logs (default: a temp dir)")
+    p.add_argument("-J", "--json", action="store_true", help="one JSON document")
+    ns = p.parse_args(argv)
+    if os.geteuid() != 0:
+        sys.stderr.write("allgather_testbed: needs root (network namespaces)\n")
+        return 2
+    with contextlib.ExitStack() as stack:
+        work = Path(ns.work) if ns.work else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="mrc-allgather-")))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            doc = run(ns.name, ns.size, ns.write, not ns.no_fault, work, ns.timeout)
+        except HarnessError as exc:
+            sys.stderr.write(f"allgather_testbed: {exc}\n")
+            return 1
+    if ns.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        if doc["fault"]:
+            print(f"fault: {FAULT_SWITCH} down at {doc['fault']['at_seconds']} s")
+        for r in doc["ranks"]:
+            state = "verified" if r.get("verified") else f"FAILED {r.get('error', '')}"
+            rate = r.get("goodput_bps", 0) / 1e9
+            print(f"rank {r['rank']} {r.get('host', '?')}: {state}"
+                  + (f", {r['seconds']} s, {rate:.2f} Gbit/s written" if "seconds" in r else ""))
+        print("all-gather: " + ("verified" if doc["verified"] else "NOT verified"))
+    return 0 if doc["verified"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
