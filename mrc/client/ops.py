@@ -89,9 +89,8 @@ class ClientCore:
 
     def register_region(self, size: int, name: str | None) -> Op[tuple[int, RegionHandle,
                                                                        SharedMemory]]:
-        if name is not None and (not isinstance(name, str) or len(name) > 128):
-            raise ClientError(INVALID_PARAMS, f"region name must be a string of <= 128 chars: "
-                                              f"{name!r}")
+        if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 64):
+            raise ClientError(INVALID_PARAMS, f"region name must be 1..64 characters: {name!r}")
         memory = SharedMemory(size, name or "region")
         try:
             params: dict[str, Any] = {"size": size}
