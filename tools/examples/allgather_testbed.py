@@ -167,6 +167,7 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
                 procs.append(ranks[-1])
             start = time.monotonic()
             fault_at = None
+            mid_run = False
             if fault:
                 # Mid-run: once about a quarter of the data has left the hosts.
                 target = len(names) * (len(names) - 1) * size // 4
@@ -175,6 +176,7 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
                         break
                     time.sleep(0.05)
                 fault_at = round(time.monotonic() - start, 3)
+                mid_run = any(r.poll() is None for r in ranks)
                 for link in FAULT_LINKS:
                     testbed("fault", "--name", name, "link-down", link)
             results = []
@@ -204,8 +206,8 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
         "testbed": name,
         "hosts": names,
         "size": size,
-        "fault": {"switch": FAULT_SWITCH, "links": list(FAULT_LINKS), "at_seconds": fault_at}
-        if fault else None,
+        "fault": {"switch": FAULT_SWITCH, "links": list(FAULT_LINKS), "at_seconds": fault_at,
+                  "ranks_running": mid_run} if fault else None,
         "verified": all(r.get("verified") for r in results) and len(results) == len(names),
         "ranks": results,
         "daemon_exits": exits,
