@@ -3,7 +3,7 @@
 It speaks the control protocol over a real Unix socket and takes region fds over real
 SCM_RIGHTS, maps them, and carries out WRITEs by copying between its own regions: the only
 peer it knows is "self" (a connection back to this host). `hold` keeps WRITEs outstanding until
-`release()`, so the outstanding-write cap and partial waits can be seen. `requests` logs every
+`release()`, so the outstanding-write cap and partial waits can be seen. Messages and immediates name their sender "self" too. `requests` logs every
 (method, params) it received, so a test can tell a check made on the client (nothing sent)
 from one made here. `answer_raw` replaces the next answer with raw bytes (bad answers).
 """
@@ -228,7 +228,7 @@ class FakeDaemon:
             dst[roff:roff + n] = src[off:off + n]
             if "imm" in w:
                 self.immediates.append((target[0], {"region": remote["region"], "imm": w["imm"],
-                                                    "peer": self.host,
+                                                    "peer": "self",
                                                     "connection": w["connection"]}))
         self.completions.append({"id": wid, "connection": w["connection"], "status": status,
                                  "bytes": w["length"] if status == "ok" else 0, "owner": owner})
@@ -276,7 +276,7 @@ class FakeDaemon:
         with self.lock:
             if p["endpoint"] not in self.endpoints:
                 raise RpcError(-32602, f"no endpoint {p['endpoint']!r} at self")
-            self.messages[p["endpoint"]].append({"peer": self.host, "data": p["data"]})
+            self.messages[p["endpoint"]].append({"peer": "self", "data": p["data"]})
             self.lock.notify_all()
         return {}
 

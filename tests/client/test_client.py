@@ -67,7 +67,7 @@ def test_write_with_imm_lands_and_completes(client: Client, daemon: FakeDaemon) 
         assert bytes(dst.buf[0:6]) == bytes(range(10, 16))
         imms = client.wait_immediates(dst, timeout=5)
         assert [(i.region, i.imm, i.peer, i.connection) for i in imms] == [
-            (dst.id, 7, "fake", conn.id)]
+            (dst.id, 7, "self", conn.id)]
         assert client.wait_immediates(timeout=0.05) == []
         assert conn.outstanding == 0
 
@@ -188,11 +188,11 @@ def test_small_messages_through_an_endpoint(client: Client, daemon: FakeDaemon) 
     client.send_message("self", "handles", region.handle.to_json().encode())
     client.send_message("self", "handles", b"\x00\xff")
     msg = client.recv_message("handles", timeout=5)
-    assert msg is not None and msg.peer == "fake"
+    assert msg is not None and msg.peer == "self"
     assert RegionHandle.from_json(msg.data) == region.handle
     # The second came in the same answer and waited in the client.
     requests = len(daemon.requests)
-    assert client.recv_message("handles", timeout=5) == msg.__class__("fake", b"\x00\xff")
+    assert client.recv_message("handles", timeout=5) == msg.__class__("self", b"\x00\xff")
     assert len(daemon.requests) == requests
     assert client.recv_message("handles", timeout=0.05) is None
     with pytest.raises(ClientError, match="message of 4097 bytes exceeds 4096") as err:
