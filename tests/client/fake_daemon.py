@@ -44,6 +44,8 @@ class FakeDaemon:
         self.endpoints: dict[str, Any] = {}
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self.hold = False
+        #: WRITE_WITH_IMMs still to land with their first byte flipped (a corrupting fabric).
+        self.corrupt = 0
         self.answer_raw: bytes | None = None
         self.next_id = 1
         self.clients = 0
@@ -226,6 +228,9 @@ class FakeDaemon:
             dst = target[1]
             off, n, roff = w["offset"], w["length"], w["remote_offset"]
             dst[roff:roff + n] = src[off:off + n]
+            if "imm" in w and self.corrupt > 0:
+                self.corrupt -= 1
+                dst[roff] ^= 0xFF
             if "imm" in w:
                 self.immediates.append((target[0], {"region": remote["region"], "imm": w["imm"],
                                                     "peer": "self",
