@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import mrc
 
-from . import bench, ctl, switch
+from . import bench, ctl, daemon, switch
 
 __all__ = ["main"]
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub)
     switch.add_parser(sub)
     ctl.add_parser(sub)
+    daemon.add_parser(sub)
     return parser
 
 

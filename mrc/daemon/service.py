@@ -1,0 +1,732 @@
+"""The daemon's service: applications' regions, connections, WRITEs, completions and immediates.
+
+`Service` implements every control method of docs/daemon.md on top of one `mrc.node.Node`. It
+keeps per control client (`ClientState`) the completions of its connections in MSN order and
+the immediates of WRITE_WITH_IMMs that landed in its regions, answers long-polls when they
+arrive, and routes every session event: a requester's handshake result to the `connect` waiting
+for it, a `WriteCompleted` to the write's owner, an `ImmediateReceived` to the owner of the
+region its R_Key names (or to the mailbox), a `ConnectionClosed` into failed completions.
+
+Ownership: regions and APP connections belong to the control connection that made them. When
+it closes, its connections are closed (DISCONNECT to the peer) and its regions deregistered;
+WRITEs from peers into them then fail at the writer with remote_access_error. A region
+deregistered while a WRITE of its owner still reads from it closes that WRITE's connection, so
+nothing more is sent from it: those writes complete "cancelled" (`shm` keeps the pages mapped
+until the core's send records let go of them).
+
+What it leaves to others: the socket and framing (`control`), the mapping (`shm`), messages
+(`mailbox`), the read-only views (`views`), the process's life cycle (`daemon`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from mrc.core.errors import LocalProtocolError
+from mrc.core.events import (
+    ConnectionClosed,
+    ConnectionEstablished,
+    Event,
+    ImmediateReceived,
+    PlaneDown,
+    PlaneUp,
+    WriteCompleted,
+)
+from mrc.core.memory import Region
+from mrc.core.session import Session
+from mrc.node import Node, NodeError, resolve_peer
+
+from . import views
+from .config import DaemonConfig, PeerConfig
+from .conns import APP, MAIL, Connection, Hello, PeerTotals, WriteRecord, write_status
+from .control import ControlClient
+from .mailbox import Mailbox
+from .regions import DaemonRegion, Regions
+from .rpc import (
+    BAD_MEMORY,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    NOT_CONNECTED,
+    OUT_OF_BOUNDS,
+    RESOURCE_LIMIT,
+    SHUTTING_DOWN,
+    TOO_MANY_OUTSTANDING,
+    UNKNOWN_CONNECTION,
+    UNKNOWN_PEER,
+    UNKNOWN_REGION,
+    Params,
+    RpcError,
+)
+
+__all__ = ["ClientState", "Service"]
+
+log = logging.getLogger("mrc.daemon")
+
+MAX_WRITE = 1 << 31
+#: WRITEs one `write` call may post, and items one completions/immediates answer holds (an
+#: answer line stays well under 1 MiB).
+MAX_WRITES_PER_CALL = 4096
+MAX_ITEMS = 8192
+#: Immediates kept for a client that does not fetch them (the oldest go, counted).
+MAX_IMMEDIATES = 1 << 16
+#: A connect gives up after this even if the core still retries.
+CONNECT_TIMEOUT = 30.0
+#: Responder mailboxes set aside by `_accept` whose session has not appeared yet.
+MAX_PENDING_MAILBOXES = 64
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+_WRITE_KEYS = {"region", "offset", "length", "remote", "remote_offset", "imm"}
+_HANDLE_KEYS = {"host", "region", "rkey", "va", "length"}
+
+Handler = Callable[["ClientState", Params], Any]
+
+
+class ClientState:
+    """What the service keeps for one control connection."""
+
+    def __init__(self, client: ControlClient) -> None:
+        self.id = client.id
+        self.pid = client.pid
+        self.uid = client.uid
+        self.connections: set[int] = set()
+        #: connection id → completions not yet fetched, in MSN order.
+        self.completions: dict[int, deque[dict[str, Any]]] = {}
+        self.immediates: deque[dict[str, Any]] = deque()
+        self.waiters: list[asyncio.Future[None]] = []
+
+
+class Service:
+    def __init__(self, config: DaemonConfig, node: Node, started: float) -> None:
+        self.config = config
+        self.node = node
+        self.loop = node.loop
+        self.host = config.host
+        self.started = started
+        self.session_config = config.session_config()
+        self.regions = Regions(node.regions, config.limits)
+        self.mailbox = Mailbox(self, self.regions, node.now)
+        self.clients: dict[int, ClientState] = {}
+        self.conns: dict[int, Connection] = {}
+        self.peers: dict[str, PeerConfig] = {p.name: p for p in config.peers}
+        self.totals: dict[str, PeerTotals] = {}
+        self.counters: Counter[str] = Counter()
+        self.shutting_down = False
+        self._by_session: dict[int, Connection] = {}
+        self._pending_mailboxes: dict[int, int] = {}
+        self._rng = random.SystemRandom()
+        self._next_conn = 1
+        self._next_write = 1
+        self._methods: dict[str, Handler] = {
+            "status": lambda cs, p: views.status(self, p),
+            "register_region": self._register_without_fd,
+            "deregister_region": self._deregister_region,
+            "connect": self._connect,
+            "disconnect": self._disconnect,
+            "write": self._write,
+            "completions": self._completions,
+            "immediates": self._immediates,
+            "bind": lambda cs, p: self.mailbox.bind(cs.id, p),
+            "send_message": self._send_message,
+            "recv_message": self._recv_message,
+            "peers": lambda cs, p: views.peers(self, p),
+            "connections": lambda cs, p: views.connections(self, p),
+            "planes": lambda cs, p: views.planes(self, p),
+            "evs": lambda cs, p: views.evs(self, p),
+            "regions": lambda cs, p: views.regions(self, p),
+        }
+
+    def start(self) -> None:
+        self.node.on_event = self.on_event
+        self.node.listen(self.session_config, self._accept)
+
+    # -- the control socket's entry points ------------------------------------------------------
+
+    def dispatch(
+        self, client: ControlClient, method: str, params: dict[str, Any], fd: int | None
+    ) -> Any:
+        handler = self._methods.get(method)
+        if handler is None:
+            raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}")
+        cs = self.clients.get(client.id)
+        if cs is None:
+            cs = self.clients[client.id] = ClientState(client)
+        p = Params(method, params)
+        if fd is not None:
+            return self._register_region(cs, p, fd)
+        return handler(cs, p)
+
+    def client_gone(self, client: ControlClient) -> None:
+        cs = self.clients.pop(client.id, None)
+        if cs is None:
+            return
+        conns = [self.conns[c] for c in cs.connections if c in self.conns]
+        for conn in conns:
+            self._close_conn(conn, "application gone", "cancelled")
+            self.conns.pop(conn.id, None)
+        self.mailbox.unbind_all(cs.id)
+        regions = self.regions.owned_by(cs.id)
+        for region in regions:
+            self.regions.deregister(region)
+        self.regions.unmapper.sweep()
+        for fut in cs.waiters:
+            if not fut.done():
+                fut.cancel()
+        if conns or regions:
+            log.info(
+                "client %d (pid %s) gone: %d region(s) deregistered, %d connection(s) closed",
+                cs.id, cs.pid, len(regions), len(conns),
+            )
+
+    def wake(self, client: int) -> None:
+        cs = self.clients.get(client)
+        if cs is None:
+            return
+        for fut in cs.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        cs.waiters.clear()
+
+    def now(self) -> float:
+        return self.node.now()
+
+    # -- regions --------------------------------------------------------------------------------
+
+    def _register_without_fd(self, cs: ClientState, p: Params) -> Any:
+        raise RpcError(
+            BAD_MEMORY, "register_region: send the region's memfd with the line (SCM_RIGHTS)"
+        )
+
+    def _register_region(self, cs: ClientState, p: Params, fd: int) -> dict[str, Any]:
+        size = p.integer("size", 1, 1 << 40)
+        name = p.opt_text("name", max_len=128) or "region"
+        p.done()
+        self._not_stopping("register_region")
+        region = self.regions.register_shared(cs.id, fd, size, name, self.now())
+        log.debug("client %d registered region %d (%d bytes)", cs.id, region.id, size)
+        return {"region": region.id, "handle": region.handle(self.host)}
+
+    def _own_region(self, cs: ClientState, region_id: int, where: str) -> DaemonRegion:
+        region = self.regions.get(region_id)
+        if region is None or region.owner != cs.id:
+            raise RpcError(
+                UNKNOWN_REGION, f"{where}: no region {region_id} of this client", {"key": "region"}
+            )
+        return region
+
+    def _deregister_region(self, cs: ClientState, p: Params) -> dict[str, Any]:
+        region = self._own_region(cs, p.integer("region"), "deregister_region")
+        p.done()
+        for cid in list(cs.connections):
+            conn = self.conns.get(cid)
+            if conn is not None and any(w.region == region.id for w in conn.outstanding):
+                self._close_conn(conn, f"region {region.id} deregistered", "cancelled")
+        self.regions.deregister(region)
+        return {}
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _not_stopping(self, method: str) -> None:
+        if self.shutting_down:
+            raise RpcError(SHUTTING_DOWN, f"{method}: the daemon is shutting down")
+
+    def _open(self, name: str, kind: str, owner: int | None) -> Connection:
+        peer = self.peers.get(name)
+        if peer is None:
+            raise RpcError(UNKNOWN_PEER, f"no peer named {name!r}", {"key": "peer"})
+        self._not_stopping("connect")
+        limit = self.config.limits.max_connections
+        if len(self.conns) >= limit:
+            raise RpcError(RESOURCE_LIMIT, f"connect: max_connections ({limit}) reached")
+        token = self._rng.getrandbits(64)
+        hello = Hello(kind, self.host, token)
+        try:
+            addrs = resolve_peer(peer.addresses, peer.port)
+            session = self.node.connect(self.session_config, addrs, hello.encode())
+        except NodeError as exc:
+            raise RpcError(NOT_CONNECTED, f"connect to {name}: {exc}") from None
+        conn = Connection(
+            id=self._next_conn,
+            peer=name,
+            kind=kind,
+            role="requester",
+            owner=owner,
+            session=session,
+            created=self.now(),
+            established=self.loop.create_future(),
+            token=token,
+        )
+        self._next_conn += 1
+        self.conns[conn.id] = conn
+        self._by_session[id(session)] = conn
+        if owner is not None:
+            self.clients[owner].connections.add(conn.id)
+        return conn
+
+    async def _until_established(self, conn: Connection) -> None:
+        assert conn.established is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(conn.established), CONNECT_TIMEOUT)
+        except TimeoutError:
+            self._close_conn(conn, "no answer in time", "connection_lost")
+            raise RpcError(NOT_CONNECTED, f"connect to {conn.peer}: no answer") from None
+
+    def _connect(self, cs: ClientState, p: Params) -> Coroutine[Any, Any, dict[str, Any]]:
+        name = p.text("peer")
+        p.done()
+        conn = self._open(name, APP, cs.id)
+
+        async def wait() -> dict[str, Any]:
+            try:
+                await self._until_established(conn)
+            except BaseException:
+                # A failed connect leaves nothing behind for the client to disconnect.
+                cs.connections.discard(conn.id)
+                self.conns.pop(conn.id, None)
+                raise
+            return {"connection": conn.id, "peer": conn.peer, "state": "established"}
+
+        return wait()
+
+    async def open_mail(self, peer: str) -> Connection:
+        """The mailbox's MAIL connection to `peer`, once established."""
+        conn = self._open(peer, MAIL, None)
+        await self._until_established(conn)
+        return conn
+
+    def _own_conn(self, cs: ClientState, conn_id: int, where: str) -> Connection:
+        conn = self.conns.get(conn_id)
+        if conn is None or conn.id not in cs.connections:
+            raise RpcError(
+                UNKNOWN_CONNECTION,
+                f"{where}: no connection {conn_id} of this client",
+                {"key": "connection"},
+            )
+        return conn
+
+    def _disconnect(self, cs: ClientState, p: Params) -> dict[str, Any]:
+        conn = self._own_conn(cs, p.integer("connection"), "disconnect")
+        p.done()
+        self._close_conn(conn, "closed by the application", "cancelled")
+        self.conns.pop(conn.id, None)
+        cs.connections.discard(conn.id)
+        cs.completions.pop(conn.id, None)
+        return {}
+
+    def _close_conn(self, conn: Connection, reason: str, fail_status: str) -> None:
+        """Close a connection ourselves (CM_DISCONNECT to the peer)."""
+        if conn.state == "closed":
+            return
+        conn.fail_status = fail_status
+        conn.local_reason = reason
+        session = conn.session
+        if session is not None and not session.is_closed:
+            session.close(self.now())
+            self.node.flush(session)
+        if conn.state != "closed":  # the node is closed: its flush delivered nothing
+            self._closed(conn, reason)
+
+    def close_all(self, reason: str) -> None:
+        """Close every connection (shutdown): outstanding writes complete "cancelled"."""
+        for conn in list(self.conns.values()):
+            self._close_conn(conn, reason, "cancelled")
+
+    def reload_peers(self, peers: tuple[PeerConfig, ...]) -> tuple[int, int]:
+        """Take a new peer list (SIGHUP); connections to peers no longer listed, or listed
+        with other addresses, are closed. Returns (peers, connections closed)."""
+        new = {p.name: p for p in peers}
+        changed = {n for n, p in self.peers.items() if new.get(n) != p}
+        self.peers = new
+        closed = 0
+        for conn in list(self.conns.values()):
+            if conn.peer in changed and conn.state != "closed":
+                self._close_conn(conn, "peer changed in the configuration", "connection_lost")
+                closed += 1
+        return len(new), closed
+
+    # -- writes and completions ------------------------------------------------------------------
+
+    def _write(self, cs: ClientState, p: Params) -> dict[str, Any]:
+        conn = self._own_conn(cs, p.integer("connection"), "write")
+        items = p.items("writes", max_len=MAX_WRITES_PER_CALL)
+        p.done()
+        self._not_stopping("write")
+        session = conn.session
+        if conn.state != "established" or session is None or session.is_closed:
+            why = f": {conn.close_reason}" if conn.close_reason else ""
+            raise RpcError(NOT_CONNECTED, f"write: connection {conn.id} is {conn.state}{why}")
+        cap = self.config.limits.max_outstanding_writes
+        if len(conn.outstanding) + len(items) > cap:
+            raise RpcError(
+                TOO_MANY_OUTSTANDING,
+                f"write {max(0, cap - len(conn.outstanding))}: more than max_outstanding_writes "
+                f"({cap}) on connection {conn.id}; wait for completions",
+                {"index": max(0, cap - len(conn.outstanding))},
+            )
+        checked = [self._check_write(cs, conn, i, w) for i, w in enumerate(items)]
+        ids = []
+        for region, offset, length, va, rkey, imm in checked:
+            try:
+                msn = session.post_write(region.core, offset, length, va, rkey, imm)
+            except LocalProtocolError as exc:  # the checks above should make this unreachable
+                raise RpcError(INTERNAL_ERROR, f"write: the core refused it: {exc}") from None
+            rec = WriteRecord(self._next_write, msn, length, region.id)
+            self._next_write += 1
+            conn.outstanding.append(rec)
+            conn.writes_posted += 1
+            conn.bytes_posted += length
+            ids.append(rec.id)
+        self.node.flush(session)
+        return {"ids": ids}
+
+    def _check_write(
+        self, cs: ClientState, conn: Connection, i: int, w: Any
+    ) -> tuple[DaemonRegion, int, int, int, int, int | None]:
+        where = f"write {i}"
+
+        def bad(key: str, message: str, code: int = INVALID_PARAMS) -> RpcError:
+            return RpcError(code, f"{where}: {key} {message}", {"index": i, "key": key})
+
+        if not isinstance(w, dict):
+            raise RpcError(INVALID_PARAMS, f"{where}: must be an object", {"index": i})
+        unknown = set(w) - _WRITE_KEYS
+        if unknown:
+            raise bad(sorted(unknown)[0], "is not a field of a write")
+
+        def integer(obj: dict[str, Any], key: str, hi: int, default: int | None = None) -> int:
+            value = obj.get(key, default)
+            if type(value) is not int or not 0 <= value <= hi:
+                raise bad(key, f"must be an integer 0..{hi}")
+            return value
+
+        region_id = integer(w, "region", _U64)
+        region = self.regions.get(region_id)
+        if region is None or region.owner != cs.id:
+            raise bad("region", f"{region_id} is not a region of this client", UNKNOWN_REGION)
+        offset = integer(w, "offset", _U64)
+        length = integer(w, "length", _U64)
+        if not 1 <= length <= MAX_WRITE:
+            raise bad("length", f"must be 1..{MAX_WRITE}, got {length}")
+        if offset + length > region.size:
+            raise bad(
+                "offset",
+                f"{offset} + length {length} is outside region {region_id} ({region.size} bytes)",
+                OUT_OF_BOUNDS,
+            )
+        remote = w.get("remote")
+        if not isinstance(remote, dict) or set(remote) != _HANDLE_KEYS:
+            raise bad("remote", f"must be a region handle ({', '.join(sorted(_HANDLE_KEYS))})")
+        if remote["host"] != conn.peer:
+            raise bad(
+                "remote", f"is a region on {remote['host']!r}; connection {conn.id} goes to "
+                f"{conn.peer!r}"
+            )
+        rkey = integer(remote, "rkey", _U32)
+        va = integer(remote, "va", _U64)
+        handle_length = integer(remote, "length", _U64)
+        integer(remote, "region", _U64)
+        remote_offset = integer(w, "remote_offset", _U64, 0)
+        if remote_offset + length > handle_length:
+            raise bad(
+                "remote_offset",
+                f"{remote_offset} + length {length} is outside the remote region "
+                f"({handle_length} bytes)",
+                OUT_OF_BOUNDS,
+            )
+        if va + remote_offset + length > 1 << 64:
+            raise bad("remote", "VA + remote_offset + length overflows 64 bits")
+        imm = w.get("imm")
+        if imm is not None and (type(imm) is not int or not 0 <= imm <= _U32):
+            raise bad("imm", f"must be an integer 0..{_U32}")
+        return region, offset, length, va + remote_offset, rkey, imm
+
+    def _completions(self, cs: ClientState, p: Params) -> Any:
+        conn_id = p.opt_integer("connection")
+        limit = p.opt_integer("max", 1, MAX_ITEMS) or MAX_ITEMS
+        timeout = p.seconds("timeout")
+        p.done()
+        if conn_id is not None:
+            self._own_conn(cs, conn_id, "completions")
+
+        def ready() -> bool:
+            if conn_id is not None:
+                return bool(cs.completions.get(conn_id))
+            return any(cs.completions.values())
+
+        def take() -> dict[str, Any]:
+            out: list[dict[str, Any]] = []
+            queues = [conn_id] if conn_id is not None else sorted(cs.completions)
+            for cid in queues:
+                queue = cs.completions.get(cid)
+                while queue and len(out) < limit:
+                    out.append(queue.popleft())
+            return {"completions": out}
+
+        return self._answer_when(cs, ready, take, timeout)
+
+    def _immediates(self, cs: ClientState, p: Params) -> Any:
+        region_id = p.opt_integer("region")
+        limit = p.opt_integer("max", 1, MAX_ITEMS) or MAX_ITEMS
+        timeout = p.seconds("timeout")
+        p.done()
+        if region_id is not None:
+            self._own_region(cs, region_id, "immediates")
+
+        def ready() -> bool:
+            if region_id is None:
+                return bool(cs.immediates)
+            return any(item["region"] == region_id for item in cs.immediates)
+
+        def take() -> dict[str, Any]:
+            out: list[dict[str, Any]] = []
+            keep: deque[dict[str, Any]] = deque()
+            for item in cs.immediates:
+                if len(out) < limit and (region_id is None or item["region"] == region_id):
+                    out.append(item)
+                else:
+                    keep.append(item)
+            cs.immediates = keep
+            return {"immediates": out}
+
+        return self._answer_when(cs, ready, take, timeout)
+
+    def _send_message(self, cs: ClientState, p: Params) -> Any:
+        name = p.text("peer")
+        if name not in self.peers:
+            raise RpcError(UNKNOWN_PEER, f"no peer named {name!r}", {"key": "peer"})
+        self._not_stopping("send_message")
+        return self.mailbox.send(name, p)
+
+    def _recv_message(self, cs: ClientState, p: Params) -> Any:
+        name, take = self.mailbox.take(cs.id, p)
+        timeout = p.seconds("timeout")
+        p.done()
+        return self._answer_when(
+            cs, lambda: self.mailbox.ready(name), lambda: {"messages": take()}, timeout
+        )
+
+    def _answer_when(
+        self,
+        cs: ClientState,
+        ready: Callable[[], bool],
+        take: Callable[[], dict[str, Any]],
+        timeout: float,
+    ) -> Any:
+        """`take()` now when something is ready or `timeout` is 0, else a long-poll."""
+        if timeout <= 0 or ready():
+            return take()
+
+        async def poll() -> dict[str, Any]:
+            deadline = self.loop.time() + timeout
+            while not ready():
+                left = deadline - self.loop.time()
+                if left <= 0:
+                    break
+                fut: asyncio.Future[None] = self.loop.create_future()
+                cs.waiters.append(fut)
+                try:
+                    await asyncio.wait_for(fut, left)
+                except TimeoutError:
+                    break
+                finally:
+                    if fut in cs.waiters:
+                        cs.waiters.remove(fut)
+            return take()
+
+        return poll()
+
+    def post(
+        self, conn: Connection, src: Region, offset: int, length: int, va: int, rkey: int, imm: int
+    ) -> int:
+        """Post a daemon-owned WRITE (a mailbox message) and send it."""
+        session = conn.session
+        if session is None or session.is_closed:
+            raise RpcError(NOT_CONNECTED, f"send_message: connection to {conn.peer} lost")
+        try:
+            msn = session.post_write(src, offset, length, va, rkey, imm)
+        except LocalProtocolError as exc:
+            raise RpcError(RESOURCE_LIMIT, f"send_message: {exc}") from None
+        self.node.flush(session)
+        return msn
+
+    # -- session events -------------------------------------------------------------------------
+
+    def on_event(self, session: Session, event: Event) -> None:
+        conn = self._by_session.get(id(session))
+        kind = type(event)
+        if conn is None:
+            if kind is ConnectionEstablished:
+                self._accepted(session, event)  # type: ignore[arg-type]
+            return
+        if kind is WriteCompleted:
+            self._write_completed(conn, event)  # type: ignore[arg-type]
+        elif kind is ImmediateReceived:
+            self._immediate(conn, event)  # type: ignore[arg-type]
+        elif kind is ConnectionEstablished:
+            self._established(conn, event)  # type: ignore[arg-type]
+        elif kind is ConnectionClosed:
+            self._closed(conn, event.reason)  # type: ignore[attr-defined]
+        else:
+            self.counters[f"event_{kind.__name__}"] += 1
+            if isinstance(event, PlaneDown | PlaneUp):
+                log.info("connection %d to %s: %s", conn.id, conn.peer, event)
+
+    def _accept(self, private_data: bytes) -> bytes | None:
+        """A peer's REQUEST: its REPLY's private data, or None to refuse it."""
+        hello = Hello.decode(private_data)
+        refusal = None
+        if hello is None:
+            refusal = "bad_hello"
+        elif hello.host not in self.peers:
+            refusal = "unknown_peer"
+        elif self.shutting_down:
+            refusal = "shutting_down"
+        elif len(self.conns) >= self.config.limits.max_connections:
+            refusal = "max_connections"
+        if refusal is not None or hello is None:
+            self.counters[f"refused_{refusal}"] += 1
+            log.warning("refused a connection: %s", refusal)
+            return None
+        mailbox = None
+        if hello.kind == MAIL:
+            while len(self._pending_mailboxes) >= MAX_PENDING_MAILBOXES:
+                stale = self._pending_mailboxes.pop(next(iter(self._pending_mailboxes)))
+                region = self.regions.get(stale)
+                if region is not None:
+                    self.regions.deregister(region)
+            region = self.mailbox.new_mailbox(hello.host)
+            self._pending_mailboxes[hello.token] = region.id
+            mailbox = (region.core.base_va, region.core.rkey, region.size)
+        return Hello(hello.kind, self.host, hello.token, mailbox).encode()
+
+    def _accepted(self, session: Session, event: ConnectionEstablished) -> None:
+        hello = Hello.decode(event.private_data)
+        if hello is None:
+            return
+        conn = Connection(
+            id=self._next_conn,
+            peer=hello.host,
+            kind=hello.kind,
+            role="responder",
+            owner=None,
+            session=session,
+            created=self.now(),
+            state="established",
+            mrc_connection_id=event.connection_id,
+        )
+        self._next_conn += 1
+        if hello.kind == MAIL:
+            conn.mailbox_region = self._pending_mailboxes.pop(hello.token, None)
+        self.conns[conn.id] = conn
+        self._by_session[id(session)] = conn
+        log.info("connection %d from %s (%s) established", conn.id, conn.peer, conn.kind)
+
+    def _established(self, conn: Connection, event: ConnectionEstablished) -> None:
+        hello = Hello.decode(event.private_data)
+        if hello is None or hello.host != conn.peer or hello.token != conn.token:
+            who = hello.host if hello is not None else "not a daemon"
+            self._close_conn(conn, f"the peer answered as {who!r}", "connection_lost")
+            return
+        conn.state = "established"
+        conn.peer_mailbox = hello.mailbox
+        conn.mrc_connection_id = event.connection_id
+        if conn.established is not None and not conn.established.done():
+            conn.established.set_result(None)
+        log.info("connection %d to %s (%s) established", conn.id, conn.peer, conn.kind)
+
+    def _write_completed(self, conn: Connection, event: WriteCompleted) -> None:
+        if conn.kind == MAIL:
+            self.mailbox.completed(conn, event)
+            return
+        queue = conn.outstanding
+        if queue and queue[0].msn == event.msn:
+            rec = queue.popleft()
+        else:
+            found = next((w for w in queue if w.msn == event.msn), None)
+            if found is None:
+                self.counters["completions_unmatched"] += 1
+                return
+            queue.remove(found)
+            rec = found
+        self._complete(conn, rec, write_status(event.status))
+
+    def _complete(self, conn: Connection, rec: WriteRecord, status: str) -> None:
+        self.counters[f"writes_{status}"] += 1
+        if status != "ok":
+            conn.writes_failed += 1
+        cs = self.clients.get(conn.owner) if conn.owner is not None else None
+        if cs is None:
+            return
+        cs.completions.setdefault(conn.id, deque()).append(
+            {
+                "id": rec.id,
+                "connection": conn.id,
+                "status": status,
+                "bytes": rec.length if status == "ok" else 0,
+            }
+        )
+        self.wake(cs.id)
+
+    def _immediate(self, conn: Connection, event: ImmediateReceived) -> None:
+        conn.immediates += 1
+        region = self.regions.by_rkey(event.rkey)
+        if region is None:
+            self.counters["immediates_orphaned"] += 1
+            return
+        if region.owner is None:
+            self.mailbox.deliver(conn, region, event)
+            return
+        cs = self.clients.get(region.owner)
+        if cs is None:
+            self.counters["immediates_orphaned"] += 1
+            return
+        if len(cs.immediates) >= MAX_IMMEDIATES:
+            cs.immediates.popleft()
+            self.counters["immediates_dropped"] += 1
+        region.immediates += 1
+        cs.immediates.append(
+            {"region": region.id, "imm": event.imm, "peer": conn.peer, "connection": conn.id}
+        )
+        self.wake(cs.id)
+
+    def _closed(self, conn: Connection, reason: str) -> None:
+        if conn.state == "closed":
+            return
+        conn.state = "closed"
+        conn.close_reason = conn.local_reason or reason
+        session = conn.session
+        if session is not None:
+            self.totals.setdefault(conn.peer, PeerTotals()).fold(session.stats)
+            self._by_session.pop(id(session), None)
+            conn.session = None
+        for rec in conn.outstanding:
+            self._complete(conn, rec, conn.fail_status)
+        conn.outstanding.clear()
+        fut = conn.established
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                RpcError(NOT_CONNECTED, f"connect to {conn.peer}: {conn.close_reason}")
+            )
+            fut.exception()  # retrieved: whoever awaits it gets it anyway
+        if conn.kind == MAIL:
+            self.mailbox.closed(conn)
+        if conn.owner is None or conn.owner not in self.clients:
+            self.conns.pop(conn.id, None)
+        log.info("connection %d with %s closed: %s", conn.id, conn.peer, conn.close_reason)
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def outstanding_writes(self) -> int:
+        return sum(len(c.outstanding) for c in self.conns.values() if c.live)
+
+    def close(self) -> None:
+        for cs in self.clients.values():
+            for fut in cs.waiters:
+                if not fut.done():
+                    fut.cancel()
+        self.regions.close()

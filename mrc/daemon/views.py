@@ -1,0 +1,222 @@
+"""The daemon's read-only views: status, peers, connections, planes, EVs and regions.
+
+Each function answers one control method of docs/daemon.md from the service's state, and
+`peer_counters` gathers the per-peer counters (closed connections' totals plus the live
+sessions') that both the views and the Prometheus endpoint read. Everything is computed when
+asked, from plain integers the data path keeps anyway: nothing here runs per packet. What the
+numbers mean is the core's (`mrc.core.stats`); changing state is `service`'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import mrc
+from mrc.core.paths import PlaneState
+from mrc.core.stats import PlaneStats
+
+from .conns import Connection
+from .rpc import UNKNOWN_CONNECTION, Params, RpcError
+
+if TYPE_CHECKING:
+    from .service import Service
+
+__all__ = [
+    "PeerCounters",
+    "connections",
+    "evs",
+    "peer_counters",
+    "peers",
+    "plane_rows",
+    "planes",
+    "regions",
+    "status",
+]
+
+
+@dataclass(slots=True)
+class PeerCounters:
+    planes: dict[int, PlaneStats] = field(default_factory=dict)
+    retransmits_by_cause: Counter[str] = field(default_factory=Counter)
+    drops_by_reason: Counter[str] = field(default_factory=Counter)
+    live: int = 0
+
+
+def peer_counters(svc: Service) -> dict[str, PeerCounters]:
+    """Per peer: bytes and packets by plane, retransmits by cause, drops by reason."""
+    out: dict[str, PeerCounters] = {name: PeerCounters() for name in svc.peers}
+    for name, totals in svc.totals.items():
+        pc = out.setdefault(name, PeerCounters())
+        _add_planes(pc.planes, totals.planes)
+        pc.retransmits_by_cause.update(totals.retransmits_by_cause)
+        pc.drops_by_reason.update(totals.drops_by_reason)
+    for conn in svc.conns.values():
+        session = conn.session
+        if session is None:
+            continue
+        pc = out.setdefault(conn.peer, PeerCounters())
+        pc.live += 1
+        _add_planes(pc.planes, session.stats.planes)
+        pc.retransmits_by_cause.update(session.stats.retransmits_by_cause)
+        pc.drops_by_reason.update(session.stats.drops_by_reason)
+    return out
+
+
+def _add_planes(into: dict[int, PlaneStats], planes: dict[int, PlaneStats]) -> None:
+    for plane, ps in planes.items():
+        mine = into.setdefault(plane, PlaneStats())
+        mine.packets_sent += ps.packets_sent
+        mine.bytes_sent += ps.bytes_sent
+        mine.packets_received += ps.packets_received
+        mine.bytes_received += ps.bytes_received
+        mine.retransmits += ps.retransmits
+
+
+def plane_rows(svc: Service) -> list[dict[str, Any]]:
+    """Each plane socket's counters (what the kernel took and gave, every packet included)."""
+    rows = []
+    for plane, sock in sorted(svc.node.planes.items()):
+        downs = ups = 0
+        for conn in svc.conns.values():
+            if conn.session is not None and conn.state == "established":
+                pl = conn.session.paths.planes.get(plane)
+                if pl is None:
+                    continue
+                if pl.state is PlaneState.DOWN:
+                    downs += 1
+                else:
+                    ups += 1
+        host, port = sock.local_addr[0], sock.local_addr[1]
+        rows.append(
+            {
+                "plane": plane,
+                "local": f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}",
+                # Down when every connection using the plane has it down.
+                "state": "down" if downs and not ups else "up",
+                "connections_down": downs,
+                "bytes_sent": sock.bytes_sent,
+                "bytes_received": sock.bytes_received,
+                "packets_sent": sock.packets_sent,
+                "packets_received": sock.packets_received,
+            }
+        )
+    return rows
+
+
+def status(svc: Service, p: Params) -> dict[str, Any]:
+    p.done()
+    return {
+        "version": mrc.__version__,
+        "host": svc.host,
+        "pid": os.getpid(),
+        "uptime": round(svc.now() - svc.started, 3),
+        "security": svc.config.security,
+        "planes": plane_rows(svc),
+        "peers": len(svc.peers),
+        "connections": sum(1 for c in svc.conns.values() if c.live),
+        "regions": sum(1 for r in svc.regions.by_id.values() if r.owner is not None),
+        "clients": len(svc.clients),
+        "shutting_down": svc.shutting_down,
+    }
+
+
+def planes(svc: Service, p: Params) -> list[dict[str, Any]]:
+    p.done()
+    return plane_rows(svc)
+
+
+def peers(svc: Service, p: Params) -> list[dict[str, Any]]:
+    p.done()
+    counters = peer_counters(svc)
+    rows = []
+    for name, peer in sorted(svc.peers.items()):
+        pc = counters.get(name, PeerCounters())
+        rows.append(
+            {
+                "name": name,
+                "addresses": list(peer.addresses),
+                "port": peer.port,
+                "public_key": peer.public_key,
+                "connections": pc.live,
+                "bytes_sent": sum(ps.bytes_sent for ps in pc.planes.values()),
+                "bytes_received": sum(ps.bytes_received for ps in pc.planes.values()),
+                "retransmits": sum(pc.retransmits_by_cause.values()),
+            }
+        )
+    return rows
+
+
+def _conn_row(svc: Service, conn: Connection) -> dict[str, Any]:
+    session = conn.session
+    row: dict[str, Any] = {
+        "connection": conn.id,
+        "peer": conn.peer,
+        "kind": conn.kind,
+        "role": conn.role,
+        "owner": conn.owner,
+        "state": conn.state,
+        "close_reason": conn.close_reason or None,
+        "connection_id": f"{conn.mrc_connection_id:016x}",
+        "outstanding": len(conn.outstanding),
+        "writes_posted": conn.writes_posted,
+        "bytes_posted": conn.bytes_posted,
+        "writes_failed": conn.writes_failed,
+        "immediates": conn.immediates,
+        "age": round(svc.now() - conn.created, 3),
+    }
+    if session is not None:
+        row["qpn"] = session.qpn
+        row["peer_qpn"] = session.peer_qpn
+        row["cwnd"] = int(session.cc.cwnd)
+        row["planes"] = [
+            {"plane": plane, "state": session.plane_state(plane)}
+            for plane in sorted(session.paths.planes)
+        ]
+        row["bytes_acked"] = session.stats.bytes_acked
+        row["bytes_placed"] = session.stats.bytes_placed
+        row["retransmits"] = session.stats.retransmits
+    return row
+
+
+def connections(svc: Service, p: Params) -> list[dict[str, Any]]:
+    p.done()
+    return [_conn_row(svc, c) for _, c in sorted(svc.conns.items())]
+
+
+def evs(svc: Service, p: Params) -> list[dict[str, Any]]:
+    conn_id = p.opt_integer("connection")
+    p.done()
+    if conn_id is not None and conn_id not in svc.conns:
+        raise RpcError(UNKNOWN_CONNECTION, f"evs: no connection {conn_id}", {"key": "connection"})
+    now = svc.now()
+    rows = []
+    for cid, conn in sorted(svc.conns.items()):
+        if (conn_id is not None and cid != conn_id) or conn.session is None:
+            continue
+        for row in conn.session.ev_stats(now):
+            rows.append({"connection": cid, "peer": conn.peer, **row})
+    return rows
+
+
+def regions(svc: Service, p: Params) -> list[dict[str, Any]]:
+    p.done()
+    rows = []
+    for rid, region in sorted(svc.regions.by_id.items()):
+        owner = svc.clients.get(region.owner) if region.owner is not None else None
+        rows.append(
+            {
+                "region": rid,
+                "name": region.name,
+                "kind": "shared" if region.owner is not None else "mailbox",
+                "owner": region.owner,
+                "pid": owner.pid if owner is not None else None,
+                "length": region.size,
+                "rkey": region.core.rkey,
+                "va": region.core.base_va,
+                "immediates": region.immediates,
+            }
+        )
+    return rows
