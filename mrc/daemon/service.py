@@ -42,6 +42,7 @@ from mrc.core.session import Session
 from mrc.node import Node, NodeError, resolve_peer
 
 from . import views
+from .clients import MAX_IMMEDIATES, MAX_ITEMS, ClientState, check_write
 from .config import DaemonConfig, PeerConfig
 from .conns import APP, MAIL, Connection, Hello, PeerTotals, WriteRecord, write_status
 from .control import ControlClient
@@ -50,10 +51,8 @@ from .regions import DaemonRegion, Regions
 from .rpc import (
     BAD_MEMORY,
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     NOT_CONNECTED,
-    OUT_OF_BOUNDS,
     RESOURCE_LIMIT,
     SHUTTING_DOWN,
     TOO_MANY_OUTSTANDING,
@@ -64,41 +63,18 @@ from .rpc import (
     RpcError,
 )
 
-__all__ = ["ClientState", "Service"]
+__all__ = ["Service"]
 
 log = logging.getLogger("mrc.daemon")
 
-MAX_WRITE = 1 << 31
-#: WRITEs one `write` call may post, and items one completions/immediates answer holds (an
-#: answer line stays well under 1 MiB).
+#: WRITEs one `write` call may post.
 MAX_WRITES_PER_CALL = 4096
-MAX_ITEMS = 8192
-#: Immediates kept for a client that does not fetch them (the oldest go, counted).
-MAX_IMMEDIATES = 1 << 16
 #: A connect gives up after this even if the core still retries.
 CONNECT_TIMEOUT = 30.0
 #: Responder mailboxes set aside by `_accept` whose session has not appeared yet.
 MAX_PENDING_MAILBOXES = 64
-_U32 = (1 << 32) - 1
-_U64 = (1 << 64) - 1
-_WRITE_KEYS = {"region", "offset", "length", "remote", "remote_offset", "imm"}
-_HANDLE_KEYS = {"host", "region", "rkey", "va", "length"}
 
 Handler = Callable[["ClientState", Params], Any]
-
-
-class ClientState:
-    """What the service keeps for one control connection."""
-
-    def __init__(self, client: ControlClient) -> None:
-        self.id = client.id
-        self.pid = client.pid
-        self.uid = client.uid
-        self.connections: set[int] = set()
-        #: connection id → completions not yet fetched, in MSN order.
-        self.completions: dict[int, deque[dict[str, Any]]] = {}
-        self.immediates: deque[dict[str, Any]] = deque()
-        self.waiters: list[asyncio.Future[None]] = []
 
 
 class Service:
@@ -155,7 +131,7 @@ class Service:
             raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}")
         cs = self.clients.get(client.id)
         if cs is None:
-            cs = self.clients[client.id] = ClientState(client)
+            cs = self.clients[client.id] = ClientState(client, self.loop)
         p = Params(method, params)
         if fd is not None:
             return self._register_region(cs, p, fd)
@@ -174,9 +150,7 @@ class Service:
         for region in regions:
             self.regions.deregister(region)
         self.regions.unmapper.sweep()
-        for fut in cs.waiters:
-            if not fut.done():
-                fut.cancel()
+        cs.cancel()
         if conns or regions:
             log.info(
                 "client %d (pid %s) gone: %d region(s) deregistered, %d connection(s) closed",
@@ -185,12 +159,8 @@ class Service:
 
     def wake(self, client: int) -> None:
         cs = self.clients.get(client)
-        if cs is None:
-            return
-        for fut in cs.waiters:
-            if not fut.done():
-                fut.set_result(None)
-        cs.waiters.clear()
+        if cs is not None:
+            cs.wake()
 
     def now(self) -> float:
         return self.node.now()
@@ -368,7 +338,7 @@ class Service:
                 f"({cap}) on connection {conn.id}; wait for completions",
                 {"index": max(0, cap - len(conn.outstanding))},
             )
-        checked = [self._check_write(cs, conn, i, w) for i, w in enumerate(items)]
+        checked = [check_write(self.regions, cs.id, conn, i, w) for i, w in enumerate(items)]
         ids = []
         for region, offset, length, va, rkey, imm in checked:
             try:
@@ -384,67 +354,6 @@ class Service:
         self.node.flush(session)
         return {"ids": ids}
 
-    def _check_write(
-        self, cs: ClientState, conn: Connection, i: int, w: Any
-    ) -> tuple[DaemonRegion, int, int, int, int, int | None]:
-        where = f"write {i}"
-
-        def bad(key: str, message: str, code: int = INVALID_PARAMS) -> RpcError:
-            return RpcError(code, f"{where}: {key} {message}", {"index": i, "key": key})
-
-        if not isinstance(w, dict):
-            raise RpcError(INVALID_PARAMS, f"{where}: must be an object", {"index": i})
-        unknown = set(w) - _WRITE_KEYS
-        if unknown:
-            raise bad(sorted(unknown)[0], "is not a field of a write")
-
-        def integer(obj: dict[str, Any], key: str, hi: int, default: int | None = None) -> int:
-            value = obj.get(key, default)
-            if type(value) is not int or not 0 <= value <= hi:
-                raise bad(key, f"must be an integer 0..{hi}")
-            return value
-
-        region_id = integer(w, "region", _U64)
-        region = self.regions.get(region_id)
-        if region is None or region.owner != cs.id:
-            raise bad("region", f"{region_id} is not a region of this client", UNKNOWN_REGION)
-        offset = integer(w, "offset", _U64)
-        length = integer(w, "length", _U64)
-        if not 1 <= length <= MAX_WRITE:
-            raise bad("length", f"must be 1..{MAX_WRITE}, got {length}")
-        if offset + length > region.size:
-            raise bad(
-                "offset",
-                f"{offset} + length {length} is outside region {region_id} ({region.size} bytes)",
-                OUT_OF_BOUNDS,
-            )
-        remote = w.get("remote")
-        if not isinstance(remote, dict) or set(remote) != _HANDLE_KEYS:
-            raise bad("remote", f"must be a region handle ({', '.join(sorted(_HANDLE_KEYS))})")
-        if remote["host"] != conn.peer:
-            raise bad(
-                "remote", f"is a region on {remote['host']!r}; connection {conn.id} goes to "
-                f"{conn.peer!r}"
-            )
-        rkey = integer(remote, "rkey", _U32)
-        va = integer(remote, "va", _U64)
-        handle_length = integer(remote, "length", _U64)
-        integer(remote, "region", _U64)
-        remote_offset = integer(w, "remote_offset", _U64, 0)
-        if remote_offset + length > handle_length:
-            raise bad(
-                "remote_offset",
-                f"{remote_offset} + length {length} is outside the remote region "
-                f"({handle_length} bytes)",
-                OUT_OF_BOUNDS,
-            )
-        if va + remote_offset + length > 1 << 64:
-            raise bad("remote", "VA + remote_offset + length overflows 64 bits")
-        imm = w.get("imm")
-        if imm is not None and (type(imm) is not int or not 0 <= imm <= _U32):
-            raise bad("imm", f"must be an integer 0..{_U32}")
-        return region, offset, length, va + remote_offset, rkey, imm
-
     def _completions(self, cs: ClientState, p: Params) -> Any:
         conn_id = p.opt_integer("connection")
         limit = p.opt_integer("max", 1, MAX_ITEMS) or MAX_ITEMS
@@ -452,22 +361,7 @@ class Service:
         p.done()
         if conn_id is not None:
             self._own_conn(cs, conn_id, "completions")
-
-        def ready() -> bool:
-            if conn_id is not None:
-                return bool(cs.completions.get(conn_id))
-            return any(cs.completions.values())
-
-        def take() -> dict[str, Any]:
-            out: list[dict[str, Any]] = []
-            queues = [conn_id] if conn_id is not None else sorted(cs.completions)
-            for cid in queues:
-                queue = cs.completions.get(cid)
-                while queue and len(out) < limit:
-                    out.append(queue.popleft())
-            return {"completions": out}
-
-        return self._answer_when(cs, ready, take, timeout)
+        return cs.completions_when(conn_id, limit, timeout)
 
     def _immediates(self, cs: ClientState, p: Params) -> Any:
         region_id = p.opt_integer("region")
@@ -476,24 +370,7 @@ class Service:
         p.done()
         if region_id is not None:
             self._own_region(cs, region_id, "immediates")
-
-        def ready() -> bool:
-            if region_id is None:
-                return bool(cs.immediates)
-            return any(item["region"] == region_id for item in cs.immediates)
-
-        def take() -> dict[str, Any]:
-            out: list[dict[str, Any]] = []
-            keep: deque[dict[str, Any]] = deque()
-            for item in cs.immediates:
-                if len(out) < limit and (region_id is None or item["region"] == region_id):
-                    out.append(item)
-                else:
-                    keep.append(item)
-            cs.immediates = keep
-            return {"immediates": out}
-
-        return self._answer_when(cs, ready, take, timeout)
+        return cs.immediates_when(region_id, limit, timeout)
 
     def _send_message(self, cs: ClientState, p: Params) -> Any:
         name = p.text("peer")
@@ -506,39 +383,8 @@ class Service:
         name, take = self.mailbox.take(cs.id, p)
         timeout = p.seconds("timeout")
         p.done()
-        return self._answer_when(
-            cs, lambda: self.mailbox.ready(name), lambda: {"messages": take()}, timeout
-        )
-
-    def _answer_when(
-        self,
-        cs: ClientState,
-        ready: Callable[[], bool],
-        take: Callable[[], dict[str, Any]],
-        timeout: float,
-    ) -> Any:
-        """`take()` now when something is ready or `timeout` is 0, else a long-poll."""
-        if timeout <= 0 or ready():
-            return take()
-
-        async def poll() -> dict[str, Any]:
-            deadline = self.loop.time() + timeout
-            while not ready():
-                left = deadline - self.loop.time()
-                if left <= 0:
-                    break
-                fut: asyncio.Future[None] = self.loop.create_future()
-                cs.waiters.append(fut)
-                try:
-                    await asyncio.wait_for(fut, left)
-                except TimeoutError:
-                    break
-                finally:
-                    if fut in cs.waiters:
-                        cs.waiters.remove(fut)
-            return take()
-
-        return poll()
+        return cs.answer_when(lambda: self.mailbox.ready(name), lambda: {"messages": take()},
+                              timeout)
 
     def post(
         self, conn: Connection, src: Region, offset: int, length: int, va: int, rkey: int, imm: int
@@ -726,7 +572,5 @@ class Service:
 
     def close(self) -> None:
         for cs in self.clients.values():
-            for fut in cs.waiters:
-                if not fut.done():
-                    fut.cancel()
+            cs.cancel()
         self.regions.close()

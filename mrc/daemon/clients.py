@@ -1,0 +1,193 @@
+"""Per application: the queues a control client reads, its long-polls, and its WRITEs' checks.
+
+Holds `ClientState` (the completions of each of its connections in MSN order, the immediates of
+WRITE_WITH_IMMs that landed in its regions, and the futures of its long-polls, woken when
+something arrives) and `check_write`, which turns one entry of a `write` call into the
+arguments of `Session.post_write` or refuses it with the error docs/daemon.md gives (naming
+the entry's index and key). What a client may do, and what happens when it goes, is
+`service`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .conns import Connection
+from .regions import DaemonRegion, Regions
+from .rpc import INVALID_PARAMS, OUT_OF_BOUNDS, UNKNOWN_REGION, RpcError
+
+if TYPE_CHECKING:
+    from .control import ControlClient
+
+__all__ = ["MAX_IMMEDIATES", "MAX_ITEMS", "MAX_WRITE", "ClientState", "check_write"]
+
+MAX_WRITE = 1 << 31
+#: Items one completions/immediates answer holds (the answer line stays well under 1 MiB).
+MAX_ITEMS = 8192
+#: Immediates kept for a client that does not fetch them (the oldest go, counted).
+MAX_IMMEDIATES = 1 << 16
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+_WRITE_KEYS = {"region", "offset", "length", "remote", "remote_offset", "imm"}
+_HANDLE_KEYS = {"host", "region", "rkey", "va", "length"}
+
+Item = dict[str, Any]
+
+
+class ClientState:
+    """What the service keeps for one control connection."""
+
+    def __init__(self, client: ControlClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.id = client.id
+        self.pid = client.pid
+        self.uid = client.uid
+        self.loop = loop
+        self.connections: set[int] = set()
+        #: connection id → completions not yet fetched, in MSN order.
+        self.completions: dict[int, deque[Item]] = {}
+        self.immediates: deque[Item] = deque()
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def wake(self) -> None:
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.waiters.clear()
+
+    def cancel(self) -> None:
+        for fut in self.waiters:
+            if not fut.done():
+                fut.cancel()
+        self.waiters.clear()
+
+    def completions_when(self, conn_id: int | None, limit: int, timeout: float) -> Any:
+        def ready() -> bool:
+            if conn_id is not None:
+                return bool(self.completions.get(conn_id))
+            return any(self.completions.values())
+
+        def take() -> Item:
+            out: list[Item] = []
+            queues = [conn_id] if conn_id is not None else sorted(self.completions)
+            for cid in queues:
+                queue = self.completions.get(cid)
+                while queue and len(out) < limit:
+                    out.append(queue.popleft())
+            return {"completions": out}
+
+        return self.answer_when(ready, take, timeout)
+
+    def immediates_when(self, region_id: int | None, limit: int, timeout: float) -> Any:
+        def ready() -> bool:
+            if region_id is None:
+                return bool(self.immediates)
+            return any(item["region"] == region_id for item in self.immediates)
+
+        def take() -> Item:
+            out: list[Item] = []
+            keep: deque[Item] = deque()
+            for item in self.immediates:
+                if len(out) < limit and (region_id is None or item["region"] == region_id):
+                    out.append(item)
+                else:
+                    keep.append(item)
+            self.immediates = keep
+            return {"immediates": out}
+
+        return self.answer_when(ready, take, timeout)
+
+    def answer_when(
+        self, ready: Callable[[], bool], take: Callable[[], Item], timeout: float
+    ) -> Any:
+        """`take()` now when something is ready or `timeout` is 0, else a long-poll that
+        answers as soon as `ready()` (checked on every `wake`) or when `timeout` passed."""
+        if timeout <= 0 or ready():
+            return take()
+        loop = self.loop
+
+        async def poll() -> Item:
+            deadline = loop.time() + timeout
+            while not ready():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                fut: asyncio.Future[None] = loop.create_future()
+                self.waiters.append(fut)
+                try:
+                    await asyncio.wait_for(fut, left)
+                except TimeoutError:
+                    break
+                finally:
+                    if fut in self.waiters:
+                        self.waiters.remove(fut)
+            return take()
+
+        return poll()
+
+
+def check_write(
+    regions: Regions, client: int, conn: Connection, i: int, w: Any
+) -> tuple[DaemonRegion, int, int, int, int, int | None]:
+    """Entry `i` of a write call → (local region, offset, length, remote VA, R_Key, imm)."""
+    where = f"write {i}"
+
+    def bad(key: str, message: str, code: int = INVALID_PARAMS) -> RpcError:
+        return RpcError(code, f"{where}: {key} {message}", {"index": i, "key": key})
+
+    if not isinstance(w, dict):
+        raise RpcError(INVALID_PARAMS, f"{where}: must be an object", {"index": i})
+    unknown = set(w) - _WRITE_KEYS
+    if unknown:
+        raise bad(sorted(unknown)[0], "is not a field of a write")
+
+    def integer(obj: dict[str, Any], key: str, hi: int, default: int | None = None) -> int:
+        value = obj.get(key, default)
+        if type(value) is not int or not 0 <= value <= hi:
+            raise bad(key, f"must be an integer 0..{hi}")
+        return value
+
+    region_id = integer(w, "region", _U64)
+    region = regions.get(region_id)
+    if region is None or region.owner != client:
+        raise bad("region", f"{region_id} is not a region of this client", UNKNOWN_REGION)
+    offset = integer(w, "offset", _U64)
+    length = integer(w, "length", _U64)
+    if not 1 <= length <= MAX_WRITE:
+        raise bad("length", f"must be 1..{MAX_WRITE}, got {length}")
+    if offset + length > region.size:
+        raise bad(
+            "offset",
+            f"{offset} + length {length} is outside region {region_id} ({region.size} bytes)",
+            OUT_OF_BOUNDS,
+        )
+    remote = w.get("remote")
+    if not isinstance(remote, dict) or set(remote) != _HANDLE_KEYS:
+        raise bad("remote", f"must be a region handle ({', '.join(sorted(_HANDLE_KEYS))})")
+    if remote["host"] != conn.peer:
+        raise bad(
+            "remote",
+            f"is a region on {remote['host']!r}; connection {conn.id} goes to {conn.peer!r}",
+        )
+    rkey = integer(remote, "rkey", _U32)
+    va = integer(remote, "va", _U64)
+    handle_length = integer(remote, "length", _U64)
+    integer(remote, "region", _U64)
+    remote_offset = integer(w, "remote_offset", _U64, 0)
+    if remote_offset + length > handle_length:
+        raise bad(
+            "remote_offset",
+            f"{remote_offset} + length {length} is outside the remote region "
+            f"({handle_length} bytes)",
+            OUT_OF_BOUNDS,
+        )
+    # Packets carry VA + offset in 64 bits (docs/wire.md §3 RETH): a handle near the top
+    # would wrap around.
+    if va + remote_offset + length > 1 << 64:
+        raise bad("remote", "VA + remote_offset + length overflows 64 bits")
+    imm = w.get("imm")
+    if imm is not None and (type(imm) is not int or not 0 <= imm <= _U32):
+        raise bad("imm", f"must be an integer 0..{_U32}")
+    return region, offset, length, va + remote_offset, rkey, imm
