@@ -169,6 +169,15 @@ def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, du
     result.test_start = {"blksize": msg_size, "bytes": total_bytes, "duration": duration,
                          "verify": verify, "seed": seed, "peer": peer}
     client.bind(reply)
+    # Everything that costs time before data flows (the MRC handshake, mapping and filling
+    # the source) happens before the request, so the server's clock starts with the data.
+    conn = client.connect(peer)
+    local_slots = slots_for(msg_size) if verify else 1
+    local = client.register_region(local_slots * msg_size, "bench-source")
+    pattern = Pattern(seed, msg_size) if verify else None
+    stream = memoryview(pattern.stream) if pattern is not None else None
+    if pattern is None:
+        local.buf[:] = random.Random(seed).randbytes(msg_size)
     client.send_message(peer, ENDPOINT, encode(
         "request", cookie, msg_size=msg_size, total_bytes=total_bytes, duration=duration,
         seed=seed, verify=verify, reply=reply))
@@ -180,12 +189,9 @@ def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, du
     slots = ready.get("slots")
     if type(slots) is not int or not 1 <= slots <= MAX_SLOTS or slots * msg_size > handle.length:
         raise BenchFailed(f"the server's ready message has a bad slot count {slots!r}")
-    conn = client.connect(peer)
-    local = client.register_region(slots * msg_size if verify else msg_size, "bench-source")
-    pattern = Pattern(seed, msg_size) if verify else None
-    stream = memoryview(pattern.stream) if pattern is not None else None
-    if pattern is None:
-        local.buf[:] = random.Random(seed).randbytes(msg_size)
+    if verify and slots > local_slots:  # a server with another slot rule: follow it
+        local.close()
+        local = client.register_region(slots * msg_size, "bench-source")
     count = message_count(msg_size, total_bytes)
     window = max(2, min(MAX_WINDOW, WINDOW_BYTES // msg_size))
     if verify:
