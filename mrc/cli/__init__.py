@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import mrc
 
-from . import bench, ctl, daemon, switch
+from . import bench, ctl, daemon, keygen, switch
 
 __all__ = ["main"]
 
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mrc {mrc.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     bench.add_parser(sub)
+    keygen.add_parser(sub)
     switch.add_parser(sub)
     ctl.add_parser(sub)
     daemon.add_parser(sub)
