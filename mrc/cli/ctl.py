@@ -45,7 +45,13 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=run)
 
 
-def _cell(value: Any) -> str:
+#: Columns read as bit patterns (EV = plane 8 | selector 24, R_Key, VA): shown in hex.
+_HEX = {"ev": 10, "rkey": 10, "va": 18}
+
+
+def _cell(value: Any, column: str = "") -> str:
+    if column in _HEX and type(value) is int and value >= 0:
+        return f"{value:#0{_HEX[column]}x}"
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, list | dict):
@@ -62,7 +68,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    cells = [[_cell(row.get(c), c) for c in columns] for row in rows]
     numeric = [
         all(isinstance(row.get(c), int | float) and not isinstance(row.get(c), bool)
             for row in rows if c in row)
@@ -81,7 +87,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def format_status(status: dict[str, Any]) -> str:
     planes = status.get("planes") if isinstance(status.get("planes"), list) else []
-    head = [f"{k + ':':<12} {_cell(v)}" for k, v in status.items() if k != "planes"]
+    width = max((len(k) for k in status), default=0) + 1
+    head = [f"{k + ':':<{width}} {_cell(v)}" for k, v in status.items() if k != "planes"]
     return "\n".join([*head, "", format_table(planes or [])])
 
 

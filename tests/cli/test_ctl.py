@@ -41,14 +41,14 @@ def test_status_and_views_as_tables(
     monkeypatch.setenv("MRC_SOCKET", daemon.path)
     assert main(["ctl", "status"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "host:        fake" in out
+    assert "host:        fake" in out and "connections: 0" in out
     assert out[-2].split() == ["plane", "local", "state", "bytes_sent", "bytes_received",
                                "packets_sent", "packets_received"]
     assert out[-1].split() == ["0", "127.0.0.1", "UP", "10", "20", "1", "2"]
     assert main(["ctl", "connections"]) == 0
     assert capsys.readouterr().out == "(none)\n"
     assert main(["ctl", "evs", "--connection", "7"]) == 0
-    assert capsys.readouterr().out.splitlines()[1].split() == ["7", "1", "0", "GOOD"]
+    assert capsys.readouterr().out.splitlines()[1].split() == ["7", "0x00000001", "0", "GOOD"]
     assert ("evs", {"connection": 7}) in daemon.requests
 
 
