@@ -101,12 +101,21 @@ def _wait_socket(sock: Path, proc: subprocess.Popen[bytes], log: Path, timeout: 
     raise HarnessError(f"daemon at {sock} not answering after {timeout:g} s")
 
 
-def _sent_bytes(socks: list[Path]) -> int:
-    total = 0
-    for sock in socks:
-        with contextlib.suppress(ClientError), Client(str(sock), connect_timeout=1.0) as c:
-            total += sum(int(p.get("bytes_sent") or 0) for p in c.planes())
-    return total
+def _sent_bytes(clients: list[Client]) -> int:
+    """Bytes the daemons have sent on all their planes (the ring's traffic and its overhead)."""
+    return sum(int(p.get("bytes_sent") or 0) for c in clients for p in c.planes())
+
+
+def _inject(name: str) -> None:
+    """Both links of the tier-1 switch down at once (one `testbed fault` per link, together)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "tools.testbed", "fault", "--name", name,
+                               "link-down", link], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+             for link in FAULT_LINKS]
+    for link, proc in zip(FAULT_LINKS, procs, strict=True):
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode:
+            raise HarnessError(f"fault link-down {link}: {err.strip()}")
 
 
 @contextlib.contextmanager
@@ -168,17 +177,22 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
             start = time.monotonic()
             fault_at = None
             mid_run = False
+            sent: dict[str, int] = {}
             if fault:
-                # Mid-run: once about a quarter of the data has left the hosts.
-                target = len(names) * (len(names) - 1) * size // 4
-                while _sent_bytes(socks) < target and time.monotonic() - start < timeout:
-                    if all(r.poll() is not None for r in ranks):
-                        break
-                    time.sleep(0.05)
-                fault_at = round(time.monotonic() - start, 3)
-                mid_run = any(r.poll() is None for r in ranks)
-                for link in FAULT_LINKS:
-                    testbed("fault", "--name", name, "link-down", link)
+                # Mid-run: once an eighth of the ring's data has left the hosts, so most of it
+                # moves with the switch down (`sent` tells how much did).
+                target = len(names) * (len(names) - 1) * size // 8
+                with contextlib.ExitStack() as stack:
+                    clients = [stack.enter_context(Client(str(s))) for s in socks]
+                    while _sent_bytes(clients) < target and time.monotonic() - start < timeout:
+                        if all(r.poll() is not None for r in ranks):
+                            break
+                        time.sleep(0.02)
+                    sent["at_fault"] = _sent_bytes(clients)
+                    _inject(name)
+                    fault_at = round(time.monotonic() - start, 3)
+                    mid_run = any(r.poll() is None for r in ranks)
+                    sent["fault_done"] = _sent_bytes(clients)
             results = []
             for rank, proc in enumerate(ranks):
                 try:
@@ -197,6 +211,8 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
             for sock in socks:
                 with contextlib.suppress(ClientError), Client(str(sock)) as c:
                     daemon_status.append(c.status())
+            sent["total"] = sum(int(p.get("bytes_sent") or 0) for d in daemon_status
+                                for p in d.get("planes") or [])
         exits = [d.returncode for d in daemons]
     finally:
         testbed("fault", "--name", name, "clear", check=False)
@@ -207,7 +223,9 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
         "hosts": names,
         "size": size,
         "fault": {"switch": FAULT_SWITCH, "links": list(FAULT_LINKS), "at_seconds": fault_at,
-                  "ranks_running": mid_run} if fault else None,
+                  "ranks_running": mid_run, "bytes_sent_at_fault": sent.get("at_fault"),
+                  "bytes_sent_when_down": sent.get("fault_done")} if fault else None,
+        "bytes_sent_total": sent.get("total"),
         "verified": all(r.get("verified") for r in results) and len(results) == len(names),
         "ranks": results,
         "daemon_exits": exits,
