@@ -22,7 +22,7 @@ from typing import Any
 
 from mrc.core.balance import balance_names
 from mrc.core.cc import cc_names
-from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU
+from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SECURITY_LEVELS
 from mrc.core.errors import LocalProtocolError
 from mrc.core.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
@@ -260,6 +260,26 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "each with its segment list; a plane's EVs are spread over its paths",
     )
     p.add_argument(
+        "--security",
+        choices=SECURITY_LEVELS,
+        default="none",
+        help="per-packet protection: none (the default, as iperf3), auth (an AES-256-GCM tag "
+        "on every packet) or encrypt (payloads encrypted too); both sides must agree",
+    )
+    p.add_argument(
+        "--key",
+        metavar="FILE",
+        help="this side's private key file (mrc keygen; mode 0600); without it a secured run "
+        "makes a key for this run",
+    )
+    p.add_argument(
+        "--peer-key",
+        metavar="FILE|BASE64",
+        help="the peer's public key(s): the client accepts only this server, the server only "
+        "these clients; without it a secured run protects against tampering, not "
+        "impersonation",
+    )
+    p.add_argument(
         "--connect-timeout",
         type=parse_seconds,
         default=5.0,
@@ -328,7 +348,14 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         verify=ns.verify,
         injects=list(ns.inject),
         connect_timeout=ns.connect_timeout,
+        security=ns.security,
+        key=ns.key,
+        peer_key=ns.peer_key,
     )
+    if opts.security == "none" and (opts.key or opts.peer_key):
+        raise UsageError("--key and --peer-key need --security auth or encrypt")
+    if role == "demo" and (opts.key or opts.peer_key):
+        raise UsageError("--demo makes its own keys; drop --key/--peer-key")
     if role == "server":
         if not opts.bind:
             raise UsageError("-s needs -B ADDR[,ADDR...]: one local address per plane")
@@ -379,6 +406,12 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
 
 def run(ns: argparse.Namespace) -> int:
     if ns.daemon is not None:
+        if ns.security != "none" or ns.key or ns.peer_key:
+            sys.stderr.write(
+                "mrc bench: error: --security/--key/--peer-key do not apply with --daemon "
+                "(the daemon's config secures its connections)\n"
+            )
+            return 2
         return bench_daemon.run(ns)
     try:
         opts = options_from(ns)

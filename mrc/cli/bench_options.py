@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mrc.core.config import SessionConfig
+from mrc.core.handshake import Identity
 from mrc.io.pathtable import PathTable
 
 DEFAULT_PORT = 4791
@@ -46,6 +47,12 @@ class BenchOptions:
     #: --paths: the file name and the table read from it.
     paths: str | None = None
     path_table: PathTable | None = None
+    #: --security, --key FILE, --peer-key FILE|BASE64 (docs/architecture.md §8).
+    security: str = "none"
+    key: str | None = None
+    peer_key: str | None = None
+    #: The identity the run uses when secured (from --key, or made for this run).
+    identity: Identity | None = None
 
     def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
         counts = plane_paths or {}
@@ -59,6 +66,7 @@ class BenchOptions:
             cc=self.cc,
             flowcell=self.flowcell,
             plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
+            security=self.security,
         ).validate()
 
     def inject_specs(self) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import mrc
 from mrc.core.events import ConnectionEstablished
+from mrc.node.keys import encode_key
 
 from .bench_options import BenchOptions
 from .bench_roles import WRITER, BenchTest, IntervalSample
@@ -116,7 +117,33 @@ def test_start_info(
         "one_off": int(opts.one_off),
         "port": opts.port,
         "tos": 2,
+        **security_info(opts, test.session.peer_static_key),
     }
+
+
+def security_info(opts: BenchOptions, peer_key: bytes | None) -> dict[str, Any]:
+    """`start.test_start` keys of --security: the level, our public key, the peer's
+    authenticated static key, and whether that key was checked against --peer-key."""
+    identity = opts.identity
+    return {
+        "security": opts.security,
+        "key": encode_key(identity.public_key) if identity is not None else None,
+        "peer_key": encode_key(peer_key) if peer_key is not None else None,
+        "peer_key_checked": identity is not None and identity.allowed_peers is not None,
+    }
+
+
+def security_line(opts: BenchOptions) -> str | None:
+    """The banner line of a secured run (None without security)."""
+    identity = opts.identity
+    if identity is None:
+        return None
+    origin = f"key {opts.key}" if opts.key else "a key made for this run"
+    public = encode_key(identity.public_key)
+    line = f"Security: {opts.security} (AES-256-GCM), {origin}, public key {public}"
+    if identity.allowed_peers is None:
+        return line + "; no --peer-key: protects against tampering, not impersonation"
+    return line + "; the peer's key must be the one --peer-key names"
 
 
 def _scaled(value: float, units: Sequence[str], base: float) -> str:

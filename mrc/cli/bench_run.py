@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import signal
 import socket
@@ -18,12 +19,15 @@ import sys
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
+from mrc.core.handshake import Identity, public_key
 from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name, new_event_loop
 from mrc.io.planes import SockAddr, resolve_addr
 from mrc.node import Node, NodeError, client_binds
+from mrc.node.keys import load_identity, load_public_keys
 
 from .bench_options import BenchOptions
 from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
@@ -34,6 +38,7 @@ from .bench_report import (
     fmt_bytes,
     interval_printer,
     json_document,
+    security_line,
     summary_lines,
     test_start_info,
 )
@@ -127,6 +132,9 @@ class BenchClient:
             injects=tuple(opts.injects) if opts.reverse else (),
         )
         self.out.line(f"Connecting to host {','.join(opts.server)}, port {opts.port}")
+        banner = security_line(opts)
+        if banner is not None:
+            self.out.line(banner)
         if opts.path_table is not None:
             self.out.line(f"SRv6 paths from {opts.paths} (testbed {opts.path_table.testbed}):")
             for line in self.path_lines:
@@ -297,9 +305,27 @@ def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
     return peers, opts.bind or binds
 
 
+def secure(opts: BenchOptions) -> None:
+    """--security: the run's identity, from --key or made for this run, accepting the keys
+    --peer-key names (any key without it: tampering is caught, impersonation is not)."""
+    if opts.security == "none":
+        return
+    peers = None if opts.peer_key is None else [opts.peer_key]
+    if opts.key is not None:
+        opts.identity = load_identity(opts.key, peers)
+    else:
+        allowed = None if opts.peer_key is None else load_public_keys(opts.peer_key)
+        opts.identity = Identity.generate(allowed, entropy=os.urandom)
+
+
+def _endpoint(identity: Identity | None) -> Endpoint:
+    return Endpoint(rng=random.Random(), identity=identity)
+
+
 async def _serve(opts: BenchOptions) -> int:
     loop = asyncio.get_running_loop()
     assert opts.bind is not None
+    endpoint = _endpoint(opts.identity)
     node = Node(
         loop,
         opts.bind,
@@ -307,6 +333,8 @@ async def _serve(opts: BenchOptions) -> int:
         table=opts.path_table,
         payload_mtu=opts.payload_mtu,
         serve=True,
+        rng=endpoint.rng,
+        endpoint=endpoint,
     )
     server = BenchServer(loop, opts, Output(json_mode=opts.json), node)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -326,7 +354,11 @@ async def _client(opts: BenchOptions) -> int:
     table = opts.path_table
     if table is not None and opts.bind is None:
         binds = client_binds(table, opts.server, binds)
-    node = Node(loop, binds, 0, table=table, payload_mtu=opts.payload_mtu)
+    endpoint = _endpoint(opts.identity)
+    node = Node(
+        loop, binds, 0, table=table, payload_mtu=opts.payload_mtu, rng=endpoint.rng,
+        endpoint=endpoint,
+    )  # fmt: skip
     try:
         counts = node.open_paths(peers) if table is not None else {}
     except BaseException:
@@ -352,10 +384,18 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
     """Server and client in this process on 4 loopback planes, a plane blackholed midway."""
     loop = asyncio.get_running_loop()
     node: Node | None = None
+    # Secured: the two sides make keys for this run and each accepts only the other's.
+    server_id = client_id = None
+    if opts.security != "none":
+        server_key, client_key = os.urandom(32), os.urandom(32)
+        server_id = Identity(server_key, [public_key(client_key)], entropy=os.urandom)
+        client_id = Identity(client_key, [public_key(server_key)], entropy=os.urandom)
+        opts.identity = client_id
     for _ in range(50):
         port = random.randrange(20000, 60000)
+        endpoint = _endpoint(server_id)
         try:
-            node = Node(loop, DEMO_SERVER, port, serve=True)
+            node = Node(loop, DEMO_SERVER, port, serve=True, rng=endpoint.rng, endpoint=endpoint)
             break
         except NodeError:
             continue
@@ -374,6 +414,8 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
         cc=opts.cc,
         flowcell=opts.flowcell,
         one_off=True,
+        security=opts.security,
+        identity=server_id,
     )
     server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), node)
     server.start()
@@ -393,7 +435,8 @@ async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -
         f"client {DEMO_CLIENT[0]}-{DEMO_CLIENT[-1].rsplit('.', 1)[1]} (4 planes), {amount}, "
         f"--verify, plane {fault[0]} blackholed once {fault[1]:.0%} of the bytes are through"
     )
-    client_node = Node(loop, DEMO_CLIENT, 0)
+    endpoint = _endpoint(client_id)
+    client_node = Node(loop, DEMO_CLIENT, 0, rng=endpoint.rng, endpoint=endpoint)
     peers = {i: (h, port) for i, h in enumerate(DEMO_SERVER)}
     client = BenchClient(loop, client_opts, out, client_node, dict(peers), demo_fault=fault)
     try:
@@ -418,6 +461,11 @@ def _fields(opts: BenchOptions) -> dict[str, Any]:
 def run(opts: BenchOptions) -> int:
     """Run the chosen role on a fresh event loop; expected failures become one stderr line."""
     coro: Coroutine[Any, Any, int]
+    try:
+        secure(opts)
+    except NodeError as exc:
+        sys.stderr.write(f"mrc bench: {exc}\n")
+        return 1
     if opts.role == "server":
         coro = _serve(opts)
     elif opts.role == "client":

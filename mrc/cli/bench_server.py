@@ -28,6 +28,7 @@ from .bench_report import (
     host_port,
     interval_printer,
     json_document,
+    security_line,
     summary_lines,
     test_start_info,
 )
@@ -99,6 +100,9 @@ class BenchServer:
         self.out.line(f"Server listening on {port} ({n} plane{'s' if n != 1 else ''}: {addrs})")
         for line in self.path_lines:
             self.out.line(line)
+        banner = security_line(self.opts)
+        if banner is not None:
+            self.out.line(banner)
         self.out.line("-" * 59)
 
     def close(self) -> None:
