@@ -16,8 +16,10 @@ signal skips the rest of the drain. Start-up failures are one line and exit stat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+import resource
 import signal
 
 from mrc.core.endpoint import Endpoint
@@ -71,6 +73,7 @@ class Daemon:
         """Bind everything; DaemonError (one line) when something cannot be served."""
         config = self.config
         self._check_security()
+        _raise_fd_limit()
         rng = random.Random()
         # R_Keys come from the OS's generator: they are the only thing between a peer that
         # guessed one and an application's memory on an unsecured connection.
@@ -107,6 +110,7 @@ class Daemon:
             node.close()
             raise DaemonError(str(exc)) from None
         self.control = control
+        service.control_counters = control.counters
         if self.metrics_addr is not None:
             self.metrics = MetricsServer(service, control)
             host, port = self.metrics_addr
@@ -225,6 +229,15 @@ class Daemon:
             self.service.close()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.loop.remove_signal_handler(sig)
+
+
+def _raise_fd_limit() -> None:
+    """Take the hard limit on open files as the soft one: every client holds a socket and
+    every mapped region an fd of its own (Python's mmap keeps a duplicate of the memfd)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def run_daemon(config: DaemonConfig, metrics: tuple[str, int] | None = None) -> int:

@@ -93,6 +93,8 @@ class Service:
         self.totals: dict[str, PeerTotals] = {}
         self.counters: Counter[str] = Counter()
         self.shutting_down = False
+        #: The control socket's counters (refused clients, errors by code), for the views.
+        self.control_counters: Counter[str] = Counter()
         self._by_session: dict[int, Connection] = {}
         self._pending_mailboxes: dict[int, int] = {}
         self._rng = random.SystemRandom()

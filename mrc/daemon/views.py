@@ -120,6 +120,7 @@ def status(svc: Service, p: Params) -> dict[str, Any]:
         "regions": sum(1 for r in svc.regions.by_id.values() if r.owner is not None),
         "clients": len(svc.clients),
         "shutting_down": svc.shutting_down,
+        "control": dict(sorted(svc.control_counters.items())),
     }
 
 
