@@ -222,14 +222,26 @@ class Memfd:
             os.close(self.fd)
 
 
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @contextlib.contextmanager
-def daemon_pair(tmp: Path, *, limits: str = "") -> Iterator[tuple[DaemonProc, DaemonProc]]:
+def daemon_pair(
+    tmp: Path,
+    *,
+    limits: str = "",
+    args_a: tuple[str, ...] = (),
+    args_b: tuple[str, ...] = (),
+) -> Iterator[tuple[DaemonProc, DaemonProc]]:
     """Daemons a (planes .2/.3) and b (.6/.7), each listing the other, ready."""
     port = free_port()
     a = DaemonProc(tmp, "a", toml_config("a", PLANES_A, port, tmp / "a.sock",
-                                         {"b": PLANES_B}, limits=limits))
+                                         {"b": PLANES_B}, limits=limits), args=args_a)
     b = DaemonProc(tmp, "b", toml_config("b", PLANES_B, port, tmp / "b.sock",
-                                         {"a": PLANES_A}, limits=limits))
+                                         {"a": PLANES_A}, limits=limits), args=args_b)
     try:
         a.wait_ready()
         b.wait_ready()
