@@ -203,10 +203,12 @@ class Daemon:
         service.close_all("daemon shutting down")
         for cs in list(service.clients.values()):
             service.wake(cs.id)
-        # The cancelled completions and woken long-polls answer now; give them a moment.
+        # The cancelled completions and woken long-polls answer now: give the applications a
+        # moment to fetch what is left and read their answers.
         deadline = self.loop.time() + ANSWER_GRACE
-        while self.loop.time() < deadline and any(
-            c.unsent or c.waiting for c in control.clients.values()
+        while self.loop.time() < deadline and (
+            any(c.unsent or c.waiting for c in control.clients.values())
+            or any(any(cs.completions.values()) for cs in service.clients.values())
         ):
             await asyncio.sleep(0.005)
         if left:

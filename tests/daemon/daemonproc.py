@@ -94,7 +94,15 @@ class Notify:
 
 
 class DaemonProc:
-    def __init__(self, tmp: Path, host: str, config: str, *, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        host: str,
+        config: str,
+        *,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.tmp = tmp
         self.host = host
         self.config_path = tmp / f"{host}.toml"
@@ -102,14 +110,15 @@ class DaemonProc:
         self.socket_path = tmp / f"{host}.sock"
         self.notify = Notify(host)
         self.log_path = tmp / f"{host}.log"
-        env = dict(os.environ, NOTIFY_SOCKET=self.notify.name, PYTHONPATH=str(ROOT))
-        env.pop("WATCHDOG_USEC", None)
+        environ = dict(os.environ, NOTIFY_SOCKET=self.notify.name, PYTHONPATH=str(ROOT))
+        environ.pop("WATCHDOG_USEC", None)
+        environ.update(env or {})
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mrc", "daemon", "--config", str(self.config_path), *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=environ,
             cwd=tmp,
         )
 
