@@ -20,7 +20,17 @@ from typing import Any
 import pytest
 
 from mrc.client import Client, ClientError, RegionHandle, Write, rpc
-from tools.bench_daemon import ROOT, TwoDaemons, env, finish, mrc, pair_run
+from tools.bench_daemon import (
+    A_PLANES,
+    B_PLANES,
+    ROOT,
+    TwoDaemons,
+    env,
+    finish,
+    free_udp_port,
+    mrc,
+    pair_run,
+)
 
 MIB = 1 << 20
 CAP = 256
@@ -66,8 +76,17 @@ def test_256mib_of_verified_writes_and_ctl_counters_agree(pair: TwoDaemons) -> N
     assert end["mrc"]["messages_verified"] == 256 and end["mrc"]["messages"] == 256
     assert end["sum_received"]["bytes"] == 256 * MIB == client["end"]["sum_sent"]["bytes"]
     goodput = end["sum_received"]["bits_per_second"]
-    print(f"daemon path goodput {goodput / 1e9:.2f} Gbit/s")
     assert goodput > 0
+    # The in-process bench between the same plane addresses, for the ratio (printed, not
+    # asserted: this is no timed test; tools/bench_daemon.py measures it on purpose).
+    port = str(free_udp_port(A_PLANES + B_PLANES))
+    inproc, _ = pair_run(["-s", "-B", ",".join(A_PLANES), "-p", port],
+                         ["-c", ",".join(A_PLANES), "-B", ",".join(B_PLANES), "-p", port,
+                          "-n", "256M", "-l", "1M", "--verify"], "in-process bench")
+    assert inproc["end"]["mrc"]["integrity"] == "ok"
+    ceiling = inproc["end"]["sum_received"]["bits_per_second"]
+    print(f"daemon path goodput {goodput / 1e9:.2f} Gbit/s, in-process {ceiling / 1e9:.2f} "
+          f"Gbit/s, ratio {goodput / ceiling:.2f}")
     sent = plane_delta(b_before, b_after, "bytes_sent")
     received = plane_delta(a_before, a_after, "bytes_received")
     for name, per_plane in (("B sent", sent), ("A received", received)):
@@ -222,3 +241,18 @@ def test_bench_daemon_flag_errors_are_one_line(tmp_path: Path) -> None:
 def test_finish_reports_a_failed_run() -> None:
     with pytest.raises(RuntimeError, match="exited 2"):
         finish(mrc("bench", "--daemon", "x.sock"), "no role")
+
+
+def test_the_benchmark_script_prints_goodputs_and_the_ratio() -> None:
+    proc = subprocess.run([sys.executable, "-m", "tools.bench_daemon", "-n", "32M", "--runs", "1"],
+                          capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["daemon_1m"]["integrity"] == doc["inprocess_1m"]["integrity"] == "ok"
+    assert doc["daemon_1m"]["bytes"] == doc["inprocess_1m"]["bytes"] == 32 * MIB
+    assert len(doc["daemon_1m"]["samples_bps"]) == 1
+    assert doc["ratio"] == round(doc["daemon_1m"]["goodput_bps"]
+                                 / doc["inprocess_1m"]["goodput_bps"], 3)
+    assert doc["meets_goal"] == (doc["ratio"] >= 0.8)
+    assert doc["daemon_4k"]["writes"] == 16384 and doc["daemon_4k"]["writes_per_second"] > 0
