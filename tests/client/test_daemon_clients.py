@@ -1,0 +1,84 @@
+"""`mrc.client` against two real daemons on loopback planes: applications swap a region handle
+through the daemons' message service, WRITE and WRITE_WITH_IMM across, and see completions and
+immediates in posting order; the asyncio client keeps a long-poll in flight while it posts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from mrc.client import AsyncClient, Client, ClientError, RegionHandle, Write, rpc
+from tools.bench_daemon import TwoDaemons
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoDaemons]:
+    daemons = TwoDaemons(tmp_path_factory.mktemp("daemons"))
+    try:
+        daemons.start()
+        yield daemons
+    finally:
+        daemons.stop()
+
+
+def test_handle_swap_write_and_immediates_in_order(pair: TwoDaemons) -> None:
+    with Client(str(pair.a.sock)) as a, Client(str(pair.b.sock)) as b:
+        dst = a.register_region(4 << 20, name="inbox")
+        a.bind("handles")
+        b.bind("replies")
+        b_src = b.register_region(4 << 20)
+        b_src.buf[:] = bytes(range(256)) * (16 << 10)
+        # B asks, A answers with its handle: no side channel.
+        b.send_message("a", "handles", b"who?")
+        ask = a.recv_message("handles", timeout=10)
+        assert ask is not None and (ask.peer, ask.data) == ("b", b"who?")
+        a.send_message(ask.peer, "replies", dst.handle.to_json().encode())
+        got = b.recv_message("replies", timeout=10)
+        assert got is not None and got.peer == "a"
+        handle = RegionHandle.from_json(got.data)
+        assert handle == dst.handle
+        with b.connect("a") as conn:
+            ids = conn.write_many([Write(b_src, i << 20, 1 << 20, handle, (3 - i) << 20, imm=i)
+                                   for i in range(4)])
+            done = conn.wait(timeout=30)
+            assert [(c.id, c.status, c.bytes) for c in done] == [(i, "ok", 1 << 20)
+                                                               for i in ids]
+        imms: list[int] = []
+        while len(imms) < 4:
+            batch = a.wait_immediates(dst, timeout=10)
+            assert batch, f"immediates so far {imms}"
+            imms += [i.imm for i in batch]
+            assert all(i.peer == "b" and i.region == dst.id for i in batch)
+        assert imms == [0, 1, 2, 3]
+        for i in range(4):
+            assert dst.buf[(3 - i) << 20:(4 - i) << 20] == b_src.buf[i << 20:(i + 1) << 20]
+
+
+def test_receiving_on_an_endpoint_nobody_bound_is_refused(pair: TwoDaemons) -> None:
+    with Client(str(pair.a.sock)) as a:
+        with pytest.raises(ClientError) as err:
+            a.recv_message("never-bound", timeout=0)
+        assert err.value.code == rpc.INVALID_PARAMS and "bind it first" in str(err.value)
+        assert a.status()["host"] == "a"
+
+
+async def test_async_clients_across_two_daemons(pair: TwoDaemons) -> None:
+    async with AsyncClient(str(pair.a.sock)) as a, AsyncClient(str(pair.b.sock)) as b:
+        dst = await a.register_region(1 << 20)
+        src = await b.register_region(1 << 20)
+        src.buf[:6] = b"async!"
+        # A long-poll for immediates is in flight on A while B connects and writes.
+        waiting = asyncio.ensure_future(a.wait_immediates(dst, timeout=20))
+        async with await b.connect("a") as conn:
+            wid = await conn.write(src, 0, 6, dst.handle, 100, imm=77)
+            (done,) = await conn.wait([wid], timeout=20)
+            assert (done.id, done.status, done.bytes) == (wid, "ok", 6)
+        imms = await waiting
+        assert [(i.imm, i.peer) for i in imms] == [(77, "b")]
+        assert bytes(dst.buf[100:106]) == b"async!"
+        views = await asyncio.gather(a.status(), a.regions(), b.connections())
+        assert views[0]["regions"] >= 1 and any(r["region"] == dst.id for r in views[1])
+        await dst.close()
+        assert dst.closed
