@@ -315,7 +315,11 @@ def serve_one(client: Client, request: Message, progress: Progress) -> TestResul
     result.test_start = {"blksize": msg_size, "bytes": total, "duration": obj["duration"],
                          "verify": verify, "seed": obj["seed"], "peer": peer}
     slots = slots_for(msg_size)
-    region = client.register_region(slots * msg_size, "bench-data")
+    try:
+        region = client.register_region(slots * msg_size, "bench-data")
+    except ClientError as exc:  # e.g. more than the daemon lets one application map
+        client.send_message(peer, reply, encode("error", cookie, error=f"server region: {exc}"))
+        raise BenchFailed(f"refused a request from {peer}: {exc}") from None
     pattern = Pattern(obj["seed"], msg_size) if verify else None
     try:
         client.send_message(peer, reply, encode("ready", cookie, handle=region.handle.to_dict(),

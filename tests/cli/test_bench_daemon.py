@@ -34,12 +34,14 @@ from tools.bench_daemon import (
 
 MIB = 1 << 20
 CAP = 256
+REGION_CAP = 300 * MIB
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoDaemons]:
     work = tmp_path_factory.mktemp("daemons")
-    daemons = TwoDaemons(work, extra=f"[limits]\nmax_outstanding_writes = {CAP}\n")
+    daemons = TwoDaemons(work, extra=f"[limits]\nmax_outstanding_writes = {CAP}\n"
+                                     f"max_region_bytes = {REGION_CAP}\n")
     try:
         daemons.start()
         yield daemons
@@ -222,6 +224,26 @@ def test_a_client_dying_mid_write_leaves_the_daemon_serving(pair: TwoDaemons) ->
             break
         time.sleep(0.1)
     assert {k: after[k] for k in keys} == {k: before[k] for k in keys}
+
+
+def test_a_server_region_over_the_daemons_limit_is_refused_in_one_line(pair: TwoDaemons) -> None:
+    """-l 200M: the writer maps one 200 MiB source, the server would need two slots (400 MiB,
+    over A's 300 MiB limit): the server refuses the test, both say so in one line, exit 1."""
+    server = mrc("bench", "-s", "--daemon", str(pair.a.sock), "-1")
+    try:
+        time.sleep(0.5)
+        client = mrc("bench", "-c", "a", "--daemon", str(pair.b.sock), "-n", "400M", "-l",
+                     "200M")
+        _, err = client.communicate(timeout=120)
+        assert client.returncode == 1, err
+        assert err.startswith("mrc bench: the server refused the test: server region:"), err
+        assert len(err.strip().splitlines()) == 1, err
+        _, err = server.communicate(timeout=30)
+        assert server.returncode == 1 and "refused a request from b" in err, err
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
 
 def test_bench_daemon_flag_errors_are_one_line(tmp_path: Path) -> None:
