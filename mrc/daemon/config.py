@@ -41,6 +41,7 @@ __all__ = [
     "ProtocolConfig",
     "load_config",
     "parse_listen",
+    "peer_keys",
 ]
 
 DEFAULT_PORT = 4791
@@ -168,7 +169,13 @@ class DaemonConfig:
             plane_balance=proto.plane_balance,
             cc=proto.cc,
             flowcell=proto.flowcell,
+            security=self.security,
         ).validate()
+
+
+def peer_keys(peers: tuple[PeerConfig, ...]) -> list[bytes]:
+    """The raw public keys of the peers that list one (checked base64 of 32 bytes)."""
+    return [base64.b64decode(p.public_key) for p in peers if p.public_key is not None]
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -219,6 +226,14 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> DaemonConfig:
     security = _str(doc, "security", "security") or "encrypt"
     if security not in SECURITY_LEVELS:
         raise ConfigError("security", f"must be one of {', '.join(SECURITY_LEVELS)}")
+    if security != "none":
+        for i, peer in enumerate(peers):
+            if peer.public_key is None:
+                raise ConfigError(
+                    f"peers[{i}].public_key",
+                    f"missing: security = \"{security}\" accepts only peers whose key is "
+                    "listed (mrc keygen prints one)",
+                )
     key_file = _str(doc, "key_file", "key_file") or DEFAULT_KEY_FILE
     psk_file = _str(doc, "psk_file", "psk_file")
     config = DaemonConfig(

@@ -23,11 +23,13 @@ import resource
 import signal
 
 from mrc.core.endpoint import Endpoint
+from mrc.core.handshake import Identity
 from mrc.core.memory import RegionTable
 from mrc.io.loop import new_event_loop
 from mrc.node import Node, NodeError
+from mrc.node.keys import load_or_create_private_key, load_psk, public_key_text
 
-from .config import ConfigError, DaemonConfig, load_config
+from .config import ConfigError, DaemonConfig, load_config, peer_keys
 from .control import ControlError, ControlServer
 from .metrics import MetricsServer
 from .notify import Notifier
@@ -72,7 +74,7 @@ class Daemon:
     async def start(self) -> None:
         """Bind everything; DaemonError (one line) when something cannot be served."""
         config = self.config
-        self._check_security()
+        identity = self._identity()
         _raise_fd_limit()
         rng = random.Random()
         # R_Keys come from the OS's generator: they are the only thing between a peer that
@@ -87,7 +89,7 @@ class Daemon:
                 payload_mtu=config.protocol.payload_mtu,
                 serve=True,
                 rng=rng,
-                endpoint=Endpoint(rng=rng, regions=regions),
+                endpoint=Endpoint(rng=rng, regions=regions, identity=identity),
                 on_error=self._io_error,
                 interfaces=[p.interface for p in config.planes],
             )
@@ -137,20 +139,24 @@ class Daemon:
         self.notifier.ready(f"serving {config.control.socket}")
         self.notifier.start_watchdog(self.loop)
 
-    def _check_security(self) -> None:
-        level = self.config.security
-        if level == "none":
+    def _identity(self) -> Identity | None:
+        """The host's key and the peers it accepts (docs/architecture.md §8); None with
+        security = "none", which must be written in the file and is warned about."""
+        config = self.config
+        if config.security == "none":
             log.warning(
                 "security = \"none\": connections are neither authenticated nor encrypted"
             )
-            return
-        # The core's connection security (docs/wire.md §6-§7) is wired in here once the host
-        # layer's key handling exists; until then a secured level cannot be honoured, and
-        # running unprotected must be asked for in writing.
-        raise DaemonError(
-            f"security = \"{level}\" needs connection security, which this build does not "
-            "have yet; write security = \"none\" to run without it"
-        )
+            return None
+        try:
+            key, created = load_or_create_private_key(config.key_file)
+            psk = load_psk(config.psk_file) if config.psk_file is not None else None
+        except NodeError as exc:
+            raise DaemonError(str(exc)) from None
+        if created:
+            log.info("created the key file %s", config.key_file)
+        log.info("public key %s", public_key_text(key))
+        return Identity(key, peer_keys(config.peers), psk)
 
     def _io_error(self, message: str) -> None:
         log.error("%s", message)
@@ -176,6 +182,13 @@ class Daemon:
         except ConfigError as exc:
             log.error("reload of %s failed, peers unchanged: %s", self.config.path, exc)
             return
+        if fresh.security != self.config.security:
+            log.error("reload of %s: security cannot change while running; peers unchanged",
+                      self.config.path)
+            return
+        identity = self.node.endpoint.identity if self.node is not None else None
+        if identity is not None:
+            identity.allowed_peers = frozenset(peer_keys(fresh.peers))
         peers, closed = self.service.reload_peers(fresh.peers)
         log.info("reloaded %s: %d peer(s), %d connection(s) closed", self.config.path, peers,
                  closed)

@@ -21,6 +21,7 @@ What it leaves to others: the socket and framing (`control`), the mapping (`shm`
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import random
 from collections import Counter, deque
@@ -452,9 +453,31 @@ class Service:
             mailbox = (region.core.base_va, region.core.rkey, region.size)
         return Hello(hello.kind, self.host, hello.token, mailbox).encode()
 
+    def _authentic(self, session: Session, name: str) -> bool:
+        """On a secured connection, the peer proved the key listed for `name` (the allowlist
+        holds every peer's key; this stops one peer from speaking as another)."""
+        if not session.config.secured:
+            return self.config.security == "none"
+        peer = self.peers.get(name)
+        return (
+            peer is not None
+            and peer.public_key is not None
+            and session.peer_static_key == base64.b64decode(peer.public_key)
+        )
+
     def _accepted(self, session: Session, event: ConnectionEstablished) -> None:
         hello = Hello.decode(event.private_data)
         if hello is None:
+            return
+        if not self._authentic(session, hello.host):
+            self.counters["refused_wrong_key"] += 1
+            log.warning("refused a connection claiming to be %s: not its key", hello.host)
+            stale = self._pending_mailboxes.pop(hello.token, None)
+            region = self.regions.get(stale) if stale is not None else None
+            if region is not None:
+                self.regions.deregister(region)
+            session.close(self.now())
+            self.node.flush(session)
             return
         conn = Connection(
             id=self._next_conn,
@@ -479,6 +502,9 @@ class Service:
         if hello is None or hello.host != conn.peer or hello.token != conn.token:
             who = hello.host if hello is not None else "not a daemon"
             self._close_conn(conn, f"the peer answered as {who!r}", "connection_lost")
+            return
+        if conn.session is None or not self._authentic(conn.session, conn.peer):
+            self._close_conn(conn, f"the peer did not prove {conn.peer}'s key", "connection_lost")
             return
         conn.state = "established"
         conn.peer_mailbox = hello.mailbox

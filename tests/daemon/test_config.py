@@ -92,6 +92,7 @@ def test_defaults_secure_by_default() -> None:
 def base() -> dict[str, Any]:
     return {
         "host": "a",
+        "security": "none",
         "planes": [{"address": "127.0.0.2"}, {"address": "127.0.0.3"}],
         "peers": [{"name": "b", "addresses": ["127.0.0.6", "127.0.0.7"]}],
     }
@@ -160,6 +161,9 @@ MISTAKES = [
     ("limits.drain_seconds", 61, "limits.drain_seconds", "0..60"),
     ("limits.drain_seconds", "2", "limits.drain_seconds", "number"),
     ("security", "tls", "security", "encrypt, auth, none"),
+    ("security", "encrypt", "peers[0].public_key", "missing: security = \"encrypt\""),
+    ("security", ..., "peers[0].public_key", "accepts only peers whose key is listed"),
+    ("psk_file", "", "psk_file", "non-empty"),
     ("key_file", "", "key_file", "non-empty"),
     ("pathz", "x.json", "pathz", "unknown key"),
     ("paths", "/nonexistent/paths.json", "paths", "nonexistent"),
