@@ -156,7 +156,8 @@ def _wait_for(client: Client, endpoint: str, cookie: str, ops: tuple[str, ...],
             raise BenchFailed(f"the server refused the test: {obj.get('error', '?')}")
         if obj["op"] in ops:
             return obj
-    raise BenchFailed(f"no {'/'.join(ops)} from the server within {timeout:g} s")
+    hint = " (is `mrc bench -s --daemon SOCK` running there?)" if "ready" in ops else ""
+    raise BenchFailed(f"no {'/'.join(ops)} from the server within {timeout:g} s{hint}")
 
 
 def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, duration: float,
