@@ -102,6 +102,9 @@ class PacketProtection:
         self._tx_nonce = bytearray(_NONCE.size)
         self._rx_direction = direction ^ 1
         self._rx_ctxs: dict[int, AESGCM] = {0: AESGCM(epoch_key(rx_secret, 0))}
+        #: The epoch of the newest verified counter and its context (the common lookup).
+        self._rx_epoch = 0
+        self._rx_cur = self._rx_ctxs[0]
         self._rx_nonce = bytearray(_NONCE.size)
         self.replay = ReplayWindow(replay_width)
         self.max_payload = max_payload
@@ -138,22 +141,36 @@ class PacketProtection:
         _COUNTER.pack_into(buf, n, counter)
         return bytes(buf)
 
-    def seal_into(
-        self, mv: memoryview, start: int, header: int, end: int, payload: memoryview
-    ) -> None:
-        """Seal the data packet framed at `mv[start:end]` whose headers take `header` bytes
-        and are already written there: writes `payload` (as ciphertext in `encrypt` mode)
-        after them and the trailer at `mv[end:end + TRAILER]`."""
-        ctx, nonce, counter = self._next()
-        body = start + header
-        if self.encrypt:
-            # encrypt_into writes ciphertext ‖ tag; the tag then moves past the counter.
-            ctx.encrypt_into(nonce, payload, mv[start:body], mv[body : end + TAG_SIZE])
-            mv[end + 8 : end + TRAILER] = mv[end : end + TAG_SIZE]
-        else:
-            mv[body:end] = payload
-            ctx.encrypt_into(nonce, b"", mv[start:end], mv[end + 8 : end + TRAILER])
-        _COUNTER.pack_into(mv, end, counter)
+    def seal_into(self, mv: memoryview, packets: list[tuple[int, int, memoryview]]) -> None:
+        """Seal data packets framed in `mv`: each `(start, body, payload)` has its headers
+        already written at `mv[start:body]`; `payload` goes after them (as ciphertext in
+        `encrypt` mode) and the trailer after that. One call per GSO batch: the loop keeps
+        its state in locals (the per-packet cost is what limits a CPython sender)."""
+        counter = self.tx_counter
+        shift = self.shift
+        ctx = self._tx_ctx
+        nonce = self._tx_nonce
+        direction = self.direction
+        pack_nonce = _NONCE.pack_into
+        pack_counter = _COUNTER.pack_into
+        encrypt = self.encrypt
+        for start, body, payload in packets:
+            if counter >> shift != self._tx_epoch:
+                self._tx_epoch = counter >> shift
+                ctx = self._tx_ctx = AESGCM(epoch_key(self._tx_secret, self._tx_epoch))
+                self.rekeys += 1
+            pack_nonce(nonce, 0, direction, counter)
+            end = body + len(payload)
+            if encrypt:
+                # encrypt_into writes ciphertext ‖ tag; the tag then moves past the counter.
+                ctx.encrypt_into(nonce, payload, mv[start:body], mv[body : end + TAG_SIZE])
+                mv[end + 8 : end + TRAILER] = mv[end : end + TAG_SIZE]
+            else:
+                mv[body:end] = payload
+                ctx.encrypt_into(nonce, b"", mv[start:end], mv[end + 8 : end + TRAILER])
+            pack_counter(mv, end, counter)
+            counter += 1
+        self.tx_counter = counter
 
     def seal_reply(self, reply: bytes, private_len: int) -> bytes:
         """The REPLY with its private data (the last `private_len` bytes) encrypted and its
@@ -198,22 +215,25 @@ class PacketProtection:
         None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
         data packet's encrypted payload, and the result is a view of this object's plaintext
         buffer, valid until the next `open`; otherwise it is a view of `data`."""
-        mv = data if isinstance(data, memoryview) else memoryview(data)
+        mv = data if type(data) is memoryview else memoryview(data)
         end = len(mv) - TRAILER
         if end < 0:
             self.drops["auth"] += 1
             return None
         counter = _COUNTER.unpack_from(mv, end)[0]
         replay = self.replay
-        if not replay.fresh(counter):
+        top = replay.top
+        # In order (the common case) is new without a look at the bitmap.
+        if counter <= top and not replay.fresh(counter):
             self.drops["replay_window" if replay.stale(counter) else "replay"] += 1
             return None
-        ctx = self._rx_ctx(counter)
+        epoch = counter >> self.shift
+        ctx = self._rx_cur if epoch == self._rx_epoch else self._rx_ctx(counter)
         nonce = self._rx_nonce
         _NONCE.pack_into(nonce, 0, self._rx_direction, counter)
-        size = end - header
         try:
-            if self.encrypt and header:
+            if header and self.encrypt:
+                size = end - header
                 if size > self.max_payload:
                     self.drops["bad_length"] += 1
                     return None
@@ -230,14 +250,18 @@ class PacketProtection:
         except InvalidTag:
             self.drops["auth"] += 1
             return None
-        old_epoch = replay.top >> self.shift
-        replay.accept(counter)
-        epoch = replay.top >> self.shift
-        if epoch != old_epoch:
-            if epoch not in self._rx_ctxs:
-                self._rx_ctxs[epoch] = ctx
-                self.rekeys += 1
+        if counter > top and counter >> 6 == top >> 6:
+            # The usual step (replay.py's `accept`, inlined): newest, in the same block.
+            replay.top = counter
+            replay.blocks[(counter >> 6) & replay.mask] |= 1 << (counter & 63)
+        elif counter > top and epoch != top >> self.shift:
+            # A new newest epoch: it is the current one from now on.
+            self._rx_ctxs[epoch] = self._rx_cur = ctx
+            self._rx_epoch = epoch
+            replay.accept(counter)
             self._forget_old_epochs()
+        else:
+            replay.accept(counter)
         return out
 
     def open_reply(self, data: bytes | memoryview, private_len: int) -> bytes | None:

@@ -12,15 +12,45 @@ by its trailer instead).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 from ..wire.bth import CM_LISTEN_QPN, Opcode
 from ..wire.cm import CMH, MAX_PRIVATE_DATA, KeyBlock, RejectReason, SecurityLevel
 from ..wire.packet import CmPacket
 from .config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from .errors import LocalProtocolError
+from .events import ConnectionEstablished
 
 CM_VERSION = 1
 REPLY_PLANE = 0xFF
+
+
+class _Connected(Protocol):
+    config: SessionConfig
+    peer_qpn: int
+    connection_id: int
+
+
+def established(session: _Connected, private_data: bytes) -> ConnectionEstablished:
+    """The event of a connection that just agreed on `session.config`."""
+    c = session.config
+    return ConnectionEstablished(
+        peer_qpn=session.peer_qpn,
+        private_data=private_data,
+        payload_mtu=c.payload_mtu,
+        mpr=c.mpr,
+        ev_per_plane=c.ev_per_plane,
+        plane_mask=c.plane_mask,
+        connection_id=session.connection_id,
+    )
+
+
+def reject_name(cmh: CMH) -> str:
+    """A REJECT's reason as words ("unknown peer"), for `ConnectionClosed`."""
+    try:
+        return RejectReason(cmh.reject_reason).name.lower().replace("_", " ")
+    except ValueError:
+        return f"reason {cmh.reject_reason}"
 
 
 def check_private_data(data: bytes) -> bytes:

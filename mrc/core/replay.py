@@ -23,7 +23,7 @@ _BIT_MASK = BLOCK_BITS - 1
 class ReplayWindow:
     """Counters in (top - width, top] are remembered; older ones are refused."""
 
-    __slots__ = ("_blocks", "_mask", "top", "width")
+    __slots__ = ("blocks", "mask", "top", "width")
 
     def __init__(self, width: int) -> None:
         if width < BLOCK_BITS:
@@ -31,8 +31,9 @@ class ReplayWindow:
         # One block more than the width needs: the block holding `top` is only partly used,
         # and the window must still reach `width` counters back (RFC 6479 §2).
         blocks = 1 << (width // BLOCK_BITS).bit_length()
-        self._blocks = [0] * blocks
-        self._mask = blocks - 1
+        #: The bitmap ring: block i holds counters i × 64 … i × 64 + 63 of its lap.
+        self.blocks = [0] * blocks
+        self.mask = blocks - 1
         self.width = width
         #: The highest counter accepted so far; -1 before the first.
         self.top = -1
@@ -44,7 +45,7 @@ class ReplayWindow:
             return True
         if top - counter >= self.width:
             return False
-        return not self._blocks[(counter >> _BLOCK_SHIFT) & self._mask] >> (counter & _BIT_MASK) & 1
+        return not self.blocks[(counter >> _BLOCK_SHIFT) & self.mask] >> (counter & _BIT_MASK) & 1
 
     def stale(self, counter: int) -> bool:
         """True iff `counter` lies below the window (too old to tell whether it was seen)."""
@@ -52,11 +53,16 @@ class ReplayWindow:
 
     def accept(self, counter: int) -> None:
         """Record `counter` (whose tag verified); moves the window when it is the newest."""
-        blocks = self._blocks
-        mask = self._mask
+        blocks = self.blocks
+        mask = self.mask
         index = counter >> _BLOCK_SHIFT
-        if counter > self.top:
-            current = self.top >> _BLOCK_SHIFT
+        top = self.top
+        if counter > top:
+            current = top >> _BLOCK_SHIFT
+            if index == current:  # the usual step: the same block, nothing to clear
+                self.top = counter
+                blocks[index & mask] |= 1 << (counter & _BIT_MASK)
+                return
             # Blocks between the old top's and the new one's are from a past lap: clear them
             # (all of them at most once, however far the counter jumped).
             for i in range(current + 1, current + 1 + min(index - current, len(blocks))):

@@ -27,7 +27,6 @@ What it leaves to others: the keys and the window (aead.py, replay.py), key agre
 from __future__ import annotations
 
 import random
-import struct
 from collections import Counter
 
 from ..wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
@@ -41,7 +40,9 @@ from .handshake import HEAD, Identity, Requester, Responder
 from .receiver import Receiver
 from .transmit import Transmit
 
-_WORDS = struct.Struct(">4xII")
+#: BTH.EVX and BTH.TS as bits of the bytes that hold them (4 and 8).
+_EVX = EVX_BIT >> 24
+_TS = TS_BIT >> 24
 _DATA = frozenset(op.value for op in DATA_OPCODES)
 _IMM = frozenset(op.value for op in IMM_OPCODES)
 _CM = frozenset(op.value for op in CM_OPCODES)
@@ -72,14 +73,14 @@ class SecureChannel:
         """The packet to process (without its trailer), or None when it was dropped (counted)
         or was a trimmed packet (already answered)."""
         n = len(data)
+        if n == self._full and data[0] in _FULL and data[4] & _EVX and data[8] & _TS:
+            # The common full-size FIRST/MIDDLE with EVXH and TSETH: headers are 40 bytes.
+            return self.protection.open(data, _HDR)
         if n < 12:
             self.drops["decode_length"] += 1
             return None
         op = data[0]
         if op in _DATA:
-            w4, w8 = _WORDS.unpack_from(data)
-            if n == self._full and op in _FULL and w4 & EVX_BIT and w8 & TS_BIT:
-                return self.protection.open(data, _HDR)
             return self._open_data(data, plane, tos)
         if op in _CM:
             if op in _PLAIN_CM:
@@ -183,6 +184,35 @@ def reply_for(
     )
     protection = _protection(config, 1, secrets, drops)
     return protection.seal_reply(reply, len(private_data)), protection
+
+
+def before_keys(
+    requester: Requester,
+    config: SessionConfig,
+    data: bytes | memoryview,
+    request_head: bytes,
+    request_private: bytes,
+    request_nonce: bytes,
+    drops: Counter[str],
+) -> tuple[CmPacket | None, PacketProtection | None, bytes | None]:
+    """What a secured requester does with a datagram before its REPLY verified: a REPLY is
+    checked (`check_reply`), a REJECT decoded (it needs no trailer), anything else dropped
+    as `not_connected`. Returns the CM packet to act on, and with a good REPLY the
+    connection's protection and the responder's static key."""
+    op = data[0] if len(data) else -1
+    if op == Opcode.CM_REPLY.value:
+        done = check_reply(requester, config, data, request_head, request_private,
+                           request_nonce, drops)  # fmt: skip
+        return done if done is not None else (None, None, None)
+    if op != Opcode.CM_REJECT.value:
+        drops["not_connected"] += 1
+        return None, None, None
+    try:
+        pkt = decode_packet(data)
+    except DecodeError as exc:
+        drops[f"decode_{exc.field}"] += 1
+        return None, None, None
+    return pkt if isinstance(pkt, CmPacket) else None, None, None
 
 
 def check_reply(

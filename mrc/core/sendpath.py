@@ -167,43 +167,42 @@ class Framer:
         w4 = EVX_BIT | dest_qp
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
         ts = tx_timestamp(now)
-        sizes = [packet_size(msg, index, mtu) + TRAILER for msg, index, _ in cell]
+        # Every packet but a message's last is a full one: its size needs no lookup.
+        full = HEADER + mtu + TRAILER
+        sizes = [
+            full if index < msg.npkts - 1 else packet_size(msg, index, mtu) + TRAILER
+            for msg, index, _ in cell
+        ]
         buf = bytearray(sum(sizes))
-        mv = memoryview(buf)
-        seal = protection.seal_into
+        packets: list[tuple[int, int, memoryview]] = []
+        append = packets.append
+        pack = DATA_HEADER.pack_into
         start = 0
         for (msg, index, psn), size in zip(cell, sizes, strict=True):
             src = msg.src
-            dma = len(src)
             off = index * mtu
             va = msg.remote_va + off
             if index == msg.npkts - 1:
                 w8 = flags | A_BIT | psn
                 if msg.imm is None:
                     op = _LAST if index else _ONLY
-                    header = HEADER
-                    DATA_HEADER.pack_into(
-                        buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey, dma
-                    )
+                    pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey,
+                         len(src))  # fmt: skip
+                    append((start, start + HEADER, src[off:]))
                 else:
                     op = _LAST_IMM if index else _ONLY_IMM
-                    header = HEADER_IMM
                     DATA_HEADER_IMM.pack_into(
                         buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey,
-                        dma, msg.imm,
-                    )
-                payload = src[off:]
+                        len(src), msg.imm,
+                    )  # fmt: skip
+                    append((start, start + HEADER_IMM, src[off:]))
             else:
                 op = _MIDDLE if index else _FIRST
-                header = HEADER
-                DATA_HEADER.pack_into(
-                    buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msg.msn, ts, va,
-                    msg.rkey, dma,
-                )
-                payload = src[off : off + mtu]
-            end = start + size - TRAILER
-            seal(mv, start, header, end, payload)
+                pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msg.msn, ts, va,
+                     msg.rkey, len(src))  # fmt: skip
+                append((start, start + HEADER, src[off : off + mtu]))
             start += size
+        protection.seal_into(memoryview(buf), packets)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
         ps.packets_sent += len(cell)

@@ -34,7 +34,6 @@ from typing import Any
 
 from ..wire.ack import NackReason, SackMark
 from ..wire.bth import BTH, DATA_OPCODES, Opcode
-from ..wire.cm import CMH, RejectReason
 from ..wire.errors import DecodeError
 from ..wire.packet import (
     AckPacket,
@@ -56,7 +55,6 @@ from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import (
     ConnectionClosed,
-    ConnectionEstablished,
     Event,
 )
 from .handshake import HEAD, Identity, Requester
@@ -64,7 +62,7 @@ from .memory import Region, RegionTable
 from .paths import PathTable, PlaneState
 from .planes import PlaneMonitor
 from .receiver import Receiver
-from .secure import SecureChannel, check_reply, reply_for
+from .secure import SecureChannel, before_keys, reply_for
 from .sender import Sender
 from .spray import make_spray
 from .stats import SessionStats
@@ -226,20 +224,8 @@ class Session:
             if p not in s.peer_addrs:
                 s.paths.set_state(p, PlaneState.DOWN, "no address")
         s._cm_send(plane, s._reply)
-        s._events.append(s._established_event(bytes(request.private_data)))
+        s._events.append(cm.established(s, bytes(request.private_data)))
         return s
-
-    def _established_event(self, private_data: bytes) -> ConnectionEstablished:
-        c = self.config
-        return ConnectionEstablished(
-            peer_qpn=self.peer_qpn,
-            private_data=private_data,
-            payload_mtu=c.payload_mtu,
-            mpr=c.mpr,
-            ev_per_plane=c.ev_per_plane,
-            plane_mask=c.plane_mask,
-            connection_id=self.connection_id,
-        )
 
     def _establish(self, *, peer_initial_psn: int, now: float) -> None:
         self.state = SessionState.ESTABLISHED
@@ -554,12 +540,12 @@ class Session:
             self.config = agreed
             self.peer_qpn = cmh.local_qpn
             self._establish(peer_initial_psn=cmh.initial_psn, now=now)
-            self._events.append(self._established_event(bytes(pkt.private_data)))
+            self._events.append(cm.established(self, bytes(pkt.private_data)))
             assert self.planes is not None
             self.planes.announce_ports(now)
         elif op is Opcode.CM_REJECT:
             if self.state is SessionState.CONNECTING and cmh.nonce == self.nonce:
-                self._close(f"rejected: {_reject_name(cmh)}")
+                self._close(f"rejected: {cm.reject_name(cmh)}")
             else:
                 drops["cm_mismatch"] += 1
         elif op is Opcode.CM_DISCONNECT:
@@ -572,22 +558,12 @@ class Session:
 
     def _before_keys(self, data: bytes | memoryview, plane: int, now: float) -> None:
         """A secured requester before its REPLY verified: only a REPLY or a REJECT counts."""
-        drops = self.stats.drops_by_reason
-        op = data[0] if len(data) else -1
-        pkt: Packet | None = None
-        if op == Opcode.CM_REPLY and self._requester is not None:
-            args = (self._request_head, self._private_data, self.nonce, drops)
-            done = check_reply(self._requester, self.config, data, *args)
-            if done is not None:
-                pkt, self._protection, self.peer_static_key = done
-        elif op == Opcode.CM_REJECT:
-            try:
-                pkt = decode_packet(data)
-            except DecodeError as exc:
-                drops[f"decode_{exc.field}"] += 1
-        else:
-            drops["not_connected"] += 1
-        if isinstance(pkt, CmPacket):
+        assert self._requester is not None
+        args = (self._request_head, self._private_data, self.nonce, self.stats.drops_by_reason)
+        pkt, protection, key = before_keys(self._requester, self.config, data, *args)
+        if protection is not None:
+            self._protection, self.peer_static_key = protection, key
+        if pkt is not None:
             self._handle_cm(pkt, plane, 0, now)
 
     def _send_requests(self, now: float) -> None:
@@ -625,9 +601,3 @@ class Session:
         self.timers.clear()
         self._events.append(ConnectionClosed(reason=reason))
 
-
-def _reject_name(cmh: CMH) -> str:
-    try:
-        return RejectReason(cmh.reject_reason).name.lower().replace("_", " ")
-    except ValueError:
-        return f"reason {cmh.reject_reason}"

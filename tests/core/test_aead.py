@@ -79,7 +79,7 @@ def _pair(encrypt: bool, shift: int = 23) -> Pair:
 def _data_packet(tx: PacketProtection, header: bytes, payload: bytes) -> bytes:
     buf = bytearray(len(header) + len(payload) + TRAILER)
     buf[: len(header)] = header
-    tx.seal_into(memoryview(buf), 0, len(header), len(header) + len(payload), memoryview(payload))
+    tx.seal_into(memoryview(buf), [(0, len(header), memoryview(payload))])
     return bytes(buf)
 
 
