@@ -8,6 +8,7 @@ daemon's refusals come back as one-line `ClientError`s and the client stays usab
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -253,12 +254,43 @@ def test_unreachable_sockets_are_one_line(tmp_path: Path) -> None:
         Client(str(tmp_path / "dead.sock"))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores the socket's permissions")
+def _connect_as_nobody(path: str) -> tuple[int, str]:
+    """Try `Client(path)` in a child that dropped to nobody (root ignores file modes)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        code, text = 0, "connected"
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            Client(path).close()
+        except ClientError as exc:
+            code, text = exc.code, str(exc)
+        except BaseException as exc:
+            code, text = 1, repr(exc)
+        os.write(w, json.dumps([code, text]).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    code, text = json.loads(data)
+    return int(code), str(text)
+
+
 def test_permission_denied_is_one_line(daemon: FakeDaemon) -> None:
-    os.chmod(daemon.path, 0)
-    with pytest.raises(ClientError, match="permission denied") as err:
-        Client(daemon.path)
-    assert err.value.code == rpc.UNREACHABLE
+    """The control socket is 0600 and belongs to the daemon's user: anyone else is refused."""
+    os.chmod(daemon.path, 0o600)
+    if os.geteuid() == 0:
+        code, text = _connect_as_nobody(daemon.path)
+    else:
+        os.chmod(daemon.path, 0)
+        with pytest.raises(ClientError) as err:
+            Client(daemon.path)
+        code, text = err.value.code, str(err.value)
+    assert (code, text) == (rpc.UNREACHABLE, f"{daemon.path}: permission denied (the control "
+                                             "socket belongs to the daemon's user)")
 
 
 def test_a_bad_answer_and_a_closed_daemon(client: Client, daemon: FakeDaemon) -> None:
