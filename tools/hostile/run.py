@@ -1,0 +1,211 @@
+"""One hostile-input run: a bench server, verified clients, a sniffer and a spoofer on loopback.
+
+Holds `Options` and `run`, which starts `mrc bench -s` on 4 loopback planes, then verified
+clients (`mrc bench -c … --verify -n SIZE`) one after the other, sniffs their traffic on `lo`,
+and while a transfer runs sends hostile datagrams from the chosen attacks (`tools.hostile.attacks`)
+until the budget of datagrams is spent or the time is up. It then lets the running transfer
+finish, stops the server, and hands everything to `tools.hostile.report` as a `Raw` record.
+Every process it starts is stopped on the way out, whatever the way out is.
+
+Pacing: the attacker sends in batches and reads the sniffer between batches, so forgeries
+"ahead of the sender" are at most one batch stale. `rate` caps datagrams per second; 0 sends as
+fast as the raw socket takes them (the server's socket buffer then decides what reaches the
+core, and the kernel counts what it drops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tools.hostile.attacks import KINDS, Mix, Scope
+from tools.hostile.flow import Flow
+from tools.hostile.procs import (
+    CLIENT_ADDRS,
+    SERVER_ADDRS,
+    BenchProc,
+    bench_argv,
+    free_port,
+    socket_drops,
+    udp_bound,
+    udp_snmp,
+)
+from tools.hostile.rawnet import Sniffer, Spoofer
+
+BATCH = 64
+SNIFF_LIMIT = 1024
+MAX_IDLE_CLIENTS = 3
+
+
+class RunError(Exception):
+    """The run could not be set up (a bench that does not start, …): one line."""
+
+
+@dataclass(slots=True)
+class Options:
+    datagrams: int = 1_000_000
+    security: str = "encrypt"  # none | auth | encrypt
+    kinds: list[str] = field(default_factory=lambda: list(KINDS))
+    planes: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    size: str = "1G"  # each client's -n
+    seconds: float = 600.0  # the attack's time limit
+    drain: float = 90.0  # how long the transfer running at the end may take to finish
+    rate: float = 0.0  # datagrams per second, 0 = unpaced
+    seed: int | None = None
+    key: str | None = None  # --key / --peer-key for both benches (secured runs)
+    peer_key: str | None = None
+
+
+@dataclass(slots=True)
+class Raw:
+    """Everything a run observed, for `report.figures`."""
+
+    options: Options
+    port: int
+    sent: Counter[str] = field(default_factory=Counter)
+    to_server: int = 0
+    to_client: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    attack_seconds: float = 0.0
+    timed_out: bool = False
+    server: BenchProc | None = None
+    clients: list[BenchProc] = field(default_factory=list)
+    server_socket_drops: int = 0
+    client_socket_drops: int = 0
+    snmp_before: dict[str, int] = field(default_factory=dict)
+    snmp_after: dict[str, int] = field(default_factory=dict)
+    sniffed_packets: int = 0
+    sniffed_datagrams: int = 0
+    connections_seen: int = 0
+    aborted: str | None = None  # why the attack stopped before its budget, if it did
+
+
+def _security_args(opts: Options) -> list[str]:
+    if opts.security == "none":
+        return []  # the bench's default; also runs on a bench without --security
+    args = ["--security", opts.security]
+    if opts.key:
+        args += ["--key", opts.key]
+    if opts.peer_key:
+        args += ["--peer-key", opts.peer_key]
+    return args
+
+
+def _start_server(opts: Options, port: int) -> BenchProc:
+    argv = bench_argv("-s", "-B", ",".join(SERVER_ADDRS), "-p", str(port), "-J",
+                      *_security_args(opts))  # fmt: skip
+    server = BenchProc("server", argv)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if server.returncode is not None:
+            tail = (server.stderr().strip().splitlines() or [f"exit {server.returncode}"])[-1]
+            raise RunError(f"the bench server did not start: {tail}")
+        if udp_bound(SERVER_ADDRS, port):
+            return server
+        time.sleep(0.02)
+    server.close()
+    raise RunError("the bench server did not bind its planes within 15 s")
+
+
+def _start_client(opts: Options, port: int, n: int) -> BenchProc:
+    argv = bench_argv("-c", ",".join(SERVER_ADDRS), "-B", ",".join(CLIENT_ADDRS), "-p", str(port),
+                      "-J", "--verify", "-n", opts.size, *_security_args(opts))  # fmt: skip
+    return BenchProc(f"client {n}", argv)
+
+
+def _client_drops(flow: Flow, known: dict[tuple[str, int], int]) -> None:
+    """Remember the kernel drop count of each client socket while it exists (it goes with
+    the client process)."""
+    for host, port in flow.client.values():
+        known[(host, port)] = max(known.get((host, port), 0), socket_drops([host], port))
+
+
+def run(opts: Options) -> Raw:
+    """Attack a live verified transfer; raises RunError when the run cannot start."""
+    rng = random.Random(opts.seed)
+    port = free_port()
+    raw = Raw(options=opts, port=port)
+    sniffer = Sniffer(port)
+    spoofer = Spoofer()
+    flow = Flow(SERVER_ADDRS, port, opts.security != "none", rng=rng)
+    mix = Mix(Scope(flow, opts.planes, rng), opts.kinds)
+    client_drops: dict[tuple[str, int], int] = {}
+    client: BenchProc | None = None
+    raw.snmp_before = udp_snmp()
+    try:
+        raw.server = server = _start_server(opts, port)
+        client = _start_client(opts, port, 1)
+        sent = 0
+        sent_at_client_start = 0
+        idle_clients = 0  # clients in a row that ended before a single forgery went out
+        start = time.monotonic()
+        deadline = start + opts.seconds
+        next_check = start
+        while sent < opts.datagrams:
+            now = time.monotonic()
+            if now > deadline:
+                raw.timed_out = True
+                break
+            flow.feed(sniffer.read(SNIFF_LIMIT))
+            if now >= next_check:
+                next_check = now + 0.05
+                _client_drops(flow, client_drops)
+                if server.returncode is not None:
+                    raw.aborted = "the server ended during the attack"
+                    break
+                if client.returncode is not None:
+                    flow.forget()
+                    raw.clients.append(client)
+                    idle_clients = idle_clients + 1 if sent == sent_at_client_start else 0
+                    if idle_clients >= MAX_IDLE_CLIENTS:
+                        raw.aborted = f"{idle_clients} clients in a row ended before data flowed"
+                        client = None
+                        break
+                    sent_at_client_start = sent
+                    client = _start_client(opts, port, len(raw.clients) + 1)
+                    continue
+            if not flow.ready:
+                time.sleep(0.001)
+                continue
+            for _ in range(min(BATCH, opts.datagrams - sent)):
+                f = mix.next()
+                if spoofer.send(f.src, f.dst, f.payload, f.psum):
+                    sent += 1
+                    raw.sent[f.kind] += 1
+                    if f.dst[1] == port:
+                        raw.to_server += 1
+                    else:
+                        raw.to_client += 1
+            if opts.rate > 0:
+                ahead = sent / opts.rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+        raw.attack_seconds = time.monotonic() - start
+        # The transfer under way finishes on its own; its forgeries are all on the wire.
+        end = time.monotonic() + opts.drain
+        while client is not None and client.returncode is None and time.monotonic() < end:
+            flow.feed(sniffer.read(SNIFF_LIMIT))
+            _client_drops(flow, client_drops)
+            client.wait(0.05)
+        if client is not None:
+            raw.clients.append(client)
+            client = None
+        raw.server_socket_drops = socket_drops(SERVER_ADDRS, port)
+        server.stop()
+    finally:
+        for proc in (client, *raw.clients, raw.server):
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    proc.stop(grace=5.0)
+        raw.snmp_after = udp_snmp()
+        raw.refused = dict(spoofer.refused)
+        raw.sniffed_packets = sniffer.packets
+        raw.sniffed_datagrams = sniffer.datagrams
+        raw.connections_seen = flow.connections
+        raw.client_socket_drops = sum(client_drops.values())
+        sniffer.close()
+        spoofer.close()
+    return raw
