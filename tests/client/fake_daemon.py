@@ -2,10 +2,12 @@
 
 It speaks the control protocol over a real Unix socket and takes region fds over real
 SCM_RIGHTS, maps them, and carries out WRITEs by copying between its own regions: the only
-peer it knows is "self" (a connection back to this host). `hold` keeps WRITEs outstanding until
-`release()`, so the outstanding-write cap and partial waits can be seen. Messages and immediates name their sender "self" too. `requests` logs every
-(method, params) it received, so a test can tell a check made on the client (nothing sent)
-from one made here. `answer_raw` replaces the next answer with raw bytes (bad answers).
+peer it knows is "self" (a connection back to this host), and messages and immediates name
+their sender "self" too. `hold` keeps WRITEs outstanding until `release()`, so the
+outstanding-write cap and partial waits can be seen; `corrupt` flips a byte of the next
+WRITE_WITH_IMMs. `requests` logs every (method, params) it received, so a test can tell a check
+made on the client (nothing sent) from one made here. `answer_raw` replaces the next answer
+with raw bytes (bad answers).
 """
 
 from __future__ import annotations
