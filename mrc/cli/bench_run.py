@@ -195,6 +195,10 @@ class BenchClient:
         deadline = self.loop.time() + self.opts.connect_timeout
         while not self._established.done():
             if self.loop.time() >= deadline:
+                if self.session is not None and self.session.stats.drops_by_reason["unknown_peer"]:
+                    raise BenchError(
+                        f"{self._where()} answered with a key that --peer-key does not name"
+                    )
                 raise BenchError(
                     f"no answer from {self._where()} within {self.opts.connect_timeout:g} s"
                 )

@@ -116,6 +116,8 @@ class PacketProtection:
         self._empty = bytearray(0)
         #: Keys derived so far (both directions), for tests and metrics.
         self.rekeys = 0
+        #: Requester: the REPLY these keys came from (its copies are no news).
+        self.reply = b""
 
     # -- sending ----------------------------------------------------------------------------
 

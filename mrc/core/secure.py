@@ -68,6 +68,9 @@ class SecureChannel:
         self.drops = drops
         #: The length of a full-size FIRST/MIDDLE as the sender frames it: the common case.
         self._full = _HDR + config.payload_mtu + TRAILER
+        #: Requester: the REPLY that established us; its copies from other planes are
+        #: expected and ignored without a count.
+        self.reply = b""
 
     def open(self, data: bytes | memoryview, plane: int, tos: int) -> bytes | memoryview | None:
         """The packet to process (without its trailer), or None when it was dropped (counted)
@@ -86,8 +89,9 @@ class SecureChannel:
             if op in _PLAIN_CM:
                 return data
             if op == Opcode.CM_REPLY.value:
-                self.drops["cm_duplicate_reply"] += 1  # a copy from another plane: no action
-                return None
+                if data != self.reply:
+                    self.drops["cm_unexpected_reply"] += 1
+                return None  # a REPLY is never acted on once established
         return self.protection.open(data, 0)
 
     def _open_data(
@@ -257,4 +261,5 @@ def check_reply(
     if private is None:
         return None
     pkt.private_data = private
+    protection.reply = bytes(raw)
     return pkt, protection, pkt.key_block.static

@@ -276,6 +276,7 @@ class Session:
             self.sender.framer.protection = self._protection
             drops = self.stats.drops_by_reason
             self.channel = SecureChannel(self._protection, self.config, self.receiver, drops)
+            self.channel.reply = self._protection.reply
 
     # -- user calls ---------------------------------------------------------------------------
 

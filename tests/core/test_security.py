@@ -185,8 +185,13 @@ def test_the_reply_is_resent_byte_identical_with_counter_zero() -> None:
     replies = [d for d in seen if d[0] == Opcode.CM_REPLY]
     assert len(replies) == 2 and replies[0] == replies[1]  # one per plane the REQUEST came on
     assert replies[0][-24:-16] == bytes(8) and b"va and rkey" not in replies[0]
-    # The second copy is dropped by the requester without acting on it.
-    assert a.session().stats.drops_by_reason == Counter(cm_duplicate_reply=1)
+    # The second copy is ignored by the requester; anything else with REPLY's opcode is a
+    # counted drop.
+    assert a.session().stats.drops_by_reason == Counter()
+    forged = bytearray(replies[0])
+    forged[-1] ^= 1
+    (session,) = a.endpoint.receive_datagrams(1, [(bytes(forged), "b", 0)], net.now)
+    assert session.stats.drops_by_reason == Counter(cm_unexpected_reply=1)
     # A retry of the REQUEST (the same nonce) gets the same bytes once more.
     request = next(d for d in seen if d[0] == Opcode.CM_REQUEST)
     (session,) = b.endpoint.receive_datagrams(0, [(request, "a", 0)], net.now)
