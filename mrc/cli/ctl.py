@@ -93,6 +93,9 @@ def format_status(status: dict[str, Any]) -> str:
 
 
 def run(ns: argparse.Namespace) -> int:
+    if ns.connection is not None and ns.what != "evs":
+        sys.stderr.write("mrc ctl: error: --connection only applies to evs\n")
+        return 2
     try:
         with Client(ns.socket) as client:
             if ns.what == "status":

@@ -68,6 +68,8 @@ def test_no_daemon_is_one_line_and_exit_1(
 def test_unknown_view_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ctl", "bogus"]) == 2
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
+    assert main(["ctl", "--connection", "3", "peers"]) == 2
+    assert capsys.readouterr().err == "mrc ctl: error: --connection only applies to evs\n"
 
 
 def test_table_aligns_numbers_right_and_text_left() -> None:
