@@ -105,6 +105,10 @@ def test_report_text_and_goals() -> None:
             "aioquic": {"error": "aioquic client: boom"},
             "mrc": {"goodput_bps": 4e9, "bytes": 8 << 30, "seconds": 17.0, "cpu_s_per_gb": 2.0,
                     "integrity": "ok", "retransmits": 0},
+            "mrc_auth": {"goodput_bps": 3.4e9, "bytes": 8 << 30, "seconds": 20.0,
+                         "cpu_s_per_gb": 2.4, "integrity": "ok", "retransmits": 0},
+            "mrc_encrypt": {"goodput_bps": 2.6e9, "bytes": 8 << 30, "seconds": 26.0,
+                            "cpu_s_per_gb": 3.1, "integrity": "ok", "retransmits": 2},
         },
         "failover": {"mrc": {"pre_bps": 4e9, "longest_gap_s": 0.004, "longest_gap_at_s": None,
                              "fault_gap_s": 0.004, "pre_gap_s": 0.002, "to_half_s": 0.0,
@@ -119,8 +123,14 @@ def test_report_text_and_goals() -> None:
     met = {g["goal"]: g["met"] for g in doc["goals"]}
     assert met["mrc goodput >= 0.30 x iperf3"] is True
     assert met["mrc failover: longest gap <= 10 ms"] is True
-    assert met["mrc goodput >= 20 x aioquic"] is None
+    assert met["mrc encrypt goodput >= 20 x aioquic"] is None
+    assert doc["ratios"]["mrc_encrypt/mrc"] == pytest.approx(0.65)
+    assert doc["ratios"]["mrc_auth/mrc"] == pytest.approx(0.85)
+    assert met["mrc encrypt goodput >= 0.7 x mrc none"] is False
+    assert met["mrc auth goodput >= 0.8 x mrc none"] is True
     text = report.text(doc)
+    (enc_row,) = [ln for ln in text.splitlines() if ln.startswith("mrc --verify --security encr")]
+    assert "2.60 Gbit/s" in enc_row and "0.650" in enc_row and "integrity ok" in enc_row
     assert "FAILED: aioquic client: boom" in text
     assert "4.00 Gbit/s" in text
 

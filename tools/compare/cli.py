@@ -55,7 +55,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-RUNS = ("iperf3", "mptcp", "aioquic", "raw_udp", "mrc", "failover-mptcp", "failover-mrc")
+RUNS = ("iperf3", "mptcp", "aioquic", "raw_udp", "mrc", "mrc_auth", "mrc_encrypt",
+        "failover-mptcp", "failover-mrc")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -192,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("aioquic", "throughput", lambda: runs.run_quic(bed, n, args.quic_max_seconds)),
             ("raw_udp", "throughput", lambda: runs.run_raw(bed, n)),
             ("mrc", "throughput", lambda: runs.run_mrc(bed, n, extra)),
+            ("mrc_auth", "throughput", lambda: runs.run_mrc(bed, n, extra, "auth")),
+            ("mrc_encrypt", "throughput", lambda: runs.run_mrc(bed, n, extra, "encrypt")),
             ("failover-mptcp", "failover", lambda: failover.run_mptcp(
                 bed, args.failover_seconds, args.fail_plane, args.fault, args.fault_after,
                 state, runner)),

@@ -10,12 +10,19 @@ LABELS = {
     "aioquic": "aioquic, 1 stream, 1 plane",
     "raw_udp": "raw UDP GSO/GRO ceiling",
     "mrc": "mrc bench --verify",
+    "mrc_auth": "mrc --verify --security auth",
+    "mrc_encrypt": "mrc --verify --security encrypt",
 }
+#: mrc's secured runs, each compared with the plain one of the same comparison.
+SECURED = ("mrc_auth", "mrc_encrypt")
 PEERS = ("iperf3", "mptcp", "aioquic", "raw_udp")
-# issue 5's goals: (description, key, comparison, threshold)
+# Goals (issues 5 and 15): (description, key, comparison, threshold). aioquic always encrypts,
+# so mrc's encrypt run is the one held against it.
 GOALS = (
     ("mrc goodput >= 0.30 x iperf3", "mrc/iperf3", ">=", 0.30),
-    ("mrc goodput >= 20 x aioquic", "mrc/aioquic", ">=", 20.0),
+    ("mrc encrypt goodput >= 20 x aioquic", "mrc_encrypt/aioquic", ">=", 20.0),
+    ("mrc encrypt goodput >= 0.7 x mrc none", "mrc_encrypt/mrc", ">=", 0.7),
+    ("mrc auth goodput >= 0.8 x mrc none", "mrc_auth/mrc", ">=", 0.8),
     ("mrc goodput >= 0.7 x raw-UDP ceiling", "mrc/raw_udp", ">=", 0.7),
     ("mrc failover: longest gap <= 10 ms", "failover.mrc.longest_gap_s", "<=", 0.010),
     ("mrc failover: post-failure goodput >= 0.9 x 3-plane share",
@@ -33,6 +40,12 @@ def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out[f"mrc/{peer}"] = round(g_m / g_p, 4) if g_m and g_p else None
         c_m, c_p = mrc.get("cpu_s_per_gb"), p.get("cpu_s_per_gb")
         out[f"cpu mrc/{peer}"] = round(c_m / c_p, 3) if c_m and c_p else None
+    g_plain = mrc.get("goodput_bps")
+    quic = throughput.get("aioquic", {}).get("goodput_bps")
+    for key in SECURED:
+        g_s = throughput.get(key, {}).get("goodput_bps")
+        out[f"{key}/mrc"] = round(g_s / g_plain, 4) if g_s and g_plain else None
+        out[f"{key}/aioquic"] = round(g_s / quic, 4) if g_s and quic else None
     return out
 
 
@@ -82,7 +95,7 @@ def _note(key: str, r: dict[str, Any]) -> str:
         bits.append(f"capped: moved {r['bytes'] / 1e9:.2f} of {r['bytes_requested'] / 1e9:.2f} GB")
     if key == "raw_udp" and r.get("lost_bytes"):
         bits.append(f"{r['lost_bytes']} bytes lost")
-    if key == "mrc":
+    if key == "mrc" or key in SECURED:
         bits.append(f"integrity {r.get('integrity')}, {r.get('retransmits')} retransmits")
     if r.get("other_load_cpu_s", 0) > 0.5 * r.get("wall_seconds", 1e9):
         bits.append(f"other load {r['other_load_cpu_s']:.1f} CPU s")
@@ -96,7 +109,7 @@ def text(doc: dict[str, Any]) -> str:
     tp = doc.get("throughput", {})
     rt = doc.get("ratios", {})
     lines.append(f"{'transport':<32}{'goodput':>14}{'GB':>7}{'s':>7}{'CPU s/GB':>10}"
-                 f"{'mrc/this':>10}  notes")
+                 f"{'mrc/this':>10}  notes (secured mrc rows: this/mrc)")
     for key, label in LABELS.items():
         if key not in tp:
             continue
@@ -105,7 +118,7 @@ def text(doc: dict[str, Any]) -> str:
             lines.append(f"{label:<32}{'-':>14}{'-':>7}{'-':>7}{'-':>10}{'-':>10}  "
                          f"{_note(key, r)}")
             continue
-        ratio = rt.get(f"mrc/{key}") if key != "mrc" else None
+        ratio = rt.get(f"mrc/{key}") if key in PEERS else rt.get(f"{key}/mrc")
         lines.append(
             f"{label:<32}{rate(r.get('goodput_bps')):>14}"
             f"{(r['bytes'] / 1e9 if 'bytes' in r else 0):>7.2f}{r.get('seconds', 0):>7.2f}"

@@ -212,14 +212,20 @@ def mrc_summary(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_mrc(bed: Bed, nbytes: int, extra: list[str]) -> dict[str, Any]:
+def run_mrc(
+    bed: Bed, nbytes: int, extra: list[str], security: str = "none"
+) -> dict[str, Any]:
+    """One verified `mrc bench` run; `security` auth or encrypt protects every packet with
+    per-run keys (aioquic always encrypts: its fair peer is the encrypt run)."""
     before = procs.rx_counters(bed.ns2)
-    server, client = mrc_procs(bed, ["-n", str(nbytes), "--verify", "-i", "0"], extra)
+    what = ["-n", str(nbytes), "--verify", "-i", "0", "--security", security]
+    server, client = mrc_procs(bed, what, extra)
     finish(client, server, bed.timeout)
     split = _split(bed, before)
     doc = client.json()
-    bed.keep("mrc-client.json", doc)
-    bed.keep("mrc-server.json", server.json())
+    tag = "mrc" if security == "none" else f"mrc-{security}"
+    bed.keep(f"{tag}-client.json", doc)
+    bed.keep(f"{tag}-server.json", server.json())
     if doc.get("error"):
         raise ProcError(f"mrc bench: {doc['error']}")
     recv = doc["end"]["sum_received"]
