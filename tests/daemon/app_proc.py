@@ -8,14 +8,16 @@ prints "writing", then posts 1 MiB WRITEs to the handle as fast as completions a
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
+# Run as a script, outside the test package: its sibling module by path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from daemonproc import Memfd, RawClient
+daemonproc = importlib.import_module("daemonproc")
+Memfd, RawClient = daemonproc.Memfd, daemonproc.RawClient
 
 
 def main() -> None:
