@@ -31,6 +31,10 @@ REGION = struct.Struct(">QI")
 MiB = 1 << 20
 
 
+def completed(events: list[Event]) -> int:
+    return sum(isinstance(e, WriteCompleted) for e in events)
+
+
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = new_event_loop()
@@ -84,10 +88,7 @@ def test_rekeys_every_256_packets_on_loopback_without_a_stall(
             for off in range(lo, hi, MiB):
                 session.post_write(src, off, MiB, va + off, rkey)
             node.flush(session)
-            done = hi // MiB
-            loop.run_until_complete(
-                until(lambda: sum(isinstance(x, WriteCompleted) for x in events) == done)
-            )
+            loop.run_until_complete(until(lambda n=hi // MiB: completed(events) == n))
         assert all(e.status == 0 for e in events if isinstance(e, WriteCompleted))
         assert session.channel is not None
         sent_epochs = session.channel.protection.tx_counter >> shift
