@@ -45,7 +45,11 @@ log = logging.getLogger("mrc.daemon")
 READ_BYTES = 256 << 10
 #: fds one read can carry; more are a refused request (and the kernel closes what did not fit).
 MAX_FDS = 4
-#: Answers a client may leave unread before it is disconnected (it stopped reading).
+#: Unread answers above which the daemon stops reading the client's requests (it resumes
+#: below the low mark), and the most it keeps before disconnecting a client that stopped
+#: reading (long-polls that were already waiting may still add their answers).
+PAUSE_OUTPUT = 4 << 20
+RESUME_OUTPUT = 1 << 20
 MAX_OUTPUT = 64 << 20
 #: Long-polls one client may have waiting at once.
 MAX_WAITING = 64
@@ -94,6 +98,7 @@ class ControlClient:
         self._skipping = False
         self._out = bytearray()
         self._writer = False
+        self._paused = False
         self.waiting: set[asyncio.Task[None]] = set()
 
     # -- output ---------------------------------------------------------------------------------
@@ -122,6 +127,11 @@ class ControlClient:
         if not self._writer:
             self.server.loop.add_writer(self.sock.fileno(), self._on_writable)
             self._writer = True
+        if len(self._out) > PAUSE_OUTPUT and not self._paused:
+            # Backpressure: its requests wait in the socket until it reads its answers.
+            self.server.loop.remove_reader(self.sock.fileno())
+            self._paused = True
+            self.server.counters["paused_clients"] += 1
 
     def _on_writable(self) -> None:
         try:
@@ -135,6 +145,9 @@ class ControlClient:
         if not self._out and self._writer:
             self.server.loop.remove_writer(self.sock.fileno())
             self._writer = False
+        if self._paused and len(self._out) < RESUME_OUTPUT:
+            self._paused = False
+            self.server.loop.add_reader(self.sock.fileno(), self._on_readable)
 
     @property
     def unsent(self) -> int:
@@ -144,7 +157,7 @@ class ControlClient:
 
     def _on_readable(self) -> None:
         for _ in range(8):  # bounded: other clients and the data plane wait meanwhile
-            if self.closed:
+            if self.closed or self._paused:
                 return
             try:
                 data, ancdata, flags, _ = self.sock.recvmsg(
@@ -316,7 +329,8 @@ class ControlClient:
         loop = self.server.loop
         fd = self.sock.fileno()
         if fd >= 0:
-            loop.remove_reader(fd)
+            if not self._paused:
+                loop.remove_reader(fd)
             if self._writer:
                 loop.remove_writer(fd)
         self._writer = False

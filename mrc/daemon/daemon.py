@@ -25,7 +25,7 @@ import signal
 from mrc.core.endpoint import Endpoint
 from mrc.core.handshake import Identity
 from mrc.core.memory import RegionTable
-from mrc.io.loop import new_event_loop
+from mrc.io.loop import freeze_heap, new_event_loop
 from mrc.node import Node, NodeError
 from mrc.node.keys import load_or_create_private_key, load_psk, public_key_text
 
@@ -136,6 +136,9 @@ class Daemon:
             config.host, config.control.socket, planes, node.port, len(config.peers),
             config.security,
         )
+        # Set-up objects leave the collector's walks (a full collection over them stalled
+        # the data path for milliseconds; docs/architecture.md §11), as `mrc bench` does.
+        freeze_heap()
         self.notifier.ready(f"serving {config.control.socket}")
         self.notifier.start_watchdog(self.loop)
 

@@ -348,3 +348,34 @@ def test_a_thousand_clients_at_once_stay_bounded(tmp_path: Path) -> None:
             with contextlib.suppress(OSError):
                 s.close()
         d.stop()
+
+
+def test_a_client_that_does_not_read_is_paused_then_served(daemon: DaemonProc) -> None:
+    with daemon.client() as slow, daemon.client() as other:
+        request = b'{"jsonrpc": "2.0", "id": 1, "method": "status"}\n'
+        count = 20000  # about 13 MiB of answers, past the 4 MiB where reading pauses
+        slow.sock.setblocking(False)
+        sent = 0
+        data = request * count
+        deadline = time.monotonic() + 20
+        while sent < len(data):
+            try:
+                sent += slow.sock.send(data[sent:])
+            except BlockingIOError:
+                # Both socket buffers are full: the daemon stopped reading this client.
+                assert time.monotonic() < deadline
+                still_serves(other)  # and serves everyone else meanwhile
+                break
+        slow.sock.settimeout(20)
+        answers = 0
+        while answers < count:
+            if sent < len(data):
+                slow.sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sent += slow.sock.send(data[sent:])
+                slow.sock.settimeout(20)
+            answer = slow.line()
+            assert answer["result"]["host"] == "a"
+            answers += 1
+        assert sent == len(data)
+        assert slow.call("status")["control"]["paused_clients"] >= 1
