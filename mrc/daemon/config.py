@@ -7,6 +7,9 @@ mistakes too (a misspelt limit must not silently fall back to its default). The 
 are checked against the same names and ranges as `mrc bench` (the core's registries and
 `SessionConfig.validate`).
 
+Relative file names (paths, key_file, psk_file, control.socket) are taken from the directory
+of the file.
+
 What it leaves to others: opening anything the file names (the path table is parsed here so a
 bad one fails at start, but sockets, key files and the control socket are `service`'s and
 `control`'s), and reacting to a reload (SIGHUP re-reads the file with `load_config`, the daemon
@@ -19,6 +22,7 @@ import base64
 import binascii
 import grp
 import ipaddress
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -194,24 +198,26 @@ def load_config(path: str) -> DaemonConfig:
         raise ConfigError("", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}") from None
-    return parse_config(doc, path)
+    return parse_config(doc, path, os.path.dirname(os.path.abspath(path)))
 
 
-def parse_config(doc: dict[str, Any], path: str = "<config>") -> DaemonConfig:
+def parse_config(doc: dict[str, Any], path: str = "<config>", base: str = ".") -> DaemonConfig:
+    """Check a parsed document; relative file names are taken from `base` (the directory of
+    the file), so the daemon finds them whatever its working directory (`/` under systemd)."""
     _no_unknown(doc, _TOP_KEYS, "")
     host = _name(doc, "host", "host", required=True)
     assert host is not None
     port = _int(doc, "port", "port", 1, 65535, DEFAULT_PORT)
     planes = _planes(doc.get("planes"))
     peers = _peers(doc.get("peers"), len(planes), port, host)
-    paths_file = _str(doc, "paths", "paths")
+    paths_file = _file(doc, "paths", base)
     table = None
     if paths_file is not None:
         try:
             table = PathTable.load(paths_file)
         except PathTableError as exc:
             raise ConfigError("paths", str(exc)) from None
-    control = _control(_table(doc, "control"))
+    control = _control(_table(doc, "control"), base)
     metrics = None
     metrics_doc = _table(doc, "metrics")
     _no_unknown(metrics_doc, {"listen"}, "metrics")
@@ -234,8 +240,8 @@ def parse_config(doc: dict[str, Any], path: str = "<config>") -> DaemonConfig:
                     f"missing: security = \"{security}\" accepts only peers whose key is "
                     "listed (mrc keygen prints one)",
                 )
-    key_file = _str(doc, "key_file", "key_file") or DEFAULT_KEY_FILE
-    psk_file = _str(doc, "psk_file", "psk_file")
+    key_file = _file(doc, "key_file", base) or DEFAULT_KEY_FILE
+    psk_file = _file(doc, "psk_file", base)
     config = DaemonConfig(
         path=path,
         host=host,
@@ -349,9 +355,9 @@ def _peers(value: Any, planes: int, port: int, host: str) -> tuple[PeerConfig, .
     return tuple(peers)
 
 
-def _control(doc: dict[str, Any]) -> ControlConfig:
+def _control(doc: dict[str, Any], base: str) -> ControlConfig:
     _no_unknown(doc, {"socket", "mode", "group"}, "control")
-    path = _str(doc, "socket", "control.socket") or DEFAULT_SOCKET
+    path = _file(doc, "socket", base, "control.socket") or DEFAULT_SOCKET
     if len(path.encode()) > MAX_SOCKET_PATH:
         raise ConfigError(
             "control.socket", f"longer than the {MAX_SOCKET_PATH} bytes a Unix socket path allows"
@@ -440,6 +446,13 @@ def _str(doc: dict[str, Any], key: str, where: str) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(where, f"must be a non-empty string, got {value!r}")
     return value
+
+
+def _file(doc: dict[str, Any], key: str, base: str, where: str | None = None) -> str | None:
+    value = _str(doc, key, where or key)
+    if value is None:
+        return None
+    return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
 
 
 def _name(doc: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:

@@ -230,3 +230,17 @@ def test_parse_listen() -> None:
     for bad in ("::1:9464", "[::1]9464", "1.2.3.4:", "1.2.3.4:x"):
         with pytest.raises(ValueError):
             parse_listen(bad)
+
+
+def test_relative_file_names_are_taken_from_the_files_directory(tmp_path: Path) -> None:
+    conf = tmp_path / "etc"
+    conf.mkdir()
+    path = conf / "mrc.toml"
+    path.write_text(
+        'host = "a"\nkey_file = "keys/a.key"\npsk_file = "/abs/psk"\n'
+        '[[planes]]\naddress = "127.0.0.2"\n[control]\nsocket = "../run/mrc.sock"\n'
+    )
+    c = load_config(str(path))
+    assert c.key_file == str(conf / "keys" / "a.key")
+    assert c.psk_file == "/abs/psk"
+    assert c.control.socket == str(tmp_path / "run" / "mrc.sock")
