@@ -379,3 +379,30 @@ def test_a_client_that_does_not_read_is_paused_then_served(daemon: DaemonProc) -
             answers += 1
         assert sent == len(data)
         assert slow.call("status")["control"]["paused_clients"] >= 1
+
+
+def test_an_fd_belongs_to_the_line_it_was_sent_with(daemon: DaemonProc, client: RawClient) -> None:
+    mem = Memfd(4096)
+    try:
+        # A request without an fd, then register_region with one, back to back: however the
+        # daemon's reads cut the stream, the fd goes with the second line.
+        status = b'{"jsonrpc": "2.0", "id": 1, "method": "status"}\n'
+        register = b'{"jsonrpc": "2.0", "id": 2, "method": "register_region", '
+        register += b'"params": {"size": 4096}}\n'
+        client.send_raw(status)
+        client.send_raw(register, [mem.fd])
+        first, second = client.line(), client.line()
+        assert first["id"] == 1 and "result" in first
+        assert second["id"] == 2 and second["result"]["handle"]["length"] == 4096
+        # The fd with the first half of its line, the rest in another send.
+        half = len(register) // 2
+        register = register.replace(b'"id": 2', b'"id": 3')
+        client.send_raw(register[:half], [mem.fd])
+        time.sleep(0.05)
+        client.send_raw(register[half:] + status)
+        third, fourth = client.line(), client.line()
+        assert third["id"] == 3 and third["result"]["handle"]["length"] == 4096
+        assert fourth["id"] == 1 and "result" in fourth
+        assert len(client.call("regions")) == 2
+    finally:
+        mem.close()
