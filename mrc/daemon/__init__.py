@@ -10,7 +10,8 @@ immediates; small messages between applications travel through the daemons' mail
 Modules, one job each: `config` (the TOML file), `rpc` (JSON-RPC framing, codes, parameters),
 `control` (the Unix socket, fds, client limits), `shm` (mapping and unmapping memfds),
 `regions` (registered regions and their limits), `conns` (connection records, the daemons'
-CM private data), `service` (the methods and the session events), `mailbox` (messages),
+CM private data), `clients` (a client's queues, long-polls and WRITE checks), `service` (the
+methods and the session events), `mailbox` (messages),
 `views` (read-only views), `metrics` (Prometheus text over HTTP), `notify` (sd_notify) and
 `daemon` (the process: start-up, signals, shutdown). The application side is `mrc.client`.
 """
