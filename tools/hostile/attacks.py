@@ -87,6 +87,12 @@ class Scope:
         self.rng = rng
         self._blocks: dict[int, list[tuple[bytes, int]]] = {}
 
+    @property
+    def ready(self) -> bool:
+        """The flow is ready and the client has been seen on an attacked plane (so every
+        generator has something to work from there)."""
+        return self.flow.ready and any(p in self.flow.client for p in self.planes)
+
     def plane(self) -> int:
         """A plane under attack on which the client has been seen (else any attacked plane)."""
         known = [p for p in self.planes if p in self.flow.client]
@@ -199,18 +205,19 @@ def forged_trim(sc: Scope) -> Iterator[Forgery]:
 # --- genuine datagrams, again or damaged --------------------------------------------------------
 
 
-def _pick(sc: Scope) -> Genuine:
-    """A recent genuine datagram, three in four of them towards the server."""
+def _pick(sc: Scope) -> Genuine | None:
+    """A recent genuine datagram on an attacked plane, three in four of them towards the
+    server (None when that plane has carried nothing yet)."""
     to_server = sc.rng.random() < 0.75
-    g = sc.flow.genuine(to_server) or sc.flow.genuine(not to_server)
-    assert g is not None  # a ready flow has seen data packets
-    return g
+    plane = sc.plane()
+    return sc.flow.genuine(to_server, plane) or sc.flow.genuine(not to_server, plane)
 
 
 def replay(sc: Scope) -> Iterator[Forgery]:
     while True:
         g = _pick(sc)
-        yield Forgery("replay", g.src, g.dst, g.payload, g.psum)
+        if g is not None:
+            yield Forgery("replay", g.src, g.dst, g.payload, g.psum)
 
 
 def bitflip(sc: Scope) -> Iterator[Forgery]:
@@ -218,9 +225,9 @@ def bitflip(sc: Scope) -> Iterator[Forgery]:
     rng = sc.rng
     while True:
         g = _pick(sc)
-        data = bytearray(g.payload)
-        if not data:
+        if g is None or not g.payload:
             continue
+        data = bytearray(g.payload)
         psum = g.psum
         for _ in range(rng.randrange(1, 9)):
             bit = rng.randrange(len(data) * 8)
@@ -237,7 +244,7 @@ def truncate(sc: Scope) -> Iterator[Forgery]:
     rng = sc.rng
     while True:
         g = _pick(sc)
-        if g.payload:
+        if g is not None and g.payload:
             yield Forgery("truncate", g.src, g.dst, g.payload[: rng.randrange(len(g.payload))])
 
 
@@ -245,6 +252,8 @@ def extend(sc: Scope) -> Iterator[Forgery]:
     rng = sc.rng
     while True:
         g = _pick(sc)
+        if g is None:
+            continue
         extra = rng.randbytes(rng.randrange(1, 301))
         if len(g.payload) % 2:
             yield Forgery("extend", g.src, g.dst, g.payload + extra)

@@ -82,8 +82,8 @@ class Flow:
     client: dict[int, Addr] = field(default_factory=dict)
     evs: list[int] = field(default_factory=list)
     firsts: dict[int, tuple[int, int]] = field(default_factory=dict)  # MSN → its FIRST's PSN, VA
-    to_server: deque[Genuine] = field(default_factory=deque)
-    to_client: deque[Genuine] = field(default_factory=deque)
+    #: Recent genuine datagrams by (towards the server?, plane), `pool_size` each.
+    pools: dict[tuple[bool, int], deque[Genuine]] = field(default_factory=dict)
     connections: int = 0
     seen: int = 0
     undecodable: int = 0
@@ -92,8 +92,9 @@ class Flow:
 
     def __post_init__(self) -> None:
         self._plane_of = {a: p for p, a in enumerate(self.server_addrs)}
-        self.to_server = deque(maxlen=self.pool_size)
-        self.to_client = deque(maxlen=self.pool_size)
+        for p in range(len(self.server_addrs)):
+            for to_server in (True, False):
+                self.pools[(to_server, p)] = deque(maxlen=self.pool_size)
 
     @property
     def ready(self) -> bool:
@@ -131,7 +132,7 @@ class Flow:
         if to_server:
             self.client[plane] = (d.src, d.sport)
         g = Genuine((d.src, d.sport), (d.dst, d.dport), data, to_server)
-        (self.to_server if to_server else self.to_client).append(g)
+        self.pools[(to_server, plane)].append(g)
         if op == Opcode.CM_REPLY and not to_server:
             self._reply(data, dest_qp)
         elif op in _DATA_VALUES and to_server and dest_qp == self.server_qpn:
@@ -163,6 +164,8 @@ class Flow:
         self.client.clear()
         self.evs.clear()
         self.firsts.clear()
+        for pool in self.pools.values():
+            pool.clear()  # replays aim at the live connection, not at one that is gone
 
     def _reply(self, data: bytes, dest_qp: int) -> None:
         try:
@@ -199,9 +202,9 @@ class Flow:
             if len(self.evs) > 256:
                 del self.evs[0]
 
-    def genuine(self, to_server: bool) -> Genuine | None:
-        """A random recent genuine datagram of one direction (None before any)."""
-        pool = self.to_server if to_server else self.to_client
+    def genuine(self, to_server: bool, plane: int) -> Genuine | None:
+        """A random recent genuine datagram of one direction on `plane` (None before any)."""
+        pool = self.pools[(to_server, plane)]
         return pool[self.rng.randrange(len(pool))] if pool else None
 
     def left_in_message(self) -> int:

@@ -195,6 +195,31 @@ class Sniffer:
 # --- spoofing ------------------------------------------------------------------------------
 
 
+def ipv4_udp(
+    src: bytes,
+    sport: int,
+    dst: bytes,
+    dport: int,
+    payload: bytes,
+    *,
+    payload_sum: int | None = None,
+    ident: int = 0,
+) -> bytes:
+    """An IPv4 packet (20-byte header, DF, TTL `MARK_TTL`, ECT(0)) carrying one UDP datagram,
+    both checksums filled in. `src`/`dst` are packed addresses; `payload_sum`, when given, is
+    the payload's one's-complement sum."""
+    udp_len = 8 + len(payload)
+    if udp_len + 20 > 0xFFFF:
+        raise ValueError(f"a {len(payload)}-byte payload does not fit in one IPv4 packet")
+    psum = ones_sum(payload) if payload_sum is None else payload_sum
+    head_sum = ones_sum(_UDP.pack(sport, dport, udp_len, 0))
+    csum = udp_checksum(src, dst, udp_len, ones_add(head_sum, psum))
+    ip = bytearray(_IPV4.pack(0x45, ECT0, 20 + udp_len, ident, 0x4000, MARK_TTL, 17, 0, src, dst))
+    struct.pack_into(">H", ip, 10, ~ones_sum(ip) & 0xFFFF)
+    return bytes(ip) + _UDP.pack(sport, dport, udp_len, csum) + payload
+
+
+
 class Spoofer:
     """Sends UDP datagrams with any IPv4 source address and port (raw socket, IP_HDRINCL).
 
@@ -229,19 +254,11 @@ class Spoofer:
         payload_sum: int | None = None,
     ) -> bytes:
         """The whole IPv4 packet that carries `payload` from `src` to `dst`."""
-        s, d = self._packed(src[0]), self._packed(dst[0])
-        udp_len = 8 + len(payload)
-        if udp_len + 20 > 0xFFFF:
-            raise ValueError(f"a {len(payload)}-byte payload does not fit in one IPv4 packet")
-        psum = ones_sum(payload) if payload_sum is None else payload_sum
-        head_sum = ones_sum(_UDP.pack(src[1], dst[1], udp_len, 0))
-        csum = udp_checksum(s, d, udp_len, ones_add(head_sum, psum))
         self._ident = (self._ident + 1) & 0xFFFF
-        ip = bytearray(
-            _IPV4.pack(0x45, ECT0, 20 + udp_len, self._ident, 0x4000, MARK_TTL, 17, 0, s, d)
-        )
-        struct.pack_into(">H", ip, 10, ~ones_sum(ip) & 0xFFFF)
-        return bytes(ip) + _UDP.pack(src[1], dst[1], udp_len, csum) + payload
+        return ipv4_udp(
+            self._packed(src[0]), src[1], self._packed(dst[0]), dst[1], payload,
+            payload_sum=payload_sum, ident=self._ident,
+        )  # fmt: skip
 
     def send(
         self,

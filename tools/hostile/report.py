@@ -110,10 +110,12 @@ def figures(raw: Raw) -> dict[str, Any]:
     client_docs = [d for c in raw.clients for d in c.docs()]
     drops = {"server": Counter[str](), "client": Counter[str]()}
     io_drops = {"server": Counter[str](), "client": Counter[str]()}
+    acted = {"server": Counter[str](), "client": Counter[str]()}
     for side, docs in (("server", server_docs), ("client", client_docs)):
         for doc in docs:
             _add(drops[side], _end(doc).get("drops_by_reason"))
             _add(io_drops[side], _end(doc).get("io_drops"))
+            _add(acted[side], {k: _end(doc).get(k) for k in ("trimmed_received", "nacks_sent")})
     crashes: list[str] = []
     for proc in (server, *raw.clients):
         if proc is not None:
@@ -153,8 +155,11 @@ def figures(raw: Raw) -> dict[str, Any]:
         "drops_by_reason": {side: dict(sorted(c.items())) for side, c in drops.items()},
         "io_drops": {side: dict(sorted(c.items())) for side, c in io_drops.items()},
         "accounting": {
-            "server": _accounting(raw.to_server, raw.server_socket_drops, drops["server"]),
-            "client": _accounting(raw.to_client, raw.client_socket_drops, drops["client"]),
+            side: _accounting(hostile, kernel, drops[side], acted[side])
+            for side, hostile, kernel in (
+                ("server", raw.to_server, raw.server_socket_drops),
+                ("client", raw.to_client, raw.client_socket_drops),
+            )
         },
         "kernel_udp_snmp_delta_host_wide": snmp,
         "sniffed": {
@@ -173,7 +178,9 @@ def _payload_mtu(docs: list[dict[str, Any]]) -> int:
     return 4096
 
 
-def _accounting(hostile: int, kernel_drops: int, drops: Counter[str]) -> dict[str, int]:
+def _accounting(
+    hostile: int, kernel_drops: int, drops: Counter[str], acted: Counter[str]
+) -> dict[str, int]:
     core = sum(drops.values())
     return {
         "hostile_datagrams": hostile,
@@ -183,6 +190,10 @@ def _accounting(hostile: int, kernel_drops: int, drops: Counter[str]) -> dict[st
         # Hostile datagrams that reached the core and were not counted as drops (negative:
         # the core also dropped genuine packets, e.g. duplicates of retransmissions).
         "not_counted_as_drops": max(0, hostile - kernel_drops) - core,
+        # What the core did with trimmed-looking packets (forged trims, cut data packets,
+        # forged data without a trailer): a trim is a hint answered by a NACK, not a drop.
+        "trimmed_received": acted["trimmed_received"],
+        "nacks_sent": acted["nacks_sent"],
     }
 
 

@@ -131,7 +131,8 @@ def run(opts: Options) -> Raw:
     sniffer = Sniffer(port)
     spoofer = Spoofer()
     flow = Flow(SERVER_ADDRS, port, opts.security != "none", rng=rng)
-    mix = Mix(Scope(flow, opts.planes, rng), opts.kinds)
+    scope = Scope(flow, opts.planes, rng)
+    mix = Mix(scope, opts.kinds)
     client_drops: dict[tuple[str, int], int] = {}
     client: BenchProc | None = None
     raw.snmp_before = udp_snmp()
@@ -150,7 +151,8 @@ def run(opts: Options) -> Raw:
                 raw.timed_out = True
                 break
             flow.feed(sniffer.read(SNIFF_LIMIT))
-            if now >= next_check:
+            # Every batch: a client that just ended must stop being a target at once.
+            if now >= next_check or client.returncode is not None:
                 next_check = now + 0.05
                 _client_drops(flow, client_drops)
                 if server.returncode is not None:
@@ -167,7 +169,7 @@ def run(opts: Options) -> Raw:
                     sent_at_client_start = sent
                     client = _start_client(opts, port, len(raw.clients) + 1)
                     continue
-            if not flow.ready:
+            if not scope.ready:
                 time.sleep(0.001)
                 continue
             for _ in range(min(BATCH, opts.datagrams - sent)):

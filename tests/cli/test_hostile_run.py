@@ -1,0 +1,138 @@
+"""The hostile harness on loopback, as root: its raw sockets, a short mixed run at an encrypted
+transfer, and the on-path attacker of issue 15 against auth, encrypt and none.
+
+The attacker sniffs plane 0 and sends WRITE_MIDDLE forgeries ahead of the sender with the
+client's own source address and port. Secured, the transfer must end `integrity ok` with the
+forgeries dropped; unsecured, the same attack must corrupt it (so these tests can fail).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from benchproc import ROOT, env, free_port
+
+from tools.hostile.rawnet import Sniffer, Spoofer
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: a packet socket on lo and a raw IPv4 socket"
+)
+
+SOL_UDP, UDP_SEGMENT = 17, 103
+
+
+def hostile(*args: str, timeout: float = 80) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.hostile", "-J", "--seed", "7", *args],
+        capture_output=True, text=True, timeout=timeout, env=env(), cwd=ROOT,
+    )  # fmt: skip
+    try:
+        fig = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON (exit {proc.returncode}): {proc.stderr[-2000:]}") from None
+    return proc.returncode, fig, proc.stderr
+
+
+def test_spoofed_datagram_arrives_from_the_forged_source_and_is_not_sniffed() -> None:
+    port = free_port("127.0.0.2")
+    sniffer = Sniffer(port)
+    spoofer = Spoofer()
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.2", port))
+        rx.settimeout(2)
+        tx.bind(("127.0.0.6", 0))
+        for size in (0, 1, 4137):
+            assert spoofer.send(("127.0.0.7", 4242), ("127.0.0.2", port), b"x" * size)
+            data, src = rx.recvfrom(65536)
+            assert (data, src) == (b"x" * size, ("127.0.0.7", 4242))
+        # A genuine GSO batch of 3 segments (2 full, 1 short) is seen as 3 datagrams.
+        batch = b"a" * 1000 + b"b" * 1000 + b"c" * 10
+        tx.sendmsg([batch], [(SOL_UDP, UDP_SEGMENT, (1000).to_bytes(2, "little"))],
+                   0, ("127.0.0.2", port))  # fmt: skip
+        got = [rx.recv(65536) for _ in range(3)]
+        assert got == [b"a" * 1000, b"b" * 1000, b"c" * 10]
+        seen: list[Any] = []
+        deadline = time.monotonic() + 2
+        while len(seen) < 3 and time.monotonic() < deadline:
+            seen += sniffer.read(100)
+            time.sleep(0.01)
+        time.sleep(0.05)
+        seen += sniffer.read(100)
+        # Only the genuine batch: the spoofed datagrams carry the TTL the filter skips.
+        assert [(s.src, s.dst, s.dport, s.payload) for s in seen] == [
+            ("127.0.0.6", "127.0.0.2", port, b"a" * 1000),
+            ("127.0.0.6", "127.0.0.2", port, b"b" * 1000),
+            ("127.0.0.6", "127.0.0.2", port, b"c" * 10),
+        ]
+        assert sniffer.packets == 1 and sniffer.skipped == 0
+    finally:
+        for s in (rx, tx):
+            s.close()
+        sniffer.close()
+        spoofer.close()
+
+
+def test_short_mixed_run_at_an_encrypted_transfer() -> None:
+    rc, fig, err = hostile("--datagrams", "100000", "--security", "encrypt", "-n", "2G")
+    assert rc == 0, (fig["crashes"], fig["clients"], err[-500:])
+    assert fig["crashes"] == [] and fig["aborted"] is None and not fig["timed_out"]
+    assert fig["datagrams"]["sent"] == 100_000
+    assert fig["transfer_intact"] and fig["forged_bytes_placed"] == 0
+    assert fig["messages_verified"] > 0 and fig["messages_corrupted"] == 0
+    by_kind = fig["datagrams"]["by_kind"]
+    assert set(by_kind) == {
+        "forged_data", "replay", "bitflip", "truncate", "extend", "noise", "forged_sack",
+        "forged_nack", "forged_probe", "forged_endpoint", "forged_trim", "forged_cm_request",
+        "forged_cm_disconnect", "forged_cm_reject",
+    }  # fmt: skip
+    assert min(by_kind.values()) > 1000
+    server, client = fig["drops_by_reason"]["server"], fig["drops_by_reason"]["client"]
+    # Each family of attack shows up under its reason.
+    assert server["auth"] > by_kind["forged_data"] * 0.3  # wrong tags (and bit flips)
+    assert server["replay"] > 0 and client["auth"] > 0  # replays; forged SACK/NACK/...
+    assert any(k.startswith(("decode_", "bad_length")) for k in server)  # cut, extended, noise
+    assert any(k.startswith(("rejected_", "handshake_")) for k in server)  # forged REQUESTs
+    assert client.get("cm_mismatch", 0) > 0  # forged REJECTs
+    assert any(k.startswith("trimmed") for k in server) or fig["accounting"]["server"][
+        "trimmed_received"
+    ] > 0  # forged trims
+    # What reached the server's core was dropped and counted, but for trims (hints the
+    # receiver answers) and what came in after the last report.
+    acc = fig["accounting"]["server"]
+    assert acc["core_drops"] + acc["trimmed_received"] >= 0.8 * acc["reached_core_at_least"], acc
+
+
+@pytest.mark.parametrize("security", ["auth", "encrypt"])
+def test_forgeries_ahead_of_the_sender_are_dropped(security: str) -> None:
+    rc, fig, err = hostile("--datagrams", "20000", "--security", security, "--kinds",
+                           "forged_data", "--planes", "0", "-n", "512M")  # fmt: skip
+    assert rc == 0, (fig["crashes"], fig["clients"], err[-500:])
+    assert fig["crashes"] == [] and fig["transfer_intact"]
+    assert all(c["integrity"] == "ok" and c["exit"] == 0 for c in fig["clients"])
+    assert fig["forged_bytes_placed"] == 0 and fig["messages_corrupted"] == 0
+    assert fig["datagrams"]["by_kind"] == {"forged_data": 20000}
+    acc, drops = fig["accounting"]["server"], fig["drops_by_reason"]["server"]
+    # Half carry a random trailer (dropped as `auth`), half none (short: taken for trims,
+    # dropped as stale or answered with at most one NACK each, never written).
+    assert drops["auth"] >= 0.3 * acc["reached_core_at_least"], drops
+    trims = sum(v for k, v in drops.items() if k.startswith("trimmed"))
+    assert drops["auth"] + trims + acc["trimmed_received"] >= 0.9 * acc["reached_core_at_least"]
+
+
+def test_the_same_forgeries_corrupt_an_unsecured_transfer() -> None:
+    rc, fig, err = hostile("--datagrams", "3000", "--rate", "2000", "--security", "none",
+                           "--kinds", "forged_data", "--planes", "0", "-n", "512M")  # fmt: skip
+    assert rc == 0, (fig["crashes"], err[-500:])  # none: a corrupted transfer is no crash
+    assert fig["crashes"] == [] and not fig["transfer_intact"]
+    assert fig["messages_corrupted"] >= 1 and fig["forged_bytes_placed"] >= 4096
+    errors = [c.get("error", "") for c in fig["clients"]]
+    assert any("integrity check failed" in e for e in errors), errors
