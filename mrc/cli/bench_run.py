@@ -169,6 +169,7 @@ class BenchClient:
             on_done=self._done,
             on_interval=interval_printer(self.out),
             send_go=opts.reverse,
+            extra_drops=lambda: self.core.drops,  # endpoint drops (junk, unknown QPNs) too
         )
         self.test = test
         self.start_info = StartInfo(
