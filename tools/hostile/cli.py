@@ -98,9 +98,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"attack kinds (default all): {', '.join(KINDS)}")
     p.add_argument("--planes", type=_planes, default=[0, 1, 2, 3], metavar="P[,P...]",
                    help="planes to attack (default 0,1,2,3)")
-    p.add_argument("-n", "--size", default="1G", metavar="BYTES",
-                   help="bytes each verified client moves (its -n; default 1G); clients run "
-                   "one after another until the datagrams are sent")
+    p.add_argument("-n", "--size", default="16G", metavar="BYTES",
+                   help="bytes each verified client moves (its -n; default 16G, more than "
+                   "moves while 10^6 datagrams go out); if one ends early the next starts")
     p.add_argument("--seconds", type=_seconds, default=600.0, metavar="SEC",
                    help="time limit of the attack (default 600)")
     p.add_argument("--rate", type=_rate, default=0.0, metavar="PER_SEC",

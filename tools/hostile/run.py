@@ -50,9 +50,9 @@ class Options:
     security: str = "encrypt"  # none | auth | encrypt
     kinds: list[str] = field(default_factory=lambda: list(KINDS))
     planes: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
-    size: str = "1G"  # each client's -n
+    size: str = "16G"  # each client's -n
     seconds: float = 600.0  # the attack's time limit
-    drain: float = 90.0  # how long the transfer running at the end may take to finish
+    drain: float = 180.0  # how long the transfer running at the end may take to finish
     rate: float = 0.0  # datagrams per second, 0 = unpaced
     seed: int | None = None
     key: str | None = None  # --key / --peer-key for both benches (secured runs)
