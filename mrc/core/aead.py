@@ -216,7 +216,8 @@ class PacketProtection:
         """The packet without its trailer if its tag verifies and its counter is new, else
         None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
         data packet's encrypted payload, and the result is a view of this object's plaintext
-        buffer, valid until the next `open`; otherwise it is a view of `data`."""
+        buffer, valid until the next `open`; otherwise it is a view of `data`. A writable
+        `data` (io's receive buffer) may be changed in its trailer."""
         mv = data if type(data) is memoryview else memoryview(data)
         end = len(mv) - TRAILER
         if end < 0:
@@ -239,11 +240,18 @@ class PacketProtection:
                 if size > self.max_payload:
                     self.drops["bad_length"] += 1
                     return None
-                gather = self._gather
-                gather[:size] = mv[header:end]
-                gather[size : size + TAG_SIZE] = mv[end + 8 :]
+                if mv.readonly:
+                    # Ciphertext ‖ tag must be contiguous: gather them (the counter is between).
+                    sealed = self._gather[: size + TAG_SIZE]
+                    sealed[:size] = mv[header:end]
+                    sealed[size:] = mv[end + 8 :]
+                else:
+                    # A receive buffer of our own (io): move the tag over the counter, read
+                    # already, and save a copy of the payload.
+                    mv[end : end + TAG_SIZE] = mv[end + 8 :]
+                    sealed = mv[header : end + TAG_SIZE]
                 plain = self._plain
-                ctx.decrypt_into(nonce, gather[: size + TAG_SIZE], mv[:header], plain[header:end])
+                ctx.decrypt_into(nonce, sealed, mv[:header], plain[header:end])
                 plain[:header] = mv[:header]
                 out = plain[:end]
             else:

@@ -96,6 +96,13 @@ def test_a_sealed_data_packet_opens_once_and_its_payload_is_ciphertext_only_when
     opened = rx.open(pkt, 40)
     assert opened is not None and bytes(opened) == header + payload
     assert rx.open(pkt, 40) is None and drops == Counter(replay=1)
+    # From a writable receive buffer (io's), opened in place: the same plaintext.
+    again = _data_packet(tx, header, payload)
+    opened = rx.open(memoryview(bytearray(again)), 40)
+    assert opened is not None and bytes(opened) == header + payload
+    flipped = bytearray(_data_packet(tx, header, payload))
+    flipped[100] ^= 1
+    assert rx.open(memoryview(flipped), 40) is None and drops == Counter(replay=1, auth=1)
 
 
 @pytest.mark.parametrize("encrypt", [False, True])
