@@ -237,16 +237,19 @@ def test_forged_control_packets() -> None:
 
 
 def test_forged_cm_packets() -> None:
-    keys, levels = set(), set()
+    keys, levels, impersonations = set(), set(), 0
     for f in _forge("forged_cm_request", True):
         pkt = _decoded(f, False)  # a REQUEST has no trailer
         assert isinstance(pkt, CmPacket) and pkt.opcode is Opcode.CM_REQUEST
         assert pkt.dest_qp == CM_LISTEN_QPN and pkt.cmh.nonce != b"N" * 16
         levels.add(pkt.cmh.security)
         if pkt.key_block is not None:
-            assert pkt.key_block.static != b"S" * 32
-            keys.add(pkt.key_block.static)
-    assert len(keys) > 200 and levels == {0, 1, 2}  # a new unlisted key nearly every time
+            assert pkt.key_block.ephemeral != b"E" * 32
+            if pkt.key_block.static == b"S" * 32:
+                impersonations += 1  # the genuine client's public key, not its private one
+            else:
+                keys.add(pkt.key_block.static)
+    assert len(keys) > 150 and impersonations > 30 and levels == {0, 1, 2}
     for f in _forge("forged_cm_disconnect", False):
         pkt = _decoded(f, False)
         assert isinstance(pkt, CmPacket) and pkt.opcode is Opcode.CM_DISCONNECT

@@ -353,13 +353,18 @@ def forged_endpoint(sc: Scope) -> Iterator[Forgery]:
 # --- connection management ---------------------------------------------------------------------
 
 
-def _keys(sc: Scope, level: int) -> KeyBlock | None:
-    return KeyBlock(sc.rng.randbytes(32), sc.rng.randbytes(32)) if level else None
+def _keys(sc: Scope, level: int, static: bytes | None = None) -> KeyBlock | None:
+    """A key block of random keys (or the given static key with a random ephemeral one)."""
+    if not level:
+        return None
+    return KeyBlock(sc.rng.randbytes(32), static or sc.rng.randbytes(32))
 
 
 def forged_cm_request(sc: Scope) -> Iterator[Forgery]:
     """REQUESTs from the client's address with a static key nobody listed and random private
-    data; one in four asks for a different security level than the genuine client did."""
+    data; one in four asks for a different security level than the genuine client did, and one
+    in four claims the genuine client's static key (without its private key, an attacker can
+    start a handshake but never finish it)."""
     rng, flow = sc.rng, sc.flow
     while True:
         genuine = flow.request
@@ -379,7 +384,9 @@ def forged_cm_request(sc: Scope) -> Iterator[Forgery]:
             plane=plane,
             private_data_len=len(private),
         )
-        pkt = CmPacket(Opcode.CM_REQUEST, CM_LISTEN_QPN, cmh, _keys(sc, level), private)
+        genuine_keys = genuine.key_block
+        static = genuine_keys.static if genuine_keys is not None and rng.random() < 0.25 else None
+        pkt = CmPacket(Opcode.CM_REQUEST, CM_LISTEN_QPN, cmh, _keys(sc, level, static), private)
         client, server = sc.ends(plane)
         yield Forgery("forged_cm_request", client, server, pkt.encode())
 

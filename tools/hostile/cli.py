@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
+from mrc.cli.bench import parse_size
 from tools.hostile import report
 from tools.hostile.attacks import KINDS
 from tools.hostile.rawnet import RawNetError
@@ -60,6 +61,12 @@ def _rate(text: str) -> float:
     return value
 
 
+def _size(text: str) -> str:
+    """A byte count as `mrc bench -n` takes it (checked here, passed on as written)."""
+    parse_size(text)
+    return text
+
+
 def _kinds(text: str) -> list[str]:
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
@@ -92,13 +99,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--security", choices=("none", "auth", "encrypt"), default="encrypt",
                    help="the benches' --security (default encrypt; with none the attacks "
                    "succeed, which shows the harness can hurt)")
-    p.add_argument("--key", metavar="FILE", help="--key for both benches (secured runs)")
-    p.add_argument("--peer-key", metavar="FILE", help="--peer-key for both benches")
+    p.add_argument("--keys", choices=("listed", "per-run"), default="listed",
+                   help="secured runs: listed (default) gives each bench a key file and the "
+                   "other's public key as its only peer; per-run lets them make per-run keys "
+                   "and skip the allowlist")
     p.add_argument("--kinds", type=_kinds, default=list(KINDS), metavar="K[,K...]",
                    help=f"attack kinds (default all): {', '.join(KINDS)}")
     p.add_argument("--planes", type=_planes, default=[0, 1, 2, 3], metavar="P[,P...]",
                    help="planes to attack (default 0,1,2,3)")
-    p.add_argument("-n", "--size", default="16G", metavar="BYTES",
+    p.add_argument("-n", "--size", type=_size, default="16G", metavar="BYTES",
                    help="bytes each verified client moves (its -n; default 16G, more than "
                    "moves while 10^6 datagrams go out); if one ends early the next starts")
     p.add_argument("--seconds", type=_seconds, default=600.0, metavar="SEC",
@@ -128,8 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds=ns.seconds,
         rate=ns.rate,
         seed=ns.seed,
-        key=ns.key,
-        peer_key=ns.peer_key,
+        keys=ns.keys,
     )
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -187,8 +187,10 @@ def _accounting(
         "kernel_socket_drops": kernel_drops,
         "reached_core_at_least": max(0, hostile - kernel_drops),
         "core_drops": core,
-        # Hostile datagrams that reached the core and were not counted as drops (negative:
-        # the core also dropped genuine packets, e.g. duplicates of retransmissions).
+        # Hostile datagrams that reached the core and were not counted as drops. Negative:
+        # the core also dropped packets the attack did not send itself, such as duplicates
+        # of retransmissions and, at the client, the server's REJECTs of forged REQUESTs
+        # (they go to the forged source, the client's address, with a QPN it never had).
         "not_counted_as_drops": max(0, hostile - kernel_drops) - core,
         # What the core did with trimmed-looking packets (forged trims, cut data packets,
         # forged data without a trailer): a trim is a hint answered by a NACK, not a drop.

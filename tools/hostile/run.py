@@ -16,11 +16,15 @@ core, and the kernel counts what it drops).
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from mrc.node.errors import NodeError
+from mrc.node.keys import create_private_key, public_key_text
 from tools.hostile.attacks import KINDS, Mix, Scope
 from tools.hostile.flow import Flow
 from tools.hostile.procs import (
@@ -55,8 +59,10 @@ class Options:
     drain: float = 180.0  # how long the transfer running at the end may take to finish
     rate: float = 0.0  # datagrams per second, 0 = unpaced
     seed: int | None = None
-    key: str | None = None  # --key / --peer-key for both benches (secured runs)
-    peer_key: str | None = None
+    #: Secured runs: "listed" gives each bench a key file and the other's public key as its
+    #: only allowed peer (so a REQUEST with any other static key is refused unheard);
+    #: "per-run" lets the benches make per-run keys and skip the allowlist.
+    keys: str = "listed"
 
 
 @dataclass(slots=True)
@@ -83,20 +89,29 @@ class Raw:
     aborted: str | None = None  # why the attack stopped before its budget, if it did
 
 
-def _security_args(opts: Options) -> list[str]:
+class Keys:
+    """Key files for a secured run with allowlists: each side lists only the other."""
+
+    def __init__(self, tmp: str) -> None:
+        self.paths = {side: os.path.join(tmp, f"{side}.key") for side in ("server", "client")}
+        self.public = {
+            side: public_key_text(create_private_key(path)) for side, path in self.paths.items()
+        }
+
+    def args(self, side: str) -> list[str]:
+        other = "client" if side == "server" else "server"
+        return ["--key", self.paths[side], "--peer-key", self.public[other]]
+
+
+def _security_args(opts: Options, keys: Keys | None, side: str) -> list[str]:
     if opts.security == "none":
-        return []  # the bench's default; also runs on a bench without --security
-    args = ["--security", opts.security]
-    if opts.key:
-        args += ["--key", opts.key]
-    if opts.peer_key:
-        args += ["--peer-key", opts.peer_key]
-    return args
+        return []  # the bench's default
+    return ["--security", opts.security, *(keys.args(side) if keys is not None else [])]
 
 
-def _start_server(opts: Options, port: int) -> BenchProc:
+def _start_server(opts: Options, port: int, keys: Keys | None) -> BenchProc:
     argv = bench_argv("-s", "-B", ",".join(SERVER_ADDRS), "-p", str(port), "-J",
-                      *_security_args(opts))  # fmt: skip
+                      *_security_args(opts, keys, "server"))  # fmt: skip
     server = BenchProc("server", argv)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -110,9 +125,10 @@ def _start_server(opts: Options, port: int) -> BenchProc:
     raise RunError("the bench server did not bind its planes within 15 s")
 
 
-def _start_client(opts: Options, port: int, n: int) -> BenchProc:
+def _start_client(opts: Options, port: int, n: int, keys: Keys | None) -> BenchProc:
     argv = bench_argv("-c", ",".join(SERVER_ADDRS), "-B", ",".join(CLIENT_ADDRS), "-p", str(port),
-                      "-J", "--verify", "-n", opts.size, *_security_args(opts))  # fmt: skip
+                      "-J", "--verify", "-n", opts.size,
+                      *_security_args(opts, keys, "client"))  # fmt: skip
     return BenchProc(f"client {n}", argv)
 
 
@@ -136,9 +152,14 @@ def run(opts: Options) -> Raw:
     client_drops: dict[tuple[str, int], int] = {}
     client: BenchProc | None = None
     raw.snmp_before = udp_snmp()
+    tmp = tempfile.TemporaryDirectory(prefix="mrc-hostile-")
     try:
-        raw.server = server = _start_server(opts, port)
-        client = _start_client(opts, port, 1)
+        try:
+            keys = Keys(tmp.name) if opts.security != "none" and opts.keys == "listed" else None
+        except NodeError as exc:
+            raise RunError(f"cannot make key files: {exc}") from None
+        raw.server = server = _start_server(opts, port, keys)
+        client = _start_client(opts, port, 1, keys)
         sent = 0
         sent_at_client_start = 0
         idle_clients = 0  # clients in a row that ended before a single forgery went out
@@ -167,7 +188,7 @@ def run(opts: Options) -> Raw:
                         client = None
                         break
                     sent_at_client_start = sent
-                    client = _start_client(opts, port, len(raw.clients) + 1)
+                    client = _start_client(opts, port, len(raw.clients) + 1, keys)
                     continue
             if not scope.ready:
                 time.sleep(0.001)
@@ -210,4 +231,5 @@ def run(opts: Options) -> Raw:
         raw.client_socket_drops = sum(client_drops.values())
         sniffer.close()
         spoofer.close()
+        tmp.cleanup()
     return raw
