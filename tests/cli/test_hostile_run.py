@@ -100,7 +100,7 @@ def test_short_mixed_run_at_an_encrypted_transfer() -> None:
     assert server["auth"] > by_kind["forged_data"] * 0.3  # wrong tags (and bit flips)
     assert server["replay"] > 0 and client["auth"] > 0  # replays; forged SACK/NACK/...
     assert any(k.startswith(("decode_", "bad_length")) for k in server)  # cut, extended, noise
-    assert any(k.startswith(("rejected_", "handshake_")) for k in server)  # forged REQUESTs
+    assert server["rejected_unknown_peer"] > 0  # forged REQUESTs with unlisted keys
     assert client.get("cm_mismatch", 0) > 0  # forged REJECTs
     assert any(k.startswith("trimmed") for k in server) or fig["accounting"]["server"][
         "trimmed_received"
@@ -124,15 +124,37 @@ def test_forgeries_ahead_of_the_sender_are_dropped(security: str) -> None:
     # Half carry a random trailer (dropped as `auth`), half none (short: taken for trims,
     # dropped as stale or answered with at most one NACK each, never written).
     assert drops["auth"] >= 0.3 * acc["reached_core_at_least"], drops
+    assert drops.get("duplicate", 0) < 200  # no forgery took a genuine packet's place
     trims = sum(v for k, v in drops.items() if k.startswith("trimmed"))
     assert drops["auth"] + trims + acc["trimmed_received"] >= 0.9 * acc["reached_core_at_least"]
 
 
 def test_the_same_forgeries_corrupt_an_unsecured_transfer() -> None:
-    rc, fig, err = hostile("--datagrams", "3000", "--rate", "2000", "--security", "none",
-                           "--kinds", "forged_data", "--planes", "0", "-n", "512M")  # fmt: skip
+    rc, fig, err = hostile("--datagrams", "3000", "--rate", "2000", "--warmup", "0.5",
+                           "--security", "none", "--kinds", "forged_data", "--planes", "0",
+                           "-n", "512M")  # fmt: skip
     assert rc == 0, (fig["crashes"], err[-500:])  # none: a corrupted transfer is no crash
     assert fig["crashes"] == [] and not fig["transfer_intact"]
-    assert fig["messages_corrupted"] >= 1 and fig["forged_bytes_placed"] >= 4096
+    # The forgeries were written: the genuine packets came second and were refused as
+    # duplicates of PSNs the forgeries had taken (a secured run counts next to none).
+    assert fig["drops_by_reason"]["server"]["duplicate"] >= 1500
+    # The verified client then reports the damage, or the sender, acknowledged for PSNs it
+    # never sent, gives up on the connection.
     errors = [c.get("error", "") for c in fig["clients"]]
-    assert any("integrity check failed" in e for e in errors), errors
+    assert any("integrity check failed" in e or "connection closed" in e for e in errors), errors
+    if any("integrity check failed" in e for e in errors):
+        assert fig["messages_corrupted"] >= 1 and fig["forged_bytes_placed"] >= 4096
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="mrc/io under uvloop: an ICMP error queued on a plane socket (IP_RECVERR) raises "
+    "EPOLLERR, libuv then drops the socket's reader for good (EPOLL_CTL_DEL) and the server "
+    "never reads again; with MRC_LOOP=asyncio the same run passes",
+)
+def test_replays_at_a_finished_connection_leave_the_server_serving() -> None:
+    # Clients of 64 MiB end while replays of their packets are on the way; the server answers
+    # some of them towards ports that are gone, and the next client must still get in.
+    rc, fig, _ = hostile("--datagrams", "60000", "--kinds", "replay", "-n", "64M")
+    assert fig["aborted"] is None, fig["aborted"]
+    assert rc == 0 and fig["transfer_intact"] and len(fig["clients"]) > 1

@@ -114,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
                    help="time limit of the attack (default 600)")
     p.add_argument("--rate", type=_rate, default=0.0, metavar="PER_SEC",
                    help="cap on hostile datagrams per second (default 0: unpaced)")
+    p.add_argument("--warmup", type=_rate, default=0.0, metavar="SEC",
+                   help="seconds a connection moves data before the attack on it starts "
+                   "(default 0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the attacks' randomness")
     p.add_argument("-J", "--json", action="store_true", help="figures as one JSON document")
     return p  # fmt: skip
@@ -136,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         size=ns.size,
         seconds=ns.seconds,
         rate=ns.rate,
+        warmup=ns.warmup,
         seed=ns.seed,
         keys=ns.keys,
     )

@@ -58,6 +58,7 @@ class Options:
     seconds: float = 600.0  # the attack's time limit
     drain: float = 180.0  # how long the transfer running at the end may take to finish
     rate: float = 0.0  # datagrams per second, 0 = unpaced
+    warmup: float = 0.0  # seconds a connection carries data before the attack on it starts
     seed: int | None = None
     #: Secured runs: "listed" gives each bench a key file and the other's public key as its
     #: only allowed peer (so a REQUEST with any other static key is refused unheard);
@@ -163,6 +164,7 @@ def run(opts: Options) -> Raw:
         sent = 0
         sent_at_client_start = 0
         idle_clients = 0  # clients in a row that ended before a single forgery went out
+        ready_at: float | None = None  # when the live connection became a target
         start = time.monotonic()
         deadline = start + opts.seconds
         next_check = start
@@ -191,6 +193,12 @@ def run(opts: Options) -> Raw:
                     client = _start_client(opts, port, len(raw.clients) + 1, keys)
                     continue
             if not scope.ready:
+                ready_at = None
+                time.sleep(0.001)
+                continue
+            if ready_at is None:
+                ready_at = now
+            if now - ready_at < opts.warmup:
                 time.sleep(0.001)
                 continue
             for _ in range(min(BATCH, opts.datagrams - sent)):
