@@ -340,6 +340,7 @@ async def _serve(opts: BenchOptions) -> int:
         serve=True,
         rng=endpoint.rng,
         endpoint=endpoint,
+        secured=opts.security != "none",
     )
     server = BenchServer(loop, opts, Output(json_mode=opts.json), node)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -362,7 +363,7 @@ async def _client(opts: BenchOptions) -> int:
     endpoint = _endpoint(opts.identity)
     node = Node(
         loop, binds, 0, table=table, payload_mtu=opts.payload_mtu, rng=endpoint.rng,
-        endpoint=endpoint,
+        endpoint=endpoint, secured=opts.security != "none",
     )  # fmt: skip
     try:
         counts = node.open_paths(peers) if table is not None else {}

@@ -92,6 +92,7 @@ class Daemon:
                 endpoint=Endpoint(rng=rng, regions=regions, identity=identity),
                 on_error=self._io_error,
                 interfaces=[p.interface for p in config.planes],
+                secured=config.security != "none",
             )
         except NodeError as exc:
             raise DaemonError(str(exc)) from None

@@ -91,9 +91,10 @@ def resolve_peer(addrs: Sequence[str], port: int) -> dict[int, SockAddr]:
 class Node:
     """A host bound to its planes, driving a core endpoint on an event loop.
 
-    With `table` (an SRv6 path table) the node checks at once the MTU of every path leaving its
-    addresses when `serve` is set (a listener cannot know its peers in advance) and opens path
-    sockets toward a peer when it connects (`connect`) or the first time it answers one.
+    With `table` (an SRv6 path table) the node checks the MTU of every path, with room for the
+    security trailer when `secured`: at once for every path leaving its addresses when `serve`
+    is set (a listener cannot know its peers in advance), and toward a peer when it connects
+    (`connect`, `open_paths`); it opens path sockets then, or the first time it answers a peer.
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class Node:
         on_event: EventHandler | None = None,
         on_error: Callable[[str], None] | None = None,
         interfaces: Sequence[str | None] = (),
+        secured: bool = False,
     ) -> None:
         self.loop = loop
         self.rng = rng if rng is not None else random.Random()
@@ -119,6 +121,8 @@ class Node:
         self.regions: RegionTable = self.endpoint.regions
         self.table = table
         self.payload_mtu = payload_mtu
+        #: Connections carry the 24-byte security trailer: path MTU checks reserve room for it.
+        self.secured = secured
         self.on_event = on_event
         self.on_error = on_error
         #: Paths of each plane this node's listener spreads its EVs over (1 = direct).
@@ -131,7 +135,7 @@ class Node:
             if table is not None:
                 if serve:
                     path_sockets, self.plane_paths, self.path_lines = server_paths(
-                        table, planes, payload_mtu, port
+                        table, planes, payload_mtu, port, secured=secured
                     )
                 else:
                     path_sockets = PathSockets(table)
@@ -183,7 +187,9 @@ class Node:
         if self.io.paths is None:
             return {p: 1 for p in self.planes}
         port = next(iter(peers.values()))[1] if peers else self.port
-        counts, lines = client_paths(self.io.paths, self.planes, peers, self.payload_mtu, port)
+        counts, lines = client_paths(
+            self.io.paths, self.planes, peers, self.payload_mtu, port, secured=self.secured
+        )
         self.path_lines.extend(lines)
         return counts
 

@@ -67,6 +67,8 @@ def client_paths(
     peers: Mapping[int, SockAddr],
     payload_mtu: int,
     port: int,
+    *,
+    secured: bool = False,
 ) -> tuple[dict[int, int], list[str]]:
     """Check every path's MTU toward `peers` and open their path sockets in `paths`.
 
@@ -92,7 +94,7 @@ def client_paths(
             continue
         found = True
         try:
-            mtus = check_path_mtu(entry, payload_mtu, port=port)
+            mtus = check_path_mtu(entry, payload_mtu, port=port, secured=secured)
         except PathTableError as exc:
             raise NodeError(str(exc)) from None
         names = ", ".join(p.describe() for p in entry.paths)
@@ -112,7 +114,12 @@ def client_paths(
 
 
 def server_paths(
-    table: PathTable, planes: Mapping[int, PlaneSocket], payload_mtu: int, port: int
+    table: PathTable,
+    planes: Mapping[int, PlaneSocket],
+    payload_mtu: int,
+    port: int,
+    *,
+    secured: bool = False,
 ) -> tuple[PathSockets, dict[int, int], list[str]]:
     """The server's side of `client_paths`: it does not know its peers yet, so it checks the
     MTU of every path leaving its addresses and opens path sockets when a peer shows up."""
@@ -122,7 +129,7 @@ def server_paths(
         leaving = table.entries_from(src, plane)
         for entry in leaving:
             try:
-                check_path_mtu(entry, payload_mtu, port=port)
+                check_path_mtu(entry, payload_mtu, port=port, secured=secured)
             except PathTableError as exc:
                 raise NodeError(str(exc)) from None
         entries += len(leaving)

@@ -482,3 +482,22 @@ def test_path_mtu_too_small_fails_at_connect(fabric: MiniFabric, tmp_path: Path)
     assert "\n" not in err and "Traceback" not in err
     assert err.startswith(f"mrc bench: plane 0, path via-s1 ({A_ADDR} -> {B_ADDR}): ")
     assert "40 SRH (2 segments) = 4228 bytes > path MTU 4200; use --payload-mtu 4068 or less" in err
+
+
+def test_path_mtu_check_reserves_the_security_trailer(fabric: MiniFabric, tmp_path: Path) -> None:
+    """4228 bytes fit a 4240-byte path in the clear, but not with the 24-byte trailer."""
+    table = tmp_path / "paths.json"
+    table.write_text(json.dumps(fabric.path_table()))
+    fabric.set_mtu("A", "a1", 4240)
+    try:
+        proc = subprocess.run(
+            _bench(fabric, "A", "-c", B_ADDR, "-p", "4791", "-n", "1M", "--paths", str(table),
+                   "--security", "auth"),
+            capture_output=True, text=True, env=child_env(), timeout=30,
+        )  # fmt: skip
+    finally:
+        fabric.set_mtu("A", "a1", 9000)
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()[-1]
+    assert err.startswith(f"mrc bench: plane 0, path via-s1 ({A_ADDR} -> {B_ADDR}): ")
+    assert "security trailer" in err and "> path MTU 4240" in err
