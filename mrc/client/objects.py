@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mrc.control import U64_MAX
+
 from .rpc import BAD_ANSWER, INVALID_PARAMS, OUT_OF_BOUNDS, ClientError
 
 __all__ = [
@@ -38,7 +40,6 @@ MAX_WRITE = 1 << 31
 MAX_MESSAGE = 4096
 STATUSES = ("ok", "remote_access_error", "connection_lost", "cancelled")
 _U32 = (1 << 32) - 1
-_U64 = (1 << 64) - 1
 
 
 def _int(obj: dict[str, Any], key: str, lo: int, hi: int, what: str, code: int) -> int:
@@ -82,10 +83,10 @@ class RegionHandle:
         what = "region handle"
         handle = cls(
             host=host,
-            region=_int(obj, "region", 0, _U64, what, code),
+            region=_int(obj, "region", 0, U64_MAX, what, code),
             rkey=_int(obj, "rkey", 0, _U32, what, code),
-            va=_int(obj, "va", 0, _U64, what, code),
-            length=_int(obj, "length", 0, _U64, what, code),
+            va=_int(obj, "va", 0, U64_MAX, what, code),
+            length=_int(obj, "length", 0, U64_MAX, what, code),
         )
         if handle.va + handle.length > 1 << 64:
             raise ClientError(code, "region handle: va + length overflows 64 bits")
@@ -202,10 +203,10 @@ class Completion:
             raise ClientError(BAD_ANSWER, f"completion with unknown status {status!r}")
         what = "completion"
         return cls(
-            id=_int(obj, "id", 0, _U64, what, BAD_ANSWER),
-            connection=_int(obj, "connection", 0, _U64, what, BAD_ANSWER),
+            id=_int(obj, "id", 0, U64_MAX, what, BAD_ANSWER),
+            connection=_int(obj, "connection", 0, U64_MAX, what, BAD_ANSWER),
             status=str(status),
-            bytes=_int(obj, "bytes", 0, _U64, what, BAD_ANSWER),
+            bytes=_int(obj, "bytes", 0, U64_MAX, what, BAD_ANSWER),
         )
 
 
@@ -222,10 +223,10 @@ class Immediate:
     def decode(cls, obj: dict[str, Any]) -> Immediate:
         what = "immediate"
         return cls(
-            region=_int(obj, "region", 0, _U64, what, BAD_ANSWER),
+            region=_int(obj, "region", 0, U64_MAX, what, BAD_ANSWER),
             imm=_int(obj, "imm", 0, _U32, what, BAD_ANSWER),
             peer=str(obj.get("peer", "")),
-            connection=_int(obj, "connection", 0, _U64, what, BAD_ANSWER),
+            connection=_int(obj, "connection", 0, U64_MAX, what, BAD_ANSWER),
         )
 
 

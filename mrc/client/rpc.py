@@ -14,6 +14,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mrc.control import (
+    BAD_MEMORY,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_LINE,
+    METHOD_NOT_FOUND,
+    NOT_CONNECTED,
+    OUT_OF_BOUNDS,
+    PARSE_ERROR,
+    RESOURCE_LIMIT,
+    SHUTTING_DOWN,
+    TOO_MANY_OUTSTANDING,
+    UNKNOWN_CONNECTION,
+    UNKNOWN_PEER,
+    UNKNOWN_REGION,
+)
+
 __all__ = [
     "BAD_ANSWER",
     "BAD_MEMORY",
@@ -41,25 +59,6 @@ __all__ = [
     "encode_request",
 ]
 
-#: Longest line either side may send, newline included.
-MAX_LINE = 1 << 20
-
-# JSON-RPC 2.0's own codes.
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-# The daemon's codes (the control protocol names them from -32000 down).
-UNKNOWN_PEER = -32001
-UNKNOWN_REGION = -32002
-UNKNOWN_CONNECTION = -32003
-BAD_MEMORY = -32004
-OUT_OF_BOUNDS = -32005
-TOO_MANY_OUTSTANDING = -32006
-NOT_CONNECTED = -32007
-SHUTTING_DOWN = -32008
-RESOURCE_LIMIT = -32009
 # Raised by the client itself, never sent by a daemon: kept apart from the daemon's range so a
 # caller can tell "the daemon refused" from "the daemon could not be asked".
 UNREACHABLE = -32090

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mrc.control import U64_MAX
+
 from .conns import Connection
 from .regions import DaemonRegion, Regions
 from .rpc import INVALID_PARAMS, OUT_OF_BOUNDS, UNKNOWN_REGION, RpcError
@@ -30,7 +32,6 @@ MAX_ITEMS = 8192
 #: Immediates kept for a client that does not fetch them (the oldest go, counted).
 MAX_IMMEDIATES = 1 << 16
 _U32 = (1 << 32) - 1
-_U64 = (1 << 64) - 1
 _WRITE_KEYS = {"region", "offset", "length", "remote", "remote_offset", "imm"}
 _HANDLE_KEYS = {"host", "region", "rkey", "va", "length"}
 
@@ -149,12 +150,12 @@ def check_write(
             raise bad(key, f"must be an integer 0..{hi}")
         return value
 
-    region_id = integer(w, "region", _U64)
+    region_id = integer(w, "region", U64_MAX)
     region = regions.get(region_id)
     if region is None or region.owner != client:
         raise bad("region", f"{region_id} is not a region of this client", UNKNOWN_REGION)
-    offset = integer(w, "offset", _U64)
-    length = integer(w, "length", _U64)
+    offset = integer(w, "offset", U64_MAX)
+    length = integer(w, "length", U64_MAX)
     if not 1 <= length <= MAX_WRITE:
         raise bad("length", f"must be 1..{MAX_WRITE}, got {length}")
     if offset + length > region.size:
@@ -172,10 +173,10 @@ def check_write(
             f"is a region on {remote['host']!r}; connection {conn.id} goes to {conn.peer!r}",
         )
     rkey = integer(remote, "rkey", _U32)
-    va = integer(remote, "va", _U64)
-    handle_length = integer(remote, "length", _U64)
-    integer(remote, "region", _U64)
-    remote_offset = integer(w, "remote_offset", _U64, 0)
+    va = integer(remote, "va", U64_MAX)
+    handle_length = integer(remote, "length", U64_MAX)
+    integer(remote, "region", U64_MAX)
+    remote_offset = integer(w, "remote_offset", U64_MAX, 0)
     if remote_offset + length > handle_length:
         raise bad(
             "remote_offset",

@@ -15,6 +15,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mrc.control import (
+    BAD_MEMORY,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_LINE,
+    METHOD_NOT_FOUND,
+    NOT_CONNECTED,
+    OUT_OF_BOUNDS,
+    PARSE_ERROR,
+    RESOURCE_LIMIT,
+    SHUTTING_DOWN,
+    TOO_MANY_OUTSTANDING,
+    UNKNOWN_CONNECTION,
+    UNKNOWN_PEER,
+    UNKNOWN_REGION,
+)
+
 __all__ = [
     "BAD_MEMORY",
     "INTERNAL_ERROR",
@@ -40,25 +58,8 @@ __all__ = [
     "parse_line",
 ]
 
-#: Longest line either side sends, newline included.
-MAX_LINE = 1 << 20
 #: Most requests in one batch (each gets an answer object in one line under MAX_LINE).
 MAX_BATCH = 1024
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-UNKNOWN_PEER = -32001
-UNKNOWN_REGION = -32002
-UNKNOWN_CONNECTION = -32003
-BAD_MEMORY = -32004
-OUT_OF_BOUNDS = -32005
-TOO_MANY_OUTSTANDING = -32006
-NOT_CONNECTED = -32007
-SHUTTING_DOWN = -32008
-RESOURCE_LIMIT = -32009
 
 _U64 = (1 << 64) - 1
 
