@@ -75,4 +75,4 @@ compare: sysdeps venv
 # HOSTILE_ARGS="--security auth" or "--datagrams 100000" to change the run.
 .PHONY: hostile
 hostile: venv
-	$(PY) -m tools.hostile -J --datagrams 1000000 $(HOSTILE_ARGS)
+	@$(PY) -m tools.hostile -J --datagrams 1000000 $(HOSTILE_ARGS)
