@@ -292,7 +292,24 @@ class IoEndpoint(Generic[S]):
             self._internal_error("timer", exc)
 
     def _on_readable(self, plane: int) -> None:
+        sock = self.planes[plane]
+        seen = sock.error_events
         self._receive_all()
+        if sock.error_events != seen and not self._closed:
+            # The wake-up was (also) an error: an ICMP error queued under IP_RECVERR, or
+            # pinned on a connected socket, raises EPOLLERR, and libuv's poll handle stops
+            # watching a socket for good on EPOLLERR (uvloop closes our reader after this
+            # one last call). Watch it again, or a plane goes deaf after one ICMP error.
+            self.loop.call_soon(self._watch_again, plane)
+
+    def _watch_again(self, plane: int) -> None:
+        if self._closed:
+            return
+        sock = self.planes[plane]
+        sock.take_errors()
+        self.counters["reader_rearmed"] += 1
+        self.loop.remove_reader(sock.fileno())
+        self.loop.add_reader(sock.fileno(), self._on_readable, plane)
 
     def _receive_all(self) -> bool:
         """Drain every plane socket (a second pass for what came meanwhile), hand each batch

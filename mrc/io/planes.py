@@ -121,6 +121,9 @@ class PlaneSocket:
         self.packets_received = 0
         self.bytes_received = 0
         self.connected: SockAddr | None = None
+        #: Wake-ups that carried a socket error (an ICMP error pinned on the socket or queued
+        #: under IP_RECVERR): each one was an EPOLLERR.
+        self.error_events = 0
         sock = socket.socket(self.family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
@@ -205,10 +208,10 @@ class PlaneSocket:
             except (BlockingIOError, InterruptedError):
                 break
             except ConnectionRefusedError:
-                self.counters["econnrefused"] += 1
+                self._read_error("econnrefused")
                 continue
             except OSError as exc:
-                self.counters["recv_" + _errname(exc.errno or 0)] += 1
+                self._read_error("recv_" + _errname(exc.errno or 0))
                 break
             view = views[idx]
             idx += 1
@@ -241,7 +244,25 @@ class PlaneSocket:
             # A wake-up with nothing to read may be the error queue (IP_RECVERR): ICMP
             # errors wait there, and the loop would report the socket ready until read.
             self.counters["icmp_errors"] += 1
+            self.error_events += 1
         return out
+
+    def _read_error(self, name: str) -> None:
+        """A read returned the socket's pending error (an ICMP error the kernel pinned on it).
+        The same ICMP error also waits in the error queue (IP_RECVERR): empty it now, so that
+        whoever clears the error clears both and EPOLLERR always comes with an error a read
+        returns (which `error_events` counts for io)."""
+        self.counters[name] += 1
+        self.error_events += 1
+        if _pending_icmp(self.sock):
+            self.counters["icmp_errors"] += 1
+
+    def take_errors(self) -> None:
+        """Clear a pending socket error and empty the error queue (ICMP errors under
+        IP_RECVERR), so the socket stops signalling EPOLLERR."""
+        self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if _pending_icmp(self.sock):
+            self.counters["icmp_errors"] += 1
 
     # -- send -------------------------------------------------------------------------------
 

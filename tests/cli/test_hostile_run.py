@@ -146,12 +146,6 @@ def test_the_same_forgeries_corrupt_an_unsecured_transfer() -> None:
         assert fig["messages_corrupted"] >= 1 and fig["forged_bytes_placed"] >= 4096
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mrc/io under uvloop: an ICMP error queued on a plane socket (IP_RECVERR) raises "
-    "EPOLLERR, libuv then drops the socket's reader for good (EPOLL_CTL_DEL) and the server "
-    "never reads again; with MRC_LOOP=asyncio the same run passes",
-)
 def test_replays_at_a_finished_connection_leave_the_server_serving() -> None:
     # Clients of 64 MiB end while replays of their packets are on the way; the server answers
     # some of them towards ports that are gone, and the next client must still get in.

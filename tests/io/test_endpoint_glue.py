@@ -9,10 +9,13 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
+import pytest
+
 from mrc.core.config import SessionConfig
 from mrc.core.events import Event, PlaneUp
 from mrc.core.transmit import Transmit
 from mrc.io.endpoint import IoEndpoint
+from mrc.io.loop import new_event_loop
 from mrc.io.planes import PlaneSocket
 
 
@@ -506,3 +509,36 @@ def test_each_wake_up_drains_the_planes_from_the_next_one_on() -> None:
 
 def _readable(sock: PlaneSocket) -> bool:
     return bool(select.select([sock.fileno()], [], [], 0)[0])
+
+
+@pytest.mark.parametrize("loop_name", ["uvloop", "asyncio"])
+def test_an_icmp_error_on_a_plane_socket_does_not_make_it_deaf(loop_name: str) -> None:
+    """An ICMP error (here: port unreachable for an answer to a peer that went away) queues on
+    the plane socket and raises EPOLLERR. libuv's poll handle stops watching a socket for good
+    on EPOLLERR (uvloop closes its reader), so io must watch it again: the next datagram from
+    anyone must still be read."""
+    loop = new_event_loop() if loop_name == "uvloop" else asyncio.new_event_loop()
+    if loop_name == "uvloop" and "uvloop" not in type(loop).__module__:
+        loop.close()
+        pytest.skip("uvloop is not installed")
+    core = FakeCore()
+    plane = PlaneSocket(0, "127.0.0.2", 0)
+    io: IoEndpoint[FakeSession] = IoEndpoint(loop, core, {0: plane})
+    io.start()
+    gone = PlaneSocket(0, "127.0.0.10", 0)
+    late = PlaneSocket(0, "127.0.0.11", 0)
+    try:
+        session = io.connect(SessionConfig(plane_mask=1), {0: gone.local_addr}, b"")
+        run(loop, lambda: bool(gone.drain(8)))
+        gone_addr = gone.local_addr
+        gone.close()  # the echo of the next datagram goes to a closed port: ICMP unreachable
+        io.planes[0].send(b"x", gone_addr)  # and so does this, right away
+        loop.run_until_complete(asyncio.sleep(0.05))  # the ICMP error arrives and is seen
+        for i in range(3):
+            late.send(bytes([i]), plane.local_addr)
+        run(loop, lambda: sum(len(d) for _, d in session.received) >= 3, timeout=2.0)
+        assert [d for _, ds in session.received for d in ds][-3:] == [b"\x00", b"\x01", b"\x02"]
+    finally:
+        io.close()
+        late.close()
+        loop.close()
