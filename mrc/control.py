@@ -2,7 +2,7 @@
 (`mrc.client`) must agree on byte for byte, kept once so they cannot drift apart.
 
 The protocol itself (newline-delimited JSON-RPC 2.0 on a Unix stream socket, the methods, the
-objects) is described in docs/daemon.md; each side's codec lives in its own package.
+objects) is described in docs/DAEMON.md; each side's codec lives in its own package.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
-# The daemon's codes, from -32000 down (docs/daemon.md "Errors").
+# The daemon's codes, from -32000 down (docs/DAEMON.md "Errors").
 UNKNOWN_PEER = -32001
 UNKNOWN_REGION = -32002
 UNKNOWN_CONNECTION = -32003

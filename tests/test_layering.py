@@ -1,6 +1,6 @@
 """mrc.core and mrc.wire stay sans-I/O: no direct import of an I/O, clock or process module.
 
-DESIGN.md §1: imports flow `wire → core → sim | io → daemon → cli`, and core/wire read no clock
+docs/DESIGN.md §1: imports flow `wire → core → sim | io → daemon → cli`, and core/wire read no clock
 and touch no socket; `now` and randomness come in as arguments.
 """
 

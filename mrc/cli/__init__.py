@@ -1,4 +1,4 @@
-"""The `mrc` command line: one entry point with argparse subcommands (DESIGN.md §10).
+"""The `mrc` command line: one entry point with argparse subcommands (docs/DESIGN.md §10).
 
 Holds `main(argv)`, the parser whose errors are one line on stderr with exit status 2, and the
 top-level guard that turns an interrupt into an exit status instead of a traceback. Each

@@ -1,4 +1,4 @@
-"""`mrc bench`: the command line of the benchmark (DESIGN.md §10) and its validation.
+"""`mrc bench`: the command line of the benchmark (docs/DESIGN.md §10) and its validation.
 
 Holds the argparse definition with iperf3's flags, the size/time parsers, `options_from` (flags
 to checked `BenchOptions`, see `bench_options`) and `run`, which hands them to `bench_run`. Bad

@@ -3,7 +3,7 @@
 `mrc bench -s --daemon SOCK [-1]` serves tests through the local daemon; `mrc bench -c PEER
 --daemon SOCK -n 1G -l 1M --verify` writes to the server application on the daemon's peer
 PEER. So the measurement crosses the real service path: control socket, shared-memory regions,
-the daemon's MRC connection (docs/architecture.md §9, §10). Both print iperf3-like lines or, with
+the daemon's MRC connection (docs/DESIGN.md §9, §10). Both print iperf3-like lines or, with
 -J, one JSON document with goodput, integrity and the daemon's per-plane byte counts moved
 during the test.
 

@@ -1,5 +1,5 @@
 """The two roles of `mrc bench --daemon`: the writing client and the receiving server, each an
-application of its host's daemon through `mrc.client` (docs/architecture.md §9).
+application of its host's daemon through `mrc.client` (docs/DESIGN.md §9).
 
 Their agreement, carried as small JSON messages through the daemons (no side channel):
 

@@ -47,7 +47,7 @@ class BenchOptions:
     #: --paths: the file name and the table read from it.
     paths: str | None = None
     path_table: PathTable | None = None
-    #: --security, --key FILE, --peer-key FILE|BASE64 (docs/architecture.md §8).
+    #: --security, --key FILE, --peer-key FILE|BASE64 (docs/DESIGN.md §8).
     security: str = "none"
     key: str | None = None
     peer_key: str | None = None

@@ -1,4 +1,4 @@
-"""Output of `mrc bench`: iperf3-style text lines and the `-J` JSON document (DESIGN.md §10).
+"""Output of `mrc bench`: iperf3-style text lines and the `-J` JSON document (docs/DESIGN.md §10).
 
 Holds `Output` (text lines as they come, or one JSON document per test), the unit formatting
 (iperf3's: transfers in base 1024, rates in base 1000), the interval and summary lines, the
@@ -350,7 +350,7 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
         "probes_sent": local["probes_sent"],
         "probes_answered": local["probes_answered"],
         "longest_stall_seconds": float(recv.get("longest_stall_seconds") or 0.0),
-        # This side's congestion window at the end (bytes of payload, DESIGN.md §7).
+        # This side's congestion window at the end (bytes of payload, docs/DESIGN.md §7).
         "cwnd_bytes": round(test.session.cc.window),
         "events": local["events"],
         "remote": peer,

@@ -1,4 +1,4 @@
-"""`mrc ctl`: look at a running peer daemon over its control socket (docs/architecture.md §10).
+"""`mrc ctl`: look at a running peer daemon over its control socket (docs/DESIGN.md §10).
 
 `mrc ctl [--socket PATH] [-J] status|peers|connections|planes|evs|regions` asks the daemon through
 `mrc.client` and prints a human table, or the daemon's answer as JSON with `-J`. A daemon that

@@ -1,4 +1,4 @@
-"""`mrc daemon --config FILE`: run the peer daemon (docs/architecture.md §9, docs/daemon.md).
+"""`mrc daemon --config FILE`: run the peer daemon (docs/DESIGN.md §9, docs/DAEMON.md).
 
 Parses the flags, reads the configuration (a mistake is one line naming the key, exit status
 2), sets up logging to stderr (the journal, under systemd) and hands over to

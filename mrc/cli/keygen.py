@@ -1,4 +1,4 @@
-"""`mrc keygen`: make a static X25519 identity for secured connections (docs/architecture.md §8).
+"""`mrc keygen`: make a static X25519 identity for secured connections (docs/DESIGN.md §8).
 
 `mrc keygen FILE` writes a new private key to FILE with mode 0600 (never over an existing file)
 and prints its public key in base64, which is what peers list (`mrc bench --peer-key`, the

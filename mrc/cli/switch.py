@@ -1,4 +1,4 @@
-"""`mrc switch`: the command line of the userspace trimming switch (DESIGN.md §5, §10).
+"""`mrc switch`: the command line of the userspace trimming switch (docs/DESIGN.md §5, §10).
 
 Holds the argparse definition, the parsers for `ADDR:PORT` and bit rates, the checks that turn
 flags into a `SwitchConfig`, and `run`: bind, say "listening" on stderr, relay until SIGINT,
@@ -89,7 +89,7 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="a userspace trimming switch on one plane (UDP relay with a shaped queue)",
         description="Relay one plane's UDP traffic between a client and a server through a "
         "finite queue drained at --rate: ECN-mark above --ecn-threshold, trim MRC data "
-        "packets that do not fit (WIRE.md §5) and send them ahead at priority. The client "
+        "packets that do not fit (docs/WIRE.md §5) and send them ahead at priority. The client "
         "sends to --listen instead of the server; replies go back to the last client seen.",
     )
     p.add_argument(

@@ -1,4 +1,4 @@
-"""`mrc.client`: the application library of the mrc peer daemon (docs/architecture.md §9).
+"""`mrc.client`: the application library of the mrc peer daemon (docs/DESIGN.md §9).
 
 A program registers shared memory with its host's daemon, swaps region handles with its peers
 (small messages through the daemons), posts WRITEs and WRITE_WITH_IMMs into their regions and

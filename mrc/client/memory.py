@@ -1,6 +1,6 @@
 """Region memory on the application side: a memfd, mapped shared, handed to the daemon by fd.
 
-docs/architecture.md §9: the application creates the memory with `os.memfd_create` (sealable,
+docs/DESIGN.md §9: the application creates the memory with `os.memfd_create` (sealable,
 so the daemon can forbid shrinking it under its mapping), sizes it with `ftruncate`, maps it
 MAP_SHARED and pre-faulted (a first touch of fresh pages mid-transfer stalls for milliseconds),
 and passes the fd over the control socket with SCM_RIGHTS; the daemon maps the same pages, so

@@ -4,7 +4,7 @@ Holds `RegionHandle` (what one application gives another: host, region, R_Key, V
 serialisable), `Write` (one WRITE of a `write_many`), `Completion`, `Immediate` and `Message`,
 their decoding from the daemon's answers (a malformed one is a `BAD_ANSWER`, never a KeyError),
 and `write_params`: a WRITE checked on the client before it costs a round trip, with the same
-limits the daemon applies (docs/architecture.md §2, docs/wire.md §4). Memory and sockets are
+limits the daemon applies (docs/DESIGN.md §2, docs/WIRE.md §4). Memory and sockets are
 the business of `memory`, `sync` and `aio`.
 """
 

@@ -1,7 +1,7 @@
 """The control protocol's framing and codec, shared by the blocking and the asyncio client.
 
 The daemon's control socket speaks newline-delimited JSON-RPC 2.0 over a Unix stream socket
-(docs/architecture.md §9): one JSON value per line, UTF-8, at most 1 MiB per line; errors carry
+(docs/DESIGN.md §9): one JSON value per line, UTF-8, at most 1 MiB per line; errors carry
 JSON-RPC codes, the transport's own from -32000 down. This module holds the error codes,
 `ClientError`, the request encoder, `LineReader` (bytes → complete lines, bounded) and the
 response decoder. It touches no socket: `sync` and `aio` move the bytes.

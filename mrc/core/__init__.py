@@ -1,5 +1,6 @@
 """The sans-I/O protocol core: sessions (QPs), the endpoint that routes to them, memory
-regions, paths and spray policies. Imports no socket, clock or event-loop module (DESIGN.md §1).
+regions, paths and spray policies. Imports no socket, clock or event-loop module
+(docs/DESIGN.md §1).
 """
 
 from .config import SessionConfig

@@ -1,4 +1,4 @@
-"""Plane balance: how a connection's new packets are shared between its planes (DESIGN.md §4).
+"""Plane balance: how a connection's new packets are shared between its planes (docs/DESIGN.md §4).
 
 A policy sits behind the small `PlaneBalance` ABC and is chosen by name (`plane_balance` in the
 config, `--plane-balance` on the command line):

@@ -1,15 +1,15 @@
-"""Congestion control: how many payload bytes a sender may have in flight (DESIGN.md §7).
+"""Congestion control: how many payload bytes a sender may have in flight (docs/DESIGN.md §7).
 
 A policy sits behind the small `CongestionControl` ABC and is chosen by name from a registry
 (`SessionConfig.cc`), like the spray policies. The sender feeds it what it learns, always with
 `now`: acknowledged bytes with the RTT sample of the triggering packet's own send record (Karn's
 rule) and its ECN echo (SETH `m`), trimmed NACKs, and losses; it asks `can_send(inflight)`
-before each transmission. Every policy honours the receiver's `rcv_cwnd_pen` (WIRE.md §4): the
+before each transmission. Every policy honours the receiver's `rcv_cwnd_pen` (docs/WIRE.md §4): the
 effective window is `min(cwnd, max(payload_mtu, cwnd × (128 - pen) / 128))`, cwnd unchanged.
 
 - `none`: the window only. cwnd is the sender's packet window (`max_inflight`, else MPR × 128)
   in bytes, so it never limits more than that window already does; only `rcv_cwnd_pen` bites.
-- `nscc`: UEC's NSCC as htsim implements it (reference/protocol.md §2.6): a
+- `nscc`: UEC's NSCC as htsim implements it (docs/DESIGN.md §7): a
   window in bytes moved by the four quadrants of (ECN echo, queueing delay vs target),
   multiplicative decrease at most once per base RTT, and quick adapt after a loss or a
   trimmed NACK. The UEC constants are defined at 100 Gbit/s and 12 µs and scale with the
@@ -38,7 +38,7 @@ from .config import SessionConfig
 from .errors import LocalProtocolError
 from .planeq import PlaneQueues
 
-#: reference/protocol.md §2.6: the UEC constants are given for 100 Gbit/s and a 12 µs RTT.
+#: docs/DESIGN.md §7: the UEC constants are given for 100 Gbit/s and a 12 µs RTT.
 REF_RTT = 12e-6
 REF_BDP = 100e9 / 8 * REF_RTT
 #: Multiplicative decrease gain and its floor (UEC gamma, max_md_jump).
@@ -65,12 +65,12 @@ class CongestionControl(ABC):
         self.mtu = config.payload_mtu
         #: Congestion window, bytes of payload.
         self.cwnd = float(self.mtu)
-        #: The receiver's push-back from the latest SACK, 0 … 127 (WIRE.md §4).
+        #: The receiver's push-back from the latest SACK, 0 … 127 (docs/WIRE.md §4).
         self.rcv_cwnd_pen = 0
 
     @property
     def window(self) -> float:
-        """The effective window: cwnd narrowed by `rcv_cwnd_pen` (WIRE.md §4)."""
+        """The effective window: cwnd narrowed by `rcv_cwnd_pen` (docs/WIRE.md §4)."""
         cwnd, pen = self.cwnd, self.rcv_cwnd_pen
         if not pen:
             return cwnd
@@ -138,7 +138,7 @@ class WindowOnly(CongestionControl):
 
 @dataclass(frozen=True, slots=True)
 class NsccParams:
-    """NSCC's constants for one base RTT and line rate (reference/protocol.md §2.6).
+    """NSCC's constants for one base RTT and line rate (docs/DESIGN.md §7).
 
     With a = BDP / BDP_ref and b = target / RTT_ref (100 Gbit/s, 12 µs): alpha = 4·MTU·a·b /
     target, fi = 5·MTU·a, fi_scale = 0.25·a, eta = 0.15·MTU·a; the window tops out at
@@ -181,7 +181,7 @@ class NsccParams:
 
 
 class Nscc(CongestionControl):
-    """UEC NSCC (reference/protocol.md §2.6), one window per connection.
+    """UEC NSCC (docs/DESIGN.md §7), one window per connection.
 
     The base RTT is the smallest RTT seen; queueing delay is measured against the smallest RTT
     of the sample's own plane, so planes of different length do not read as queueing. Until
@@ -260,7 +260,7 @@ class Nscc(CongestionControl):
         if self._quick_adapt(now, is_loss=False, ecn=ecn, delay=delay, inflight=inflight):
             return
         p = self.p
-        # The four quadrants (reference/protocol.md §2.6).
+        # The four quadrants (docs/DESIGN.md §7).
         if not ecn:
             if delay >= p.target:
                 self._inc += p.fi * acked  # fair increase
@@ -268,7 +268,7 @@ class Nscc(CongestionControl):
                 self._proportional_increase(acked, delay)
         elif delay >= p.target:
             self._multiplicative_decrease(now)
-        # ECN with a low delay: no change, the EV is skipped instead (DESIGN.md §4).
+        # ECN with a low delay: no change, the EV is skipped instead (docs/DESIGN.md §4).
         self._bound()
         if self._received > ADJUST_PACKETS * self.mtu or now - self._last_adjust > p.base_rtt:
             self._adjust(now)
@@ -286,7 +286,7 @@ class Nscc(CongestionControl):
 
     def on_loss(self, now: float, *, lost: int, inflight: int) -> None:
         """A loss arms quick adapt and nothing else: in MRC a lost packet means a broken path,
-        which retires its EV (DESIGN.md §6); congestion shows as ECN and trims. Quick adapt
+        which retires its EV (docs/DESIGN.md §6); congestion shows as ECN and trims. Quick adapt
         only bites if the flow's delivery collapsed (qa_gate), as in an incast that drops."""
         self._trigger_qa = True
         self._quick_adapt(now, is_loss=True, ecn=True, delay=0.0, inflight=inflight)

@@ -1,10 +1,10 @@
-"""Connection management [ours] (WIRE.md §6): negotiation and CM packet construction.
+"""Connection management [ours] (docs/WIRE.md §6): negotiation and CM packet construction.
 
 Pure functions over `SessionConfig` and the `CMH` codec: what a REQUEST, REPLY, REJECT or
 DISCONNECT holds, and which parameters two sides agree on. The handshake's state (retries,
 which planes a copy arrived on) lives in the session and the endpoint; on a secured connection
 the key block's keys and the REPLY's sealing come from handshake.py and aead.py
-(docs/wire.md §7). A REQUEST and a REPLY carry the connection's security level and their key
+(docs/WIRE.md §7). A REQUEST and a REPLY carry the connection's security level and their key
 block; a REJECT and a DISCONNECT carry level 0 and no key block (a DISCONNECT is authenticated
 by its trailer instead).
 """
@@ -69,7 +69,7 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
     """The responder's view of a REQUEST: the agreed config, or why to refuse it.
 
     Negotiated values are the smaller of the two sides' and the intersection of the plane
-    masks (WIRE.md §6); the security level must match.
+    masks (docs/WIRE.md §6); the security level must match.
     """
     if cmh.version != CM_VERSION:
         return RejectReason.VERSION

@@ -1,7 +1,7 @@
 """Messages waiting for their AETH: every PSN acknowledged, the outcome not yet heard.
 
-A WRITE completes only on its AETH (DESIGN.md §2). The responder repeats the AETH for every
-duplicate of a message's LAST (WIRE.md §4), so when it is overdue the sender resends the
+A WRITE completes only on its AETH (docs/DESIGN.md §2). The responder repeats the AETH for every
+duplicate of a message's LAST (docs/WIRE.md §4), so when it is overdue the sender resends the
 LAST, on a backoff from the slowest plane's RTO up to `max_rto`. This module keeps those
 messages in acknowledgement order with their deadlines; the sender builds and sends the
 resends (without a send record: their PSN is acknowledged and never in flight again).

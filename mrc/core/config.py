@@ -1,4 +1,4 @@
-"""Per-connection settings and their defaults (DESIGN.md §4, §6, §10; WIRE.md §6).
+"""Per-connection settings and their defaults (docs/DESIGN.md §4, §6, §10; docs/WIRE.md §6).
 
 Only data lives here: the session reads these values, the CLI and the daemon build them. The
 negotiated subset (payload MTU, MPR, EVs per plane, plane mask, max_imm) is narrowed by the CM
@@ -13,11 +13,11 @@ from .errors import LocalProtocolError
 
 MIN_PAYLOAD_MTU = 256
 MAX_PAYLOAD_MTU = 8192
-#: UDP GSO sends at most 64 segments per call (DESIGN.md §11).
+#: UDP GSO sends at most 64 segments per call (docs/DESIGN.md §11).
 MAX_FLOWCELL = 64
 #: Paths one plane may have between two hosts (`plane_paths`).
 MAX_PLANE_PATHS = 1 << 16
-#: `security` levels (docs/wire.md §7): none, auth (integrity), encrypt (payload encrypted too).
+#: `security` levels (docs/WIRE.md §7): none, auth (integrity), encrypt (payload encrypted too).
 SECURITY_LEVELS = ("none", "auth", "encrypt")
 
 
@@ -25,17 +25,17 @@ SECURITY_LEVELS = ("none", "auth", "encrypt")
 class SessionConfig:
     """Settings of one connection (a QP). Times are seconds."""
 
-    #: Bit p set = plane p may carry this connection (WIRE.md §6 `plane_mask`).
+    #: Bit p set = plane p may carry this connection (docs/WIRE.md §6 `plane_mask`).
     plane_mask: int = 0b1
-    #: Payload bytes per packet (WIRE.md §3), 256…8192.
+    #: Payload bytes per packet (docs/WIRE.md §3), 256…8192.
     payload_mtu: int = 4096
-    #: Window in units of 128 PSNs (DESIGN.md §6: 8 × 128 = 1024 packets).
+    #: Window in units of 128 PSNs (docs/DESIGN.md §6: 8 × 128 = 1024 packets).
     mpr: int = 8
-    #: EVs per plane in the active set (DESIGN.md §4).
+    #: EVs per plane in the active set (docs/DESIGN.md §4).
     ev_per_plane: int = 16
-    #: Most WRITE_WITH_IMM messages in flight (WIRE.md §6 `max_imm`).
+    #: Most WRITE_WITH_IMM messages in flight (docs/WIRE.md §6 `max_imm`).
     max_imm: int = 1024
-    #: Backup EVs per plane that replace retired ones (DESIGN.md §4); None = ev_per_plane.
+    #: Backup EVs per plane that replace retired ones (docs/DESIGN.md §4); None = ev_per_plane.
     ev_backup_per_plane: int | None = None
     #: MRC's `ev_min_active`: below this many usable EVs a plane stops retiring them;
     #: None = a quarter of ev_per_plane (at least 1).
@@ -45,17 +45,17 @@ class SessionConfig:
     #: Spray policy by name (mrc.core.spray registry).
     spray: str = "bitmap"
     #: Plane balance by name (mrc.core.balance registry): "equal" (MRC's rule) or "adaptive"
-    #: (planes weighted by their measured delivery rate) (DESIGN.md §4).
+    #: (planes weighted by their measured delivery rate) (docs/DESIGN.md §4).
     plane_balance: str = "equal"
-    #: Packets per flowcell (DESIGN.md §11): the sender asks the spray policy for one EV per
+    #: Packets per flowcell (docs/DESIGN.md §11): the sender asks the spray policy for one EV per
     #: flowcell and sends up to min(flowcell, 65507 // segment size, 64) consecutive new
     #: packets on it as one GSO batch. 1 = an EV per packet. Local: not negotiated.
     flowcell: int = 1
     #: Congestion control by name (mrc.core.cc registry): "nscc" (UEC NSCC) or "none" (the
-    #: window only) (DESIGN.md §7).
+    #: window only) (docs/DESIGN.md §7).
     cc: str = "nscc"
     #: NSCC: line rate of one plane (bit/s); with the base RTT it gives the BDP that scales
-    #: the UEC constants and caps the window at 1.5 × BDP (reference/protocol.md §2.6).
+    #: the UEC constants and caps the window at 1.5 × BDP (docs/DESIGN.md §7).
     cc_plane_rate: float = 10e9
     #: NSCC: the base RTT assumed until one is measured (the smallest RTT seen replaces it).
     cc_base_rtt: float = 50e-6
@@ -79,11 +79,11 @@ class SessionConfig:
     plane_queue_min: float = 0.001
     #: In-flight packet cap below the MPR window; None = MPR × 128.
     max_inflight: int | None = None
-    #: RFC 6298 knobs, kept per plane (DESIGN.md §6).
+    #: RFC 6298 knobs, kept per plane (docs/DESIGN.md §6).
     initial_rto: float = 0.1
     min_rto: float = 0.005
     max_rto: float = 1.0
-    #: Reordering window floor for per-EV loss inference (DESIGN.md §6).
+    #: Reordering window floor for per-EV loss inference (docs/DESIGN.md §6).
     reorder_min: float = 0.001
     #: The connection closes after this many RTO expiries without progress…
     rto_retries: int = 10
@@ -95,7 +95,7 @@ class SessionConfig:
     #: Probing of DOWN planes and retired EVs: first interval, doubling to the max.
     probe_interval: float = 0.01
     probe_max_interval: float = 1.0
-    #: Probes a DOWN plane must answer before it returns (DESIGN.md §4).
+    #: Probes a DOWN plane must answer before it returns (docs/DESIGN.md §4).
     restore_answers: int = 3
     p_key: int = 0xFFFF
     #: First PSN of our sending direction; None = random (tests start near 2^24 to wrap).
@@ -104,7 +104,7 @@ class SessionConfig:
     initial_msn: int = 0
     #: A responder closes a connection whose requester never spoke after the REPLY.
     half_open_timeout: float = 30.0
-    #: Per-packet protection (docs/wire.md §7): "none", "auth" (AES-256-GCM tag over every
+    #: Per-packet protection (docs/WIRE.md §7): "none", "auth" (AES-256-GCM tag over every
     #: packet) or "encrypt" (payloads encrypted too). Must match on both sides.
     security: str = "none"
     #: log2 of the packets one AES-GCM key protects before the next epoch's key takes over
@@ -170,7 +170,7 @@ class SessionConfig:
 
     @property
     def replay_width(self) -> int:
-        """Transmit counters the anti-replay window spans: 4 × MPR × 128 (docs/wire.md §7)."""
+        """Transmit counters the anti-replay window spans: 4 × MPR × 128 (docs/WIRE.md §7)."""
         return 4 * self.window
 
     @property

@@ -2,11 +2,11 @@
 
 One endpoint per host (per set of plane sockets). It peeks at each datagram's DestQP, groups a
 receive batch per session, creates responder sessions for REQUESTs that reach the listener
-(QPN 0x1), REJECTs the ones it cannot take (WIRE.md §6), bounds half-open connections, and
+(QPN 0x1), REJECTs the ones it cannot take (docs/WIRE.md §6), bounds half-open connections, and
 counts every datagram it cannot route. It never touches a socket: io/ and sim/ feed it and send
 what `datagrams_to_send()` and each session's `datagrams_to_send(now)` return.
 
-Security (docs/wire.md §6-§7, docs/architecture.md §8). The API for secured connections:
+Security (docs/WIRE.md §6-§7, docs/DESIGN.md §8). The API for secured connections:
 
     identity = Identity(private_key, allowed_peers=[peer_public, ...], psk=None)
     ep = Endpoint(rng=rng, regions=regions, identity=identity)

@@ -2,7 +2,7 @@
 
 Follows h11: one base class, `LocalProtocolError` for misuse of the API by our own
 application, `RemoteProtocolError` for a peer that broke the protocol. Malformed datagrams are
-never raised to the caller: the receive path counts them as drops (DESIGN.md §6).
+never raised to the caller: the receive path counts them as drops (docs/DESIGN.md §6).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Events a session reports to its application, pulled with `Session.next_event()`.
 
-Frozen dataclasses named in the past tense (DESIGN.md §3). This module holds only the event
+Frozen dataclasses named in the past tense (docs/DESIGN.md §3). This module holds only the event
 types; the session decides when to raise them.
 """
 
@@ -19,7 +19,7 @@ class ConnectionEstablished(Event):
     """The CM handshake finished (requester: REPLY received; responder: REPLY sent)."""
 
     peer_qpn: int
-    #: The peer's private data (WIRE.md §6), e.g. the base address and R_Key of its region.
+    #: The peer's private data (docs/WIRE.md §6), e.g. the base address and R_Key of its region.
     private_data: bytes
     payload_mtu: int
     mpr: int
@@ -38,7 +38,7 @@ class ConnectionClosed(Event):
 
 @dataclass(frozen=True, slots=True)
 class WriteCompleted(Event):
-    """A posted WRITE finished; raised in MSN order (DESIGN.md §2 step 7)."""
+    """A posted WRITE finished; raised in MSN order (docs/DESIGN.md §2 step 7)."""
 
     msn: int
     #: 0 = ok, otherwise the AETH syndrome (0x80 BAD_RKEY, 0x81 OUT_OF_BOUNDS).
@@ -93,7 +93,7 @@ class PlaneUp(Event):
 @dataclass(frozen=True, slots=True)
 class PortStateChanged(Event):
     """We announced to the peer that we can (`up`) or cannot receive on a plane (PORTSTATE and
-    PORT_STATUS, DESIGN.md §4): our link went down or came back, or the plane fell silent both
+    PORT_STATUS, docs/DESIGN.md §4): our link went down or came back, or the plane fell silent both
     ways to our EV_PROBEs."""
 
     plane: int

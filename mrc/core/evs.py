@@ -1,9 +1,9 @@
 """The EV table of one connection: entropy values, their states, backups and probe schedule.
 
-DESIGN.md §4: every plane has `ev_per_plane` active EVs plus a backup pool. An EV is
-`plane 8 | selector 24` (WIRE.md §3) and its path is `selector mod paths-of-the-plane`;
+docs/DESIGN.md §4: every plane has `ev_per_plane` active EVs plus a backup pool. An EV is
+`plane 8 | selector 24` (docs/WIRE.md §3) and its path is `selector mod paths-of-the-plane`;
 selectors are drawn at random (so connections do not synchronise) in equal numbers per path.
-States follow MRC's table (reference/protocol.md §1.4) kept as data in `TRANSITIONS`: GOOD,
+States follow MRC's table (docs/DESIGN.md §4) kept as data in `TRANSITIONS`: GOOD,
 SKIP (an ECN echo or a TRIMMED NACK, until the rotation has passed it), ASSUMED_BAD (a loss:
 retired at once, replaced by a backup of the same plane, probed back), DENIED (the operator).
 Losses stop retiring EVs once a plane is down to `min_active` usable EVs (MRC's
@@ -25,7 +25,7 @@ from typing import Any
 from .config import SessionConfig
 from .events import Event, PathRestored, PathRetired
 
-#: UEC's skip counter ceiling (reference/protocol.md §2.8): a timeout sets it.
+#: UEC's skip counter ceiling (docs/DESIGN.md §4): a timeout sets it.
 PENALTY_MAX = 15
 PENALTY = {"ecn": 1, "trimmed": 4}
 
@@ -48,7 +48,7 @@ class EvState(Enum):
 class EvSignal(Enum):
     ECN = "ecn"  # a SACK echoed this EV with mark SKIP_ONCE
     TRIMMED = "trimmed"  # NACK TRIMMED (not the last hop)
-    LOSS = "loss"  # a packet sent on it was lost (DESIGN.md §6)
+    LOSS = "loss"  # a packet sent on it was lost (docs/DESIGN.md §6)
     ALWAYS_SKIP = "always_skip"  # a SACK echoed it with mark ALWAYS_SKIP
     ROTATED = "rotated"  # the rotation passed it: its skip is used up
     RESTORED = "restored"  # three clean probe answers in a row
@@ -58,7 +58,7 @@ class EvSignal(Enum):
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 
-#: MRC's EV state machine (reference/protocol.md §1.4). Pairs not listed leave the state alone.
+#: MRC's EV state machine (docs/DESIGN.md §4). Pairs not listed leave the state alone.
 TRANSITIONS: dict[tuple[EvState, EvSignal], EvState] = {
     (G, EvSignal.ECN): S,
     (G, EvSignal.TRIMMED): S,
@@ -90,7 +90,7 @@ class EvRecord:
     #: Skip counter: the rotation passes over the EV while it is positive.
     penalty: int = 0
     #: The sender's send sequence number at the last state change: losses of packets sent
-    #: before it say nothing about the EV's new state (DESIGN.md §4).
+    #: before it say nothing about the EV's new state (docs/DESIGN.md §4).
     changed_seq: int = 0
     packets_sent: int = 0
     retransmits: int = 0
@@ -190,7 +190,7 @@ class EvTable:
 
         `seq` is the sender's send sequence now; `sent_seq` that of the packet the signal is
         about, if any: a signal about a packet sent before the EV's last state change is
-        ignored (DESIGN.md §4).
+        ignored (docs/DESIGN.md §4).
         """
         rec = self.by_ev.get(ev)
         if rec is None:
@@ -210,7 +210,7 @@ class EvTable:
             pe = self.planes[rec.plane]
             if rec.active and len(pe.usable()) <= self.min_active:
                 # At the floor the last EVs keep carrying data; planes.py probes them and
-                # takes the plane DOWN if they stop answering (DESIGN.md §4).
+                # takes the plane DOWN if they stop answering (docs/DESIGN.md §4).
                 rec.penalty = PENALTY_MAX
                 pe.at_floor = True
                 if self.on_floor is not None:
@@ -283,14 +283,14 @@ class EvTable:
         if rec.clean >= self.config.restore_answers:
             self.signal(ev, EvSignal.RESTORED, now=now, seq=seq)
             return
-        # After an answer, confirming probes go at the base interval (DESIGN.md §4).
+        # After an answer, confirming probes go at the base interval (docs/DESIGN.md §4).
         rec.probe_interval = self.config.probe_interval
         rec.probe_due = now + rec.probe_interval
 
     # -- reports ----------------------------------------------------------------------------
 
     def report(self, now: float) -> list[dict[str, Any]]:
-        """`end.mrc.evs[]` of `mrc bench -J` (DESIGN.md §10), every EV that carried or was
+        """`end.mrc.evs[]` of `mrc bench -J` (docs/DESIGN.md §10), every EV that carried or was
         retired, in EV order."""
         rows = []
         for ev in sorted(self.by_ev):
@@ -359,7 +359,7 @@ class EvTable:
         """Bring a restored or allowed EV back into the active set: into a free slot, or in
         place of an active EV on the path that holds the most. While a path looked bad its
         retired EVs were replaced on other paths (`_promote_backup`); its EVs coming back move
-        the stand-ins out again, so every path keeps its equal share (DESIGN.md §4)."""
+        the stand-ins out again, so every path keeps its equal share (docs/DESIGN.md §4)."""
         pe = self.planes[rec.plane]
         if len(pe.active) >= self.config.ev_per_plane:
             counts = Counter(r.path for r in pe.active)
@@ -393,7 +393,7 @@ class EvTable:
 
 def _selectors(rng: random.Random, npaths: int, count: int) -> list[int]:
     """`count` distinct random 24-bit selectors, the i-th on path i mod `npaths`, so every path
-    gets an equal share (DESIGN.md §4)."""
+    gets an equal share (docs/DESIGN.md §4)."""
     out: list[int] = []
     seen: set[int] = set()
     top = ((1 << 24) - npaths) // npaths

@@ -1,6 +1,6 @@
 """`Flusher`: the one output-pull loop that io/ and sim/ both run after every input.
 
-docs/architecture.md §3: after each input the caller pulls a session's outputs in a fixed order —
+docs/DESIGN.md §3: after each input the caller pulls a session's outputs in a fixed order —
 transmits, then the one timer deadline, then events — and feeds back what happened to the
 transmits (a local queue refused one, a plane's link is gone). This module holds that loop once,
 so real sockets and the simulator cannot drift apart. What it leaves to its `OutputSink`: putting

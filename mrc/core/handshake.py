@@ -1,4 +1,4 @@
-"""The secured CM handshake (docs/wire.md §6–§7): identities, key agreement, traffic secrets.
+"""The secured CM handshake (docs/WIRE.md §6–§7): identities, key agreement, traffic secrets.
 
 A host's `Identity` is its static X25519 key pair, the peers it accepts (WireGuard style: a set
 of static public keys; None accepts any key, for per-run keys that protect against tampering

@@ -1,9 +1,9 @@
 """Registered memory regions: R_Keys, virtual addresses, bounds, pre-faulting.
 
 A region is a writable buffer the peer may WRITE into, named on the wire by a random 32-bit
-R_Key and a base virtual address (WIRE.md §3 RETH). This module checks bounds and resolves a
+R_Key and a base virtual address (docs/WIRE.md §3 RETH). This module checks bounds and resolves a
 (VA, R_Key, length) triple to a slice of the buffer; it never decides *whether* a packet may be
-placed (the receiver's checks of DESIGN.md §6 do that) and never touches the OS. The VA is an
+placed (the receiver's checks of docs/DESIGN.md §6 do that) and never touches the OS. The VA is an
 opaque 64-bit number chosen here, page-aligned, so a peer learns nothing about our process.
 """
 
@@ -19,7 +19,7 @@ PAGE = 4096
 
 def prefault(view: memoryview) -> None:
     """Write one byte per page (its own value) so first-touch faults never stall the receive
-    path (DESIGN.md §11); the buffer's content is unchanged."""
+    path (docs/DESIGN.md §11); the buffer's content is unchanged."""
     if len(view):
         view[::PAGE] = bytes(view[::PAGE])
 
@@ -37,7 +37,7 @@ class Region:
         return len(self.view)
 
     def contains(self, va: int, length: int) -> bool:
-        """DESIGN.md §6: base ≤ VA and VA + len ≤ base + size."""
+        """docs/DESIGN.md §6: base ≤ VA and VA + len ≤ base + size."""
         return self.base_va <= va and va + length <= self.base_va + len(self.view)
 
     def local_slice(self, offset: int, length: int) -> memoryview:

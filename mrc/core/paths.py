@@ -2,7 +2,7 @@
 
 A plane is UP or DOWN by our own judgement (local link, unanswered probes) and, separately,
 usable only while the peer announces it can receive on it (PORTSTATE / PORT_STATUS,
-DESIGN.md §4). Each plane keeps an RFC 6298 estimator for its RTO, the state of its probes, and
+docs/DESIGN.md §4). Each plane keeps an RFC 6298 estimator for its RTO, the state of its probes, and
 a small set of reverse EVs (for SACKs, NACKs and probe answers) validated with EV_PROBE.
 The EVs that carry data, their states and backups live in the `EvTable` (evs.py), which this
 table owns; which EV goes next is the spray policy's choice (spray.py), and when a plane fails
@@ -48,7 +48,7 @@ class RttEstimator:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - r)
             self.srtt = 0.875 * self.srtt + 0.125 * r
         # RFC 6298 §2.3 with the clock-granularity term G read as a quarter of SRTT (the
-        # reordering window of DESIGN.md §6): a path with no jitter at all (the simulator)
+        # reordering window of docs/DESIGN.md §6): a path with no jitter at all (the simulator)
         # must not time out at the very instant its acknowledgements are due.
         spread = max(4 * self.rttvar, self.srtt / 4)
         self.rto = min(self.max_rto, max(self.min_rto, self.srtt + spread))
@@ -77,7 +77,7 @@ class Plane:
     answers: int = 0
     #: Interval to the next probe (10 ms, doubling to 1 s while a DOWN plane stays silent).
     probe_interval: float = 0.0
-    #: Reverse EVs (SACK/NACK/probe answers) and their EV_PROBE validation (DESIGN.md §4).
+    #: Reverse EVs (SACK/NACK/probe answers) and their EV_PROBE validation (docs/DESIGN.md §4).
     reverse_evs: list[int] = field(default_factory=list)
     #: Reverse EVs whose EV_PROBEs went unanswered: left out until one is answered.
     reverse_bad: set[int] = field(default_factory=set)
@@ -99,7 +99,7 @@ class Plane:
     #: Every reverse EV of this plane is bad: our SACKs, NACKs and answers go elsewhere.
     reverse_dead: bool = False
     #: ... and nothing arrived on it since the last unanswered EV_PROBE went out: the plane
-    #: is dead to us both ways, so its PORTSTATE bit is cleared (DESIGN.md §4).
+    #: is dead to us both ways, so its PORTSTATE bit is cleared (docs/DESIGN.md §4).
     silent: bool = False
 
     def reverse_ev(self) -> int:
@@ -208,7 +208,7 @@ class PathTable:
         return max(known) if known else est.rto
 
     def port_mask(self) -> int:
-        """Planes we can receive on (PORTSTATE, WIRE.md §4): not locally down, and not silent
+        """Planes we can receive on (PORTSTATE, docs/WIRE.md §4): not locally down, and not silent
         both ways (our EV_PROBEs unanswered and nothing arriving)."""
         return sum(
             1 << p

@@ -1,7 +1,7 @@
 """Plane queue guard: a cap on the bytes in flight on a plane that queues on its own.
 
 [beyond UEC] NSCC keeps one window per connection and reads queues from ECN marks; a delay
-without a mark it takes for someone else's queue (reference/protocol.md §2.6). That is right
+without a mark it takes for someone else's queue (docs/DESIGN.md §7). That is right
 for MRC's symmetric planes behind ECN-marking switches, but not for planes of different speed
 behind queues that never mark (a tbf-shaped veth plane, a degraded link): with equal shares
 the slow plane's queue absorbs the whole window and overflows, and nothing tells NSCC.

@@ -1,4 +1,4 @@
-"""Path health of one session: probes, plane DOWN/UP, port announcements (DESIGN.md §4).
+"""Path health of one session: probes, plane DOWN/UP, port announcements (docs/DESIGN.md §4).
 
 Four kinds of probing live here, all answered by the peer at once:
 
@@ -86,7 +86,7 @@ class PlaneMonitor:
         if not up:
             self.down(plane, "local", now)
         elif not self.paths.is_up(plane):
-            # Probe at once; answers bring it back (DESIGN.md §4).
+            # Probe at once; answers bring it back (docs/DESIGN.md §4).
             self._start_probing(plane, now)
 
     def floor_reached(self, plane: int, now: float) -> None:
@@ -152,7 +152,7 @@ class PlaneMonitor:
             ):
                 pl.unanswered += 1
             if pl.state is PlaneState.UP and pl.unanswered >= self.config.restore_answers:
-                # The floor EVs stopped answering: the plane is DOWN (DESIGN.md §4).
+                # The floor EVs stopped answering: the plane is DOWN (docs/DESIGN.md §4).
                 self.down(plane, "probes unanswered", now)
                 return
         evs = self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)
@@ -161,7 +161,7 @@ class PlaneMonitor:
         pl.probe_sent_at = now
         self.timers.set(Timer.PLANE_PROBE, now + pl.probe_interval, plane)
         if pl.state is PlaneState.DOWN:
-            # Unanswered probes of a DOWN plane back off, 10 ms doubling to 1 s (DESIGN.md §4).
+            # Unanswered probes of a DOWN plane back off, 10 ms doubling to 1 s (docs/DESIGN.md §4).
             pl.probe_interval = min(pl.probe_interval * 2, self.config.probe_max_interval)
 
     def on_ev_timer(self, now: float) -> None:
@@ -181,7 +181,7 @@ class PlaneMonitor:
             self.timers.set(Timer.EV_PROBE, due)
 
     def on_answer(self, probe_id: int, clean: bool, now: float) -> None:
-        """A SACK with PR answered RELIABILITY_PROBE `probe_id` (WIRE.md §4); `clean` = it
+        """A SACK with PR answered RELIABILITY_PROBE `probe_id` (docs/WIRE.md §4); `clean` = it
         came back without a congestion mark."""
         entry = self._probes.pop(probe_id, None)
         if entry is None:
@@ -208,14 +208,14 @@ class PlaneMonitor:
             self._usable_changed(plane, was, "")
             self._announce_if_changed()
         else:
-            # Confirming probes go at the base interval (DESIGN.md §4).
+            # Confirming probes go at the base interval (docs/DESIGN.md §4).
             pl.probe_interval = self.config.probe_interval
             self.timers.set(Timer.PLANE_PROBE, now + pl.probe_interval, plane)
 
     # -- reverse EVs --------------------------------------------------------------------------
 
     def traffic_received(self, now: float) -> None:
-        """Data arrived: keep validating our reverse EVs while it flows (DESIGN.md §4)."""
+        """Data arrived: keep validating our reverse EVs while it flows (docs/DESIGN.md §4)."""
         if self.timers.get(Timer.REVERSE_PROBE) is None:
             self.timers.set(Timer.REVERSE_PROBE, now + self.config.probe_interval)
 
@@ -224,7 +224,7 @@ class PlaneMonitor:
 
         Each plane's reverse EVs take turns, so every one is validated; one whose probes go
         unanswered twice in a row leaves the reverse rotation, and a plane whose reverse EVs
-        are all bad is dead to us both ways (DESIGN.md §4).
+        are all bad is dead to us both ways (docs/DESIGN.md §4).
         """
         interval = self.config.probe_interval
         keep = False
@@ -321,7 +321,7 @@ class PlaneMonitor:
 
     def answer_endpoint(self, header: ERTH, plane: int, ev: int) -> None:
         """Answer an ENDPOINT_REQUEST that came in on `plane` with `ev`: that validates the
-        peer's reverse path (DESIGN.md §4)."""
+        peer's reverse path (docs/DESIGN.md §4)."""
         if plane not in self.peer_addrs or plane not in self.paths.planes:
             return
         # The peer judges the EV it probed by this answer, so the answer takes the mirror of
@@ -348,7 +348,7 @@ class PlaneMonitor:
 
     def _answered_later_elsewhere(self, plane: int, sent_at: float) -> bool:
         """The peer answered something sent on another plane no earlier than `sent_at`: so
-        silence on `plane` is the plane's fault, not a stalled peer's (DESIGN.md §6)."""
+        silence on `plane` is the plane's fault, not a stalled peer's (docs/DESIGN.md §6)."""
         planes = self.paths.planes.items()
         return any(p.answered_sent_at >= sent_at for n, p in planes if n != plane)
 

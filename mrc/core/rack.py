@@ -1,4 +1,4 @@
-"""Loss inference per EV, RACK-style (RFC 8985; DESIGN.md §6).
+"""Loss inference per EV, RACK-style (RFC 8985; docs/DESIGN.md §6).
 
 An EV is one path and a path is a FIFO, so a packet is lost when a packet sent later on the
 same EV has been acknowledged and a reordering window (¼ of the plane's SRTT, at least

@@ -16,7 +16,7 @@ INFLIGHT, ACKED, LOST = 0, 1, 2
 
 
 def tx_timestamp(now: float) -> int:
-    """WIRE.md §3 TSETH: the sender's clock in microseconds modulo 2^16."""
+    """docs/WIRE.md §3 TSETH: the sender's clock in microseconds modulo 2^16."""
     return int(now * 1e6) & 0xFFFF
 
 
@@ -82,12 +82,12 @@ class SentPacket:
     tx_ts: int
     rtx: bool
     state: int = INFLIGHT
-    #: Acted on one TRIMMED NACK already (WIRE.md §4: at most one per send record).
+    #: Acted on one TRIMMED NACK already (docs/WIRE.md §4: at most one per send record).
     trim_nacked: bool = False
 
 
 def opcode_for(msg: OutMessage, index: int) -> Opcode:
-    """The opcode of packet `index` of `msg` (WIRE.md §2)."""
+    """The opcode of packet `index` of `msg` (docs/WIRE.md §2)."""
     if msg.npkts == 1:
         return Opcode.WRITE_ONLY if msg.imm is None else Opcode.WRITE_ONLY_IMM
     if index == 0:

@@ -1,4 +1,4 @@
-"""What an expired RTO may conclude (DESIGN.md §6): the evidence about planes and paths.
+"""What an expired RTO may conclude (docs/DESIGN.md §6): the evidence about planes and paths.
 
 Pure functions over the sender's send records and plane table. A plane is one FIFO at the peer
 (one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane

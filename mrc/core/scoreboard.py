@@ -1,6 +1,6 @@
 """The sender's SACK scoreboard: which bits of each 64-PSN block some SACK already reported.
 
-SETH bitmaps repeat (every SACK of a block carries the whole block, DESIGN.md §6), so the
+SETH bitmaps repeat (every SACK of a block carries the whole block, docs/DESIGN.md §6), so the
 sender acts only on bits no earlier SACK reported, and only on PSNs at or after `una`. Blocks
 wholly behind `una` are forgotten once more than 64 are remembered. The sender acknowledges
 the PSNs this returns; what an acknowledgement means is left to it.

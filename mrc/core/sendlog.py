@@ -1,7 +1,7 @@
 """Send records of one sender: one `SentPacket` per transmission of a packet.
 
 Holds the records of the packets not yet acknowledged, by PSN (`records`); each plane's
-records in send order (`by_plane`, for that plane's RTO, DESIGN.md §6); and the session-wide
+records in send order (`by_plane`, for that plane's RTO, docs/DESIGN.md §6); and the session-wide
 send sequence that orders packets sent at the same `now`. Adding a record also hands it to
 RACK's per-EV FIFO and counts it against its EV.
 

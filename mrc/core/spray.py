@@ -1,4 +1,4 @@
-"""Spray policies: which EV carries the next packet (DESIGN.md §4, reference/protocol.md §2.8).
+"""Spray policies: which EV carries the next packet (docs/DESIGN.md §4, docs/DESIGN.md §4).
 
 A policy sits behind the small `SprayPolicy` ABC and is chosen by name from a registry, like
 aioquic's congestion controllers. Policies only order EVs: which EVs are in rotation comes from
@@ -27,7 +27,7 @@ from .errors import LocalProtocolError
 from .evs import EvState
 from .paths import PathTable, ev_plane
 
-#: REPS (reference/protocol.md §2.8): freeze after a loss, then explore this many EVs.
+#: REPS (docs/DESIGN.md §4): freeze after a loss, then explore this many EVs.
 REPS_FREEZE = 0.010
 REPS_EXPLORE = 16
 

@@ -1,4 +1,4 @@
-"""Counters a session keeps for `mrc bench -J` and the daemon's metrics (DESIGN.md §10).
+"""Counters a session keeps for `mrc bench -J` and the daemon's metrics (docs/DESIGN.md §10).
 
 Plain mutable records, updated by the sender and receiver, read by io/, sim/ and the CLI.
 Nothing here decides anything.
@@ -24,7 +24,7 @@ class SessionStats:
     planes: dict[int, PlaneStats] = field(default_factory=dict)
     #: rack, rto, nack_trimmed, nack_other, completion (a LAST resent to fetch its AETH).
     retransmits_by_cause: Counter[str] = field(default_factory=Counter)
-    #: Receiver drops, one key per reason (DESIGN.md §6: every drop is counted by reason).
+    #: Receiver drops, one key per reason (docs/DESIGN.md §6: every drop is counted by reason).
     drops_by_reason: Counter[str] = field(default_factory=Counter)
     trimmed_received: int = 0
     #: Data packets a local queue refused (ENOBUFS: they never left the host), resent.
@@ -40,7 +40,7 @@ class SessionStats:
     messages_completed: int = 0
     first_placed_at: float | None = None
     last_placed_at: float | None = None
-    #: Longest gap between two new placements at the receiver (DESIGN.md §10).
+    #: Longest gap between two new placements at the receiver (docs/DESIGN.md §10).
     longest_stall_seconds: float = 0.0
 
     def plane(self, plane: int) -> PlaneStats:

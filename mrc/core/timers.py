@@ -1,4 +1,4 @@
-"""The session's one timer table (DESIGN.md §3).
+"""The session's one timer table (docs/DESIGN.md §3).
 
 Deadlines keyed by (`Timer`, plane-or-None); `next_deadline()` is what `Session.get_timer()`
 returns. The table holds absolute times in the caller's clock and never reads a clock itself.

@@ -18,7 +18,8 @@ class Transmit:
     plane: int
     addr: Addr
     data: bytes
-    #: The EV the packet(s) carry (WIRE.md §3 EVXH); 0 for CM packets.
+    #: The EV the packet(s) carry (docs/WIRE.md §3 EVXH); 0 for CM packets.
     ev: int = 0
-    #: Set when `data` holds several packets of this size back to back (UDP GSO, DESIGN.md §11).
+    #: Set when `data` holds several packets of this size back to back (UDP GSO,
+    #: docs/DESIGN.md §11).
     segment_size: int | None = None

@@ -1,8 +1,8 @@
-"""The peer daemon: MRC as a service that applications use (docs/architecture.md §9).
+"""The peer daemon: MRC as a service that applications use (docs/DESIGN.md §9).
 
 `mrc daemon --config FILE` binds the host's planes, accepts MRC connections from the peers its
 configuration lists, and serves applications over a Unix control socket speaking
-newline-delimited JSON-RPC 2.0 (the protocol reference is docs/daemon.md). Applications register
+newline-delimited JSON-RPC 2.0 (the protocol reference is docs/DAEMON.md). Applications register
 regions of shared memory (a memfd they pass with SCM_RIGHTS; payload bytes never cross the
 socket), connect to peers, post WRITEs and WRITE_WITH_IMMs, and collect completions and
 immediates; small messages between applications travel through the daemons' mailboxes.

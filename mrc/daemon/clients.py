@@ -3,7 +3,7 @@
 Holds `ClientState` (the completions of each of its connections in MSN order, the immediates of
 WRITE_WITH_IMMs that landed in its regions, and the futures of its long-polls, woken when
 something arrives) and `check_write`, which turns one entry of a `write` call into the
-arguments of `Session.post_write` or refuses it with the error docs/daemon.md gives (naming
+arguments of `Session.post_write` or refuses it with the error docs/DAEMON.md gives (naming
 the entry's index and key). What a client may do, and what happens when it goes, is
 `service`'s.
 """
@@ -184,7 +184,7 @@ def check_write(
             f"({handle_length} bytes)",
             OUT_OF_BOUNDS,
         )
-    # Packets carry VA + offset in 64 bits (docs/wire.md §3 RETH): a handle near the top
+    # Packets carry VA + offset in 64 bits (docs/WIRE.md §3 RETH): a handle near the top
     # would wrap around.
     if va + remote_offset + length > 1 << 64:
         raise bad("remote", "VA + remote_offset + length overflows 64 bits")

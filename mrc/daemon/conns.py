@@ -1,6 +1,6 @@
 """What the daemon keeps per MRC connection, and what two daemons say in CM private data.
 
-Holds `Hello` (the private data of a daemon's REQUEST and REPLY, docs/daemon.md: who is calling,
+Holds `Hello` (the private data of a daemon's REQUEST and REPLY, docs/DAEMON.md: who is calling,
 what the connection is for, and for a mail connection the handle of the mailbox region the
 responder set aside for it), `Connection` (one QP as the daemon sees it: peer, owner, state, the
 WRITEs posted and not yet completed in MSN order), `WriteRecord`, `PeerTotals` (counters of the

@@ -6,7 +6,7 @@ and refusing the rest with a counted error line, removing the file at the end) a
 `ControlClient` (one application's connection: reading lines with the fds that came with them,
 answering in order or, for a long-poll, when it is over, and a bounded output buffer).
 
-Framing (docs/daemon.md): one JSON value per line, at most 1 MiB. An fd (SCM_RIGHTS) is sent
+Framing (docs/DAEMON.md): one JSON value per line, at most 1 MiB. An fd (SCM_RIGHTS) is sent
 with the line of the `register_region` request that it belongs to, in the same sendmsg. On a
 stream socket the kernel hands the fds over with the read that ends with (or cuts into) the
 bytes they were sent with, so they belong to the last line that starts in that read. Every fd

@@ -5,7 +5,7 @@
 socket, the optional metrics endpoint and systemd notification. `run_daemon(config, metrics)`
 is what `mrc daemon` calls; it returns the exit status.
 
-Life cycle (docs/daemon.md): READY=1 once every socket is bound. SIGHUP re-reads the file and
+Life cycle (docs/DAEMON.md): READY=1 once every socket is bound. SIGHUP re-reads the file and
 takes its peer list (a file with a mistake is logged and ignored). SIGTERM or SIGINT: STOPPING=1,
 stop accepting control clients and MRC connections, wait up to `drain_seconds` for in-flight
 WRITEs to complete, fail the rest to their applications ("cancelled"), DISCONNECT every peer,
@@ -138,13 +138,13 @@ class Daemon:
             config.security,
         )
         # Set-up objects leave the collector's walks (a full collection over them stalled
-        # the data path for milliseconds; docs/architecture.md §11), as `mrc bench` does.
+        # the data path for milliseconds; docs/DESIGN.md §11), as `mrc bench` does.
         freeze_heap()
         self.notifier.ready(f"serving {config.control.socket}")
         self.notifier.start_watchdog(self.loop)
 
     def _identity(self) -> Identity | None:
-        """The host's key and the peers it accepts (docs/architecture.md §8); None with
+        """The host's key and the peers it accepts (docs/DESIGN.md §8); None with
         security = "none", which must be written in the file and is warned about."""
         config = self.config
         if config.security == "none":

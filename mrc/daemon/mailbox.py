@@ -1,6 +1,6 @@
 """Small messages between applications on different hosts, carried by their daemons.
 
-docs/daemon.md, "Messages": an application binds a named endpoint on its daemon; another one
+docs/DAEMON.md, "Messages": an application binds a named endpoint on its daemon; another one
 sends up to 4 KiB to (peer, endpoint). The sending daemon keeps one MAIL connection per peer
 (opened on the first message); in its REPLY the peer daemon names a mailbox region it set aside
 for that connection (`conns.Hello`). A message is one WRITE_WITH_IMM into a free slot of that

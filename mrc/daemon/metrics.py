@@ -3,7 +3,7 @@
 `render(service)` builds the page at scrape time from the plain integers the data path keeps
 anyway (plane sockets, session stats, EV tables, the service's counters): nothing is counted
 per packet for metrics' sake (a client library's `Counter.inc` would cost about 0.5 µs a packet;
-docs/architecture.md §9). `MetricsServer` answers `GET /metrics` on the address of `--metrics`
+docs/DESIGN.md §9). `MetricsServer` answers `GET /metrics` on the address of `--metrics`
 or `[metrics] listen`, one short HTTP/1.0 exchange per connection, a bounded number at a time.
 
 Families: `mrc_plane_*_total` per plane socket; `mrc_peer_*_total` by peer and plane (payload

@@ -43,7 +43,7 @@ class DaemonRegion:
         return self.core.size
 
     def handle(self, host: str) -> dict[str, Any]:
-        """What one application gives another to write here (docs/daemon.md)."""
+        """What one application gives another to write here (docs/DAEMON.md)."""
         return {
             "host": host,
             "region": self.id,

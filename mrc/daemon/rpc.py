@@ -1,6 +1,6 @@
 """JSON-RPC 2.0 as the control socket speaks it: error codes, requests, answers, parameters.
 
-Holds the error codes (JSON-RPC's own and the daemon's from -32000 down, docs/daemon.md),
+Holds the error codes (JSON-RPC's own and the daemon's from -32000 down, docs/DAEMON.md),
 `RpcError`, `Request` and `parse_line` (one line of bytes → a request, a batch of them, or the
 error to answer), `answer`/`failure` (the answer objects), `encode` (one answer line) and
 `Params`, the checked reading of a request's by-name parameters: every bad parameter is an

@@ -1,6 +1,6 @@
 """The daemon's service: applications' regions, connections, WRITEs, completions and immediates.
 
-`Service` implements every control method of docs/daemon.md on top of one `mrc.node.Node`. It
+`Service` implements every control method of docs/DAEMON.md on top of one `mrc.node.Node`. It
 keeps per control client (`ClientState`) the completions of its connections in MSN order and
 the immediates of WRITE_WITH_IMMs that landed in its regions, answers long-polls when they
 arrive, and routes every session event: a requester's handshake result to the `connect` waiting

@@ -1,12 +1,12 @@
 """Shared-memory regions: mapping an application's memfd into the daemon, and unmapping it safely.
 
-docs/architecture.md §9: an application creates a region with `os.memfd_create`, sizes it with
+docs/DESIGN.md §9: an application creates a region with `os.memfd_create`, sizes it with
 `ftruncate`, maps it and hands the fd over the control socket (SCM_RIGHTS); the daemon maps the
 same pages, so payload bytes never cross the socket. `SharedMapping.open` checks the fd (a memfd,
 at least as large as asked), seals it against shrinking (a file shrunk under the daemon's mapping
 would kill the daemon with SIGBUS on the next packet placed there), maps it MAP_SHARED with
-MAP_POPULATE (pre-faulted: a first-touch fault mid-transfer stalls the receive path; docs/
-architecture.md §11). The control socket closes the fd afterwards: the mapping keeps the pages.
+MAP_POPULATE (pre-faulted: a first-touch fault mid-transfer stalls the receive path;
+docs/DESIGN.md §11). The control socket closes the fd afterwards: the mapping keeps the pages.
 
 Unmapping: a WRITE still being sent holds a slice of the mapping (the core's send records), and
 `mmap.close()` refuses while any view exists (BufferError). `close()` therefore releases the

@@ -1,6 +1,6 @@
 """The daemon's read-only views: status, peers, connections, planes, EVs and regions.
 
-Each function answers one control method of docs/daemon.md from the service's state, and
+Each function answers one control method of docs/DAEMON.md from the service's state, and
 `peer_counters` gathers the per-peer counters (closed connections' totals plus the live
 sessions') that both the views and the Prometheus endpoint read. Everything is computed when
 asked, from plain integers the data path keeps anyway: nothing here runs per packet. What the

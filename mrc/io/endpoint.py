@@ -1,8 +1,9 @@
 """`IoEndpoint`: runs a sans-I/O core endpoint on real plane sockets and an asyncio loop.
 
-Holds the glue of DESIGN.md §3 on real sockets: a reader per plane socket that drains a batch and
-hands it to the core in one call, the "flush" that pulls a session's outputs after every input
-(transmits, then its ONE timer handle, then its events), send-error reporting as plane status,
+Holds the glue of docs/DESIGN.md §3 on real sockets: a reader per plane socket that drains a
+batch and hands it to the core in one call, the "flush" that pulls a session's outputs after
+every input (transmits, then its ONE timer handle, then its events; the loop itself is
+`mrc.core.flush`), send-error reporting as plane status,
 the lab blackhole fault (`inject_plane_down`), the choice of an SRv6 path socket by a transmit's
 EV when a `PathSockets` is given (`mrc.io.srv6`) and clean shutdown. It decides nothing about the
 protocol (that is `mrc.core`) nor about what an application does with events (the bench, the

@@ -3,7 +3,7 @@
 Holds `PathTable`, loaded strictly from the JSON file the testbed writes (`PathTable.load`),
 keyed by (source address, destination address, plane), with `SrPath` (a path's SIDs) and
 `PathEntry` (one source, destination and plane). `paths_per_plane` gives the path count of each
-plane for the core's config (DESIGN.md §4: route = selector mod the plane's path count), and
+plane for the core's config (docs/DESIGN.md §4: route = selector mod the plane's path count), and
 `server_paths_from` one that suits every peer of a server that does not know its peers yet.
 Every fault in the file is one `PathTableError` line naming the field.
 
@@ -258,7 +258,7 @@ class PathTable:
         """For a side that does not know its peers yet (a server): a path count for plane i
         that every entry leaving local[i] on plane i divides (their least common multiple).
 
-        Selectors are spread evenly over `selector mod count` (DESIGN.md §4), so they are then
+        Selectors are spread evenly over `selector mod count` (docs/DESIGN.md §4), so they are then
         spread evenly over each peer's own paths too: a server whose peers sit one or two
         paths away still gets a reverse EV on each of a far peer's paths.
         """

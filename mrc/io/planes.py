@@ -1,11 +1,11 @@
 """Plane sockets: one non-blocking UDP socket per plane, with batched reads and GSO sends.
 
 Holds `PlaneSocket` (bind, socket options, `drain` into a ring of preallocated buffers, `send`
-with the errno mapping of DESIGN.md §11) and `resolve_addr` for numeric or named addresses. It
+with the errno mapping of docs/DESIGN.md §11) and `resolve_addr` for numeric or named addresses. It
 knows nothing about MRC packets, sessions or the event loop: `mrc.io.endpoint` registers the
 sockets with the loop and feeds what `drain` returns to the core.
 
-Socket facts this module relies on (DESIGN.md §11, checked on Linux 6.x):
+Socket facts this module relies on (docs/DESIGN.md §11, checked on Linux 6.x):
 
 - every datagram's TOS / traffic-class byte arrives as a control message once `IP_RECVTOS` /
   `IPV6_RECVTCLASS` is set; we send ECN-capable (ECT(0)) through `IP_TOS` / `IPV6_TCLASS`;

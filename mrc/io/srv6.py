@@ -4,7 +4,7 @@ Holds:
 
 - `PathSockets`: for each (plane, peer) with SRv6 paths, one send socket per path carrying that
   path's SRH as a sticky `IPV6_RTHDR` option (the kernel copies it into every GSO segment,
-  DESIGN.md §11). `via(plane_socket, peer, ev)` picks path `(ev & 0xFFFFFF) % paths`;
+  docs/DESIGN.md §11). `via(plane_socket, peer, ev)` picks path `(ev & 0xFFFFFF) % paths`;
 - `check_path_mtu`: payload + mrc headers + UDP + IP + SRH must fit the MTU of the route to the
   first hop, else one line naming plane, path, sizes and the `--payload-mtu` that would fit.
 
@@ -55,7 +55,7 @@ __all__ = [
 
 
 #: Bytes of mrc headers in front of the largest data packet's payload: BTH, EVXH, METH, TSETH,
-#: RETH and ImmDt (WIRE.md §2–§3). A secured connection adds the trailer (`Trailer.SIZE`).
+#: RETH and ImmDt (docs/WIRE.md §2–§3). A secured connection adds the trailer (`Trailer.SIZE`).
 MRC_DATA_HEADERS = data_header_size(Opcode.WRITE_ONLY_IMM, ts=True)
 UDP_HEADER = 8
 IP_HEADER = {4: 20, 6: 40}

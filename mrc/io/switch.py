@@ -1,4 +1,4 @@
-"""`Relay`: the `mrc switch` process, a userspace trimming switch for one plane (DESIGN.md §5).
+"""`Relay`: the `mrc switch` process, a userspace trimming switch for one plane (docs/DESIGN.md §5).
 
 Linux cannot trim packets, so trimming experiments over real sockets put this relay on one plane:
 the client sends that plane's traffic to the relay's listen address instead of the server's, and
@@ -16,7 +16,7 @@ and every EV of the plane crosses this one queue, so skipping the EV that happen
 (what TRIMMED, DSCP 11, asks of the sender) would only move load onto EVs with the same
 bottleneck. Pass `last_hop=False` for a relay that is not in front of a host.
 
-I/O: one epoll loop in one thread (DESIGN.md §11). Sockets have UDP GRO on and are read in
+I/O: one epoll loop in one thread (docs/DESIGN.md §11). Sockets have UDP GRO on and are read in
 batches with `recvmsg_into` into one preallocated buffer; a coalesced read is split by its segment
 size and the port copies what it keeps (only `trim_size` bytes of a trimmed packet). What leaves
 goes in runs of equal size and TOS, one GSO `sendmsg` per run: a syscall per datagram would cap
@@ -332,7 +332,7 @@ class Relay:
         addr: SockAddr | None,
         st: PortStats,
     ) -> None:
-        """Send in runs of equal size and TOS, one GSO `sendmsg` per run (DESIGN.md §11).
+        """Send in runs of equal size and TOS, one GSO `sendmsg` per run (docs/DESIGN.md §11).
 
         A run may end with one shorter packet, as GSO allows; `addr` None means the connected
         peer. Per-packet syscalls would cap the relay far below the rates it shapes to.

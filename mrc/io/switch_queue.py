@@ -6,8 +6,8 @@ trimmed headers, a token bucket that drains both at the configured rate), `Token
 pure: no sockets, no clock; `now` (monotonic seconds) comes in as an argument, so tests drive it
 with an injected clock. Receiving, sending and the event loop are `mrc.io.switch`'s.
 
-Decisions at enqueue, in this order (WIRE.md §5, DESIGN.md §5; the same rules as the simulator's
-`mrc.sim.fabric.Port`):
+Decisions at enqueue, in this order (docs/WIRE.md §5, docs/DESIGN.md §5; the same rules as
+the simulator's `mrc.sim.fabric.Port`):
 
 1. A packet that already carries a trimmed DSCP (11 or 21: trimmed at an earlier hop) goes to the
    priority queue as it is.
@@ -51,10 +51,10 @@ __all__ = [
     "is_data",
 ]
 
-#: DSCPs of a trimmed packet (WIRE.md §5 [ours: the Cumulus defaults]).
+#: DSCPs of a trimmed packet (docs/WIRE.md §5 [ours: the Cumulus defaults]).
 DSCP_TRIMMED = 11
 DSCP_TRIMMED_LASTHOP = 21
-#: Every data header, ImmDt included, must survive a trim (WIRE.md §5).
+#: Every data header, ImmDt included, must survive a trim (docs/WIRE.md §5).
 MIN_TRIM_SIZE = 44
 DEFAULT_TRIM_SIZE = 64
 
@@ -173,7 +173,7 @@ class EgressPort:
         if queue_bytes <= 0:
             raise ValueError("queue_bytes must be positive")
         if trim_size < MIN_TRIM_SIZE:
-            raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (WIRE.md §5)")
+            raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (docs/WIRE.md §5)")
         self.queue_bytes = queue_bytes
         self.ecn_threshold = queue_bytes // 4 if ecn_threshold is None else ecn_threshold
         self.priority_bytes = queue_bytes if priority_bytes is None else priority_bytes
@@ -241,7 +241,7 @@ class EgressPort:
         if not self.trim or size <= self.trim_size or not is_data(packet):
             st.dropped_queue += 1
             return Verdict.DROPPED_QUEUE
-        # WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, keep ECN, go at priority.
+        # docs/WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, keep ECN, go at priority.
         head = bytes(packet[: self.trim_size])
         verdict = self._prioritise(head, self.dscp << 2 | tos & _ECN_MASK, now, Verdict.TRIMMED)
         if verdict is Verdict.TRIMMED:

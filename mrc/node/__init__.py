@@ -1,6 +1,6 @@
 """The host layer: one machine's planes, SRv6 paths, sockets, core endpoint and region table.
 
-`Node` is what `mrc bench`, the peer daemon and the examples build on (docs/architecture.md §1):
+`Node` is what `mrc bench`, the peer daemon and the examples build on (docs/DESIGN.md §1):
 it sits above `mrc.io` (sockets, the event loop) and `mrc.core` (the protocol) and below the
 programs that decide what connections are for. Set-up problems are `NodeError`s with one line.
 """

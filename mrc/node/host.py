@@ -1,6 +1,6 @@
 """`Node`: one host's transport — its plane sockets, SRv6 path sockets, core endpoint and regions.
 
-What `mrc bench`, the peer daemon and the examples stand on (docs/architecture.md §1): a node
+What `mrc bench`, the peer daemon and the examples stand on (docs/DESIGN.md §1): a node
 binds one UDP socket per plane (an address each, optionally pinned to an interface), loads the
 SRv6 path table when one is given and checks that payload + headers + SRH fit every path's MTU,
 owns the sans-I/O core `Endpoint` with its `RegionTable`, and runs them on an event loop through

@@ -1,4 +1,4 @@
-"""Key files for secured connections (docs/architecture.md §8), WireGuard style.
+"""Key files for secured connections (docs/DESIGN.md §8), WireGuard style.
 
 A private key file holds one X25519 private key as base64 on one line and must be readable by
 its owner only: `load_private_key` refuses a file that grants any permission to group or

@@ -1,6 +1,6 @@
 """SRv6 path steps of a host: choosing source addresses, checking path MTUs, opening path sockets.
 
-A host that sends through the kernel SRv6 fabric (docs/architecture.md §4-§5) reads the path
+A host that sends through the kernel SRv6 fabric (docs/DESIGN.md §4-§5) reads the path
 table the testbed writes (`mrc.io.pathtable`). This module holds what a host does with that table
 when it binds and when it connects: pick its own address on each plane when none was given
 (`client_binds`), check that payload + headers + SRH fit every path's MTU and open one send socket

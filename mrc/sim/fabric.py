@@ -1,4 +1,4 @@
-"""Switches and a two-tier multi-plane Clos fabric for the simulator (DESIGN.md §4, §5).
+"""Switches and a two-tier multi-plane Clos fabric for the simulator (docs/DESIGN.md §4, §5).
 
 What it holds: `Port`, a switch's egress direction (a `Link` with a finite data queue, ECN
 marking at enqueue, trimming into a priority queue that goes ahead of queued data, tail drop and
@@ -8,8 +8,8 @@ tier-0 (one per rack) and tier-1 switches over hosts `h0..hN`, with switch and l
 
 Routing is static and source-chosen, like the kernel SRv6 fabric: a tier-0 switch delivers
 same-rack traffic straight down; anything else goes up to tier-1 number `route = selector mod
-tier1`, where the EV is `plane 8 | selector 24` (WIRE.md §3, DESIGN.md §4); a tier-1 switch
-sends it down to the destination rack's tier-0, which sends it down to the host.
+tier1`, where the EV is `plane 8 | selector 24` (docs/WIRE.md §3, docs/DESIGN.md §4); a
+tier-1 switch sends it down to the destination rack's tier-0, which sends it down to the host.
 
 What it leaves to others: the protocol (mrc.core), the event loop, hosts' own links and
 direct cables (network.py), and experiments (tests attach counters and hooks).
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field, replace
 from ..core.transmit import Addr
 from .network import ECN_MASK, Host, InFlight, Link, LinkParams, Network, flap_schedule
 
-#: DSCP a trimming switch sets (WIRE.md §5 [ours: the Cumulus defaults]).
+#: DSCP a trimming switch sets (docs/WIRE.md §5 [ours: the Cumulus defaults]).
 DSCP_TRIMMED = 11
 DSCP_TRIMMED_LASTHOP = 21
-#: Every data header, ImmDt included, must survive a trim (WIRE.md §5).
+#: Every data header, ImmDt included, must survive a trim (docs/WIRE.md §5).
 MIN_TRIM_SIZE = 44
 SELECTOR_MASK = 0xFFFFFF
 _PRIORITY_DSCP = frozenset((DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
@@ -76,7 +76,7 @@ class Port(Link):
             backlog = 0.0
         size = len(data)
         dscp = pkt[4] >> 2
-        # A header trimmed upstream keeps its priority class at every later hop (WIRE.md §5).
+        # A header trimmed upstream keeps its priority class at every later hop (docs/WIRE.md §5).
         urgent = dscp in _PRIORITY_DSCP
         if not urgent:
             queued = backlog * p.rate_bps / 8
@@ -84,7 +84,7 @@ class Port(Link):
                 if not p.trim or size <= p.trim_size:
                     self.counters["dropped_queue"] += 1
                     return
-                # WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, send at priority.
+                # docs/WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, send at priority.
                 dscp = DSCP_TRIMMED_LASTHOP if self.last_hop else DSCP_TRIMMED
                 size = p.trim_size
                 data = data[:size]
@@ -167,7 +167,7 @@ class Port(Link):
 @dataclass(slots=True, eq=False)
 class Switch:
     """A switch of one plane. `down` maps a destination host name to the egress toward it;
-    anything else goes up, to `uplinks[selector mod len(uplinks)]` (DESIGN.md §4)."""
+    anything else goes up, to `uplinks[selector mod len(uplinks)]` (docs/DESIGN.md §4)."""
 
     name: str
     plane: int
@@ -237,7 +237,7 @@ class Clos:
     # -- EVs and routes ------------------------------------------------------------------------
 
     def route_of(self, ev: int) -> int:
-        """The tier-1 switch number an EV's packets cross between racks (DESIGN.md §4)."""
+        """The tier-1 switch number an EV's packets cross between racks (docs/DESIGN.md §4)."""
         return (ev & SELECTOR_MASK) % self.paths_per_plane
 
     def tier1_of(self, ev: int) -> Switch:
@@ -275,7 +275,7 @@ class Clos:
         self, a: Host | Switch, b: Host | Switch, up: bool, *, at: float, notify: bool = True
     ) -> None:
         """Both directions of the cable a–b down or up at `at`. Only a host end is ever told
-        (and only with `notify`): a failure between switches is silent (DESIGN.md §4)."""
+        (and only with `notify`): a failure between switches is silent (docs/DESIGN.md §4)."""
         self.net.set_cable(self.link(a, b), up, at=at, notify=notify)
 
     def flap(
@@ -331,9 +331,9 @@ def clos(
     if planes < 1 or racks < 1 or hosts_per_rack < 1 or tier1 < 1:
         raise ValueError("a Clos needs at least one plane, rack, host per rack and tier-1")
     if planes > 256:
-        raise ValueError("an EV has 8 bits of plane (WIRE.md §3)")
+        raise ValueError("an EV has 8 bits of plane (docs/WIRE.md §3)")
     if trim and trim_size < MIN_TRIM_SIZE:
-        raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (WIRE.md §5)")
+        raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (docs/WIRE.md §5)")
     hp = host_link or LinkParams()
     fp = fabric_link or LinkParams()
     nic = replace(hp, ecn_threshold=None, trim=False)

@@ -13,7 +13,7 @@ ports against NSCC's target, retransmissions, trims, drops, EVs retired (sum of
 
 The fabric is built to UEC's reference scale (100 Gbit/s links, about 10 µs base RTT), with
 queues of 1 × BDP where switches trim and 5 × BDP where they drop (htsim's sizing,
-reference/protocol.md §2.5) and ECN marking above half of NSCC's target queue on every switch
+docs/WIRE.md §5) and ECN marking above half of NSCC's target queue on every switch
 port, the last hop included (NSCC needs the mark where the queue is; MRC's fabrics leave it off
 there and rely on trimming). It leaves protocol behaviour to mrc.core and forwarding to
 network.py and fabric.py; transfers and patterns come from scenarios.py.

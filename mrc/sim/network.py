@@ -35,7 +35,7 @@ from ..core.transmit import Addr, Transmit
 if TYPE_CHECKING:
     from .fabric import Switch
 
-#: TOS byte of a packet nobody marked: ECT(0), as every mrc packet is sent (WIRE.md §1).
+#: TOS byte of a packet nobody marked: ECT(0), as every mrc packet is sent (docs/WIRE.md §1).
 TOS_ECT0 = 0x02
 #: The ECN field (low 2 bits of the TOS byte): Not-ECT 0, ECT(1) 1, ECT(0) 2, CE 3 (RFC 3168).
 ECN_MASK = 0x03
@@ -63,11 +63,11 @@ class LinkParams:
     #: Drops every packet for which it returns True (targeted losses in tests).
     drop_if: Callable[[bytes], bool] | None = None
     #: Mark CE on an ECN-capable packet enqueued while more than this many bytes wait
-    #: (None: never mark). Not-ECT packets are never marked (WIRE.md §1).
+    #: (None: never mark). Not-ECT packets are never marked (docs/WIRE.md §1).
     ecn_threshold: int | None = None
     #: Trim instead of dropping when the queue is full (switch ports only, fabric.py).
     trim: bool = False
-    #: Bytes of UDP payload a trimmed packet keeps (WIRE.md §5).
+    #: Bytes of UDP payload a trimmed packet keeps (docs/WIRE.md §5).
     trim_size: int = 64
 
 
@@ -267,7 +267,7 @@ class Host:
 
     def flush(self, session: Session) -> None:
         """Pull every output of `session` after an input: the one loop io/ runs too
-        (`mrc.core.flush`, docs/architecture.md §3)."""
+        (`mrc.core.flush`, docs/DESIGN.md §3)."""
         self._flusher.flush(session)
 
     # -- the flush loop's sink ---------------------------------------------------------------
@@ -322,7 +322,7 @@ class Host:
 
     def _deliver(self, batches: dict[int, list[Datagram]]) -> None:
         """One wake-up: every plane's batch goes in before any output is pulled, as io/
-        drains all its sockets before acting (DESIGN.md §3)."""
+        drains all its sockets before acting (docs/DESIGN.md §3)."""
         now = self.net.now
         if self.paused_until is not None:
             for plane, batch in batches.items():

@@ -5,7 +5,7 @@ verified transfer from one host to another with a chosen spray policy, injects i
 fixed schedule, and returns an `Outcome` of plain numbers: completion time, goodput, retired
 and restored EVs, planes down, the longest time without newly placed bytes, and what the
 scenario itself measures. Tests assert on these numbers; `python -m mrc.sim.scenarios` prints
-them side by side for the spray policies (DESIGN.md §4, issue «Adaptive multipath»).
+them side by side for the spray policies (docs/DESIGN.md §4, issue «Adaptive multipath»).
 
 It leaves protocol behaviour to mrc.core and packet forwarding to network.py and fabric.py.
 """
@@ -37,7 +37,7 @@ from .network import Datagram, Host, LinkParams, Network
 
 MiB = 1 << 20
 _REPLY = struct.Struct(">QI")  # the responder's region: base VA, R_Key
-_BTH_FLAGS, _PSN = 8, 9  # byte offsets in the BTH (WIRE.md §2)
+_BTH_FLAGS, _PSN = 8, 9  # byte offsets in the BTH (docs/WIRE.md §2)
 
 
 def pattern(n: int, seed: int = 7) -> bytes:
@@ -47,7 +47,7 @@ def pattern(n: int, seed: int = 7) -> bytes:
 
 
 def packet_ev(data: bytes) -> int:
-    """The EV a datagram carries in its EVXH (0 without one; WIRE.md §3)."""
+    """The EV a datagram carries in its EVXH (0 without one; docs/WIRE.md §3)."""
     if len(data) >= 16 and data[4] & 1:
         return int.from_bytes(data[12:16], "big")
     return 0
@@ -337,7 +337,7 @@ def congested_tier1(
 ) -> Outcome:
     """Tier-1 #0 of plane 0 forwards to rack 1 at `rate` (its share of a full plane is
     250 Mbit/s) with a `queue`-byte buffer; switches mark ECN above 16 KB of queue; with
-    `trim`, a full queue trims instead of dropping (WIRE.md §5)."""
+    `trim`, a full queue trims instead of dropping (docs/WIRE.md §5)."""
     net = Network(seed)
     fab = _clos(net, 1e9, ecn_threshold=16_000, trim=trim)
     h0, h1 = fab.hosts

@@ -1,4 +1,4 @@
-"""Pure codecs for the mrc wire format (WIRE.md): headers, whole packets and the SRv6 SRH.
+"""Pure codecs for the mrc wire format (docs/WIRE.md): headers, whole packets and the SRv6 SRH.
 
 Nothing here does I/O, reads a clock or keeps state: every function maps bytes to frozen records
 and back. Decoders are strict and raise `DecodeError` naming the field; what a packet means is

@@ -67,7 +67,7 @@ def check_len(name: str, value: bytes, length: int) -> bytes:
 
 
 def check_type_next(word: int, expected: int, what: str) -> None:
-    """Check the `type 4 | next 5` prefix of a reliability header (WIRE.md §4).
+    """Check the `type 4 | next 5` prefix of a reliability header (docs/WIRE.md §4).
 
     `word` is the header's first 16 bits; raises DecodeError("type") or DecodeError("next").
     """

@@ -1,4 +1,4 @@
-"""Acknowledgement headers (WIRE.md §4): SETH, CC_STATE, PORTSTATE, NETH and AETH.
+"""Acknowledgement headers (docs/WIRE.md §4): SETH, CC_STATE, PORTSTATE, NETH and AETH.
 
 Holds the header dataclasses and their enums (`SackMark`, `NackReason`). Building SACK bitmaps,
 reacting to NACK reasons and completing messages on an AETH are `mrc.core`'s job.
@@ -42,7 +42,7 @@ class SackMark(IntEnum):
 
 
 class NackReason(IntEnum):
-    """NETH `nack_reason` codes (WIRE.md §4 table); also AETH syndromes for failed messages."""
+    """NETH `nack_reason` codes (docs/WIRE.md §4 table); also AETH syndromes for failed messages."""
 
     TRIMMED = 0x01
     TRIMMED_LASTHOP = 0x02

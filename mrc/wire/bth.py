@@ -1,4 +1,4 @@
-"""The Base Transport Header (WIRE.md §2), the EV extension header (§3) and their constants.
+"""The Base Transport Header (docs/WIRE.md §2), the EV extension header (§3) and their constants.
 
 Holds `Opcode` and the opcode families, `BTH` (12 bytes, every packet) and `EVXH` (4 bytes, the
 entropy value), plus the well-known QPNs, the RoCE port and the PSN/MSN moduli. Which headers
@@ -24,7 +24,7 @@ MSN_MOD = 1 << 16
 
 
 class Opcode(IntEnum):
-    """BTH opcodes (WIRE.md §2 table)."""
+    """BTH opcodes (docs/WIRE.md §2 table)."""
 
     WRITE_FIRST = 0xC6
     WRITE_MIDDLE = 0xC7
@@ -82,7 +82,7 @@ MASK24 = 0xFFFFFF
 
 @dataclass(frozen=True, slots=True)
 class BTH(FixedHeader):
-    """Base Transport Header, 12 bytes (WIRE.md §2).
+    """Base Transport Header, 12 bytes (docs/WIRE.md §2).
 
     `a` asks for an ACKNOWLEDGE, `rtx` marks a retransmission, `ts` says a TSETH follows and
     `evx` says an EVXH follows. `se`, `m`, `pad_cnt`, `fecn`, `becn` and `r` are sent as 0 and
@@ -157,7 +157,7 @@ class BTH(FixedHeader):
 
 @dataclass(frozen=True, slots=True)
 class EVXH(FixedHeader):
-    """Entropy-value extension header, 4 bytes [ours] (WIRE.md §3): `plane 8 | selector 24`."""
+    """Entropy-value extension header, 4 bytes [ours] (docs/WIRE.md §3): `plane 8 | selector 24`."""
 
     ev: int
 

@@ -1,4 +1,4 @@
-"""Connection-management headers [ours] (WIRE.md §6): CMH and the key block.
+"""Connection-management headers [ours] (docs/WIRE.md §6): CMH and the key block.
 
 Holds `CMH` (64 bytes), `KeyBlock` (two X25519 public keys, 64 bytes), their enums and
 `MAX_PRIVATE_DATA`. The decoder accepts any `version` and `security` value: answering those with a

@@ -1,4 +1,4 @@
-"""Data-packet headers after the BTH (WIRE.md §3): METH, TSETH, RETH and ImmDt.
+"""Data-packet headers after the BTH (docs/WIRE.md §3): METH, TSETH, RETH and ImmDt.
 
 Each is a frozen dataclass with a fixed size. The combined layouts used on the hot path, and the
 payload, live in `mrc.wire.packet`; whether a VA/R_Key is acceptable is `mrc.core`'s question.

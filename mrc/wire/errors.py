@@ -1,7 +1,7 @@
 """The one error the wire codecs raise on bad input.
 
 Holds `DecodeError`, raised by every decoder in `mrc.wire` when bytes from the network do not
-form a valid header or packet (WIRE.md: "decoders are strict"). Encoders, fed by our own code,
+form a valid header or packet (docs/WIRE.md: "decoders are strict"). Encoders, fed by our own code,
 raise plain `ValueError` for out-of-range fields instead. What to do about a bad packet (count it,
 drop it, close the connection) is left to `mrc.core`.
 """

@@ -6,7 +6,7 @@ and `CmPacket` (the `Packet` union), `decode_packet`, the sender's fast path
 `DATA_HEADER_IMM` for framing flowcells), the responder's fast path `encode_sack`, and the
 routing peeks `peek_dest_qp` / `peek_opcode`.
 The per-header dataclasses live in the sibling modules; this module only chains them in the order
-of WIRE.md §2 and checks that the datagram holds exactly what the headers claim.
+of docs/WIRE.md §2 and checks that the datagram holds exactly what the headers claim.
 
 The security trailer (§7) is not part of any record: on a secured connection the caller checks
 and strips it before calling `decode_packet`, and appends it after `encode()`. Whether a data
@@ -76,7 +76,7 @@ _HDR_TS_IMM = _DATA_STRUCTS[7]  # 44 bytes, every data header
 DATA_HEADER = _HDR_TS
 DATA_HEADER_IMM = _HDR_TS_IMM
 _BTH_EVXH = struct.Struct(">BBHIII")
-# A whole RELIABILITY_SACK in one pack: BTH EVXH SETH CC_STATE [PORTSTATE] (WIRE.md §4).
+# A whole RELIABILITY_SACK in one pack: BTH EVXH SETH CC_STATE [PORTSTATE] (docs/WIRE.md §4).
 _SACK = struct.Struct(">BBHIIIHhIHHIBBhQHHI")
 _SACK_PS = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
 _SACK_OP = Opcode.RELIABILITY_SACK.value
@@ -418,7 +418,7 @@ def peek_dest_qp(data: Buffer) -> int:
 
 
 def decode_packet(data: Buffer) -> Packet:
-    """Decode one whole datagram (without its security trailer) strictly per WIRE.md.
+    """Decode one whole datagram (without its security trailer) strictly per docs/WIRE.md.
 
     Raises DecodeError naming the field for an unknown opcode, a non-zero TVer, a header `type`
     that does not match the opcode, truncated headers, bytes after a control packet ("length"),

@@ -1,4 +1,4 @@
-"""Probe and endpoint headers (WIRE.md §4): PETH, ERTH and EETH.
+"""Probe and endpoint headers (docs/WIRE.md §4): PETH, ERTH and EETH.
 
 PETH rides on RELIABILITY_PROBE (an EV liveness probe inside a connection); ERTH/EETH ride on
 ENDPOINT_REQUEST/RESPONSE (plane status and reverse-EV probes). Scheduling probes and judging

@@ -3,7 +3,7 @@
 Holds `SRH`: segments in RFC order (segments[0] is the last segment, the final destination),
 optional TLVs, and the derived fields (Hdr Ext Len, Last Entry, padding) computed on encode.
 Which path an EV takes and setting the socket option belong to `mrc.core` and `mrc.io`
-(DESIGN.md §4, §5).
+(docs/DESIGN.md §4, §5).
 """
 
 from __future__ import annotations

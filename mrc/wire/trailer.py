@@ -1,4 +1,4 @@
-"""The security trailer (WIRE.md §7): `tx_counter 64 | tag 128`, 24 bytes at a packet's end.
+"""The security trailer (docs/WIRE.md §7): `tx_counter 64 | tag 128`, 24 bytes at a packet's end.
 
 Only the layout lives here. Keys, AES-GCM sealing and opening, the nonce and the anti-replay
 window belong to `mrc.core`; stripping the trailer before `decode_packet` is the caller's job.

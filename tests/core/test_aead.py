@@ -1,5 +1,5 @@
 """Per-packet protection in isolation: the anti-replay window, sealing and opening, epochs,
-and the handshake's key derivation recomputed independently from docs/wire.md §7."""
+and the handshake's key derivation recomputed independently from docs/WIRE.md §7."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Congestion control (mrc.core.cc, DESIGN.md §7): NSCC's quadrants, its once-per-RTT
+"""Congestion control (mrc.core.cc, docs/DESIGN.md §7): NSCC's quadrants, its once-per-RTT
 decrease, quick adapt, the receiver's `rcv_cwnd_pen`, the window-only `none`, and a sender
 that keeps no more in flight than the window allows.
 

@@ -1,4 +1,4 @@
-"""The CM handshake (WIRE.md §6) and the connection's end, as stories in virtual time."""
+"""The CM handshake (docs/WIRE.md §6) and the connection's end, as stories in virtual time."""
 
 from __future__ import annotations
 

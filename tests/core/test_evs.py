@@ -34,7 +34,7 @@ def test_every_path_of_every_plane_gets_an_equal_share_of_active_and_backup_evs(
         assert all(ev_plane(r.ev) == plane for r in pe.active)
         assert Counter(r.path for r in pe.active) == {0: 4, 1: 4, 2: 4, 3: 4}
         assert Counter(r.path for r in pe.backups) == {0: 4, 1: 4, 2: 4, 3: 4}
-        # The path is the selector modulo the plane's path count (DESIGN.md §4).
+        # The path is the selector modulo the plane's path count (docs/DESIGN.md §4).
         assert all((r.ev & 0xFFFFFF) % 4 == r.path for r in pe.active)
 
 

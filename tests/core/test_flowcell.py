@@ -1,4 +1,4 @@
-"""Flowcells (DESIGN.md §11): consecutive new packets on one EV, sent as one GSO batch.
+"""Flowcells (docs/DESIGN.md §11): consecutive new packets on one EV, sent as one GSO batch.
 
 The writer's outputs are read straight from `datagrams_to_send` after a real handshake over
 the simulator; the loss story runs a whole transfer through it. Each datagram of a batch is

@@ -1,4 +1,4 @@
-"""The responder's checks (DESIGN.md §6), driven with crafted datagrams after a real handshake.
+"""The responder's checks (docs/DESIGN.md §6), driven with crafted datagrams after a real handshake.
 
 Each story injects packets straight into the responder's endpoint at an explicit `now` and
 checks what was written (nothing, unless every check passed), what was counted, and what the
@@ -274,7 +274,7 @@ def _story(pair: Pair) -> list[tuple[bytes, int]]:
 
 def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_decoder() -> None:
     """`Receiver.on_data_bytes` is a shortcut, not a second set of rules: a run through it
-    ends exactly like the same run with every packet decoded (DESIGN.md §6)."""
+    ends exactly like the same run with every packet decoded (docs/DESIGN.md §6)."""
     fast, slow = Pair(), Pair()
     assert fast.sb.receiver is not None and slow.sb.receiver is not None
     took: list[bool] = []

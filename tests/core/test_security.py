@@ -1,4 +1,4 @@
-"""Secured connections as stories in virtual time (docs/wire.md §5-§7, docs/architecture.md §6):
+"""Secured connections as stories in virtual time (docs/WIRE.md §5-§7, docs/DESIGN.md §6):
 who may connect, and what forged, replayed, flipped or trimmed packets can and cannot do."""
 
 from __future__ import annotations
@@ -392,7 +392,7 @@ def test_a_forged_sack_cannot_retire_an_ev(level: str) -> None:
     cack = sender.una
     block = p2 & ~63
     # "p2 (sent after p1 on the same EV) arrived": RACK would then take p1 for lost and
-    # blame its path (docs/architecture.md §6).
+    # blame its path (docs/DESIGN.md §6).
     forged = encode_sack(
         dest_qp=p.session.qpn, cack_psn=cack, ev=5, ack_psn_offset=p2 - cack, entropy=ev,
         sack_offset=block - cack, sack_bitmap=1 << (63 - (p2 - block)),
@@ -417,7 +417,7 @@ def test_a_forged_trim_causes_at_most_one_early_retransmission_per_send_record()
     rx = p.responder.stats
     for _ in range(5):
         p.deliver(p.b, 1, trim, tos=11 << 2 | TOS_ECT0)
-    # docs/wire.md §5: a trimmed packet cannot authenticate, so each one that is in the
+    # docs/WIRE.md §5: a trimmed packet cannot authenticate, so each one that is in the
     # window and not yet received does get its NACK (authenticated, from the real peer)...
     assert (rx.trimmed_received, rx.nacks_sent) == (5, 5)
     p.drive(0.0002)

@@ -1,4 +1,4 @@
-"""Secured daemons (docs/architecture.md §8): each host's key file (created on first start, mode
+"""Secured daemons (docs/DESIGN.md §8): each host's key file (created on first start, mode
 0600, refused when others may read it), an allowlist of the peers' public keys, WRITEs and
 messages over encrypted connections, and a peer that shows another peer's key refused."""
 

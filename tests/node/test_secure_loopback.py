@@ -1,5 +1,5 @@
 """A secured transfer on real loopback sockets between two processes, rekeying every 256
-packets: every byte lands, and no epoch change stalls the receiver (docs/wire.md §7)."""
+packets: every byte lands, and no epoch change stalls the receiver (docs/WIRE.md §7)."""
 
 from __future__ import annotations
 

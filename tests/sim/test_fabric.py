@@ -410,7 +410,7 @@ def clos_transfer(
     # Simulated hosts answer at once: no userspace turnaround floors NSCC's base RTT.
     cfg = SessionConfig(plane_mask=(1 << fab.planes) - 1, cc_min_base_rtt=0.0)
     if "plane_paths" in SessionConfig.__dataclass_fields__:
-        # Selectors spread over the fabric's paths (DESIGN.md §4), once the core takes them.
+        # Selectors spread over the fabric's paths (docs/DESIGN.md §4), once the core takes them.
         cfg = replace(cfg, plane_paths=fab.plane_paths)  # type: ignore[call-arg,unused-ignore]
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
 

@@ -119,7 +119,7 @@ def test_a_receiver_moves_its_acknowledgements_off_a_dead_return_path() -> None:
     go unanswered and every reverse EV of the plane goes bad, so its SACKs, NACKs and answers
     take other planes. The sender's data still arrives on plane 2, so the receiver keeps the
     plane in PORTSTATE and the sender keeps spraying it: a half-dead plane still carries a
-    full share (DESIGN.md §4 "Reverse path").
+    full share (docs/DESIGN.md §4 "Reverse path").
     """
     net = scenarios.Network(3)
     a, b = net.pair(4, scenarios.LinkParams(rate_bps=1e9, latency=5e-6, queue_bytes=8 << 20))

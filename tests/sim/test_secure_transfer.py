@@ -1,4 +1,4 @@
-"""Secured transfers in the simulator (docs/wire.md §7): every byte lands once through loss,
+"""Secured transfers in the simulator (docs/WIRE.md §7): every byte lands once through loss,
 duplication, reordering, trimming and rekeying, and no (key, nonce) pair is ever used twice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The hot-path encoders write exactly the bytes of the checked records (WIRE.md §2–§4).
+"""The hot-path encoders write exactly the bytes of the checked records (docs/WIRE.md §2–§4).
 
 `encode_sack` against `SackPacket.encode()`, and the raw layouts `DATA_HEADER` /
 `DATA_HEADER_IMM` against `encode_data_header`, over a table of ordinary and edge values.

@@ -1,4 +1,4 @@
-"""Header codecs against golden bytes written out by hand from WIRE.md.
+"""Header codecs against golden bytes written out by hand from docs/WIRE.md.
 
 One table drives both directions: encode(obj) must give the bytes, decode(bytes) the object.
 """

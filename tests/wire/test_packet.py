@@ -1,4 +1,4 @@
-"""Whole-packet records and strict whole-datagram decoding (WIRE.md §2-§6).
+"""Whole-packet records and strict whole-datagram decoding (docs/WIRE.md §2-§6).
 
 The golden datagrams are written out by hand; the header parts reuse the header goldens of
 test_headers.py, which are themselves written by hand.

@@ -2,7 +2,7 @@
 
 Scapy's layout is the InfiniBand one: it knows opcode, SE, M, PadCnt, TVer, P_Key, F/B, DestQP,
 the A bit and the PSN, and lumps our EVX bit into its reserved `resv6` and our R/RTX/TS bits into
-its reserved `resv7` (WIRE.md §2).
+its reserved `resv7` (docs/WIRE.md §2).
 """
 
 from __future__ import annotations

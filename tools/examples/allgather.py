@@ -11,7 +11,7 @@ every region holds every chunk. A chunk goes as WRITEs of `--write` bytes posted
 only once every packet up to it has landed, so it says the whole chunk is there. Then every
 rank checks all W chunks byte for byte and prints one JSON line.
 
-The ranks find each other's regions through the daemons (docs/architecture.md §9): each sends
+The ranks find each other's regions through the daemons (docs/DESIGN.md §9): each sends
 its region handle to the rank before it (the one that writes into it) on the message endpoint
 "allgather" and repeats it until that rank acknowledges, since the other may not have bound
 the endpoint yet. No side channel.

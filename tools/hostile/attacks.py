@@ -13,7 +13,7 @@ The kinds, and what a correct receiver does with them on a secured connection:
   packet looks short, i.e. trimmed, and can at most draw a NACK).
 - `replay`: genuine datagrams again, verbatim, from their genuine source: `replay` drops.
 - `bitflip`, `truncate`, `extend`: genuine datagrams with 1-8 bits flipped, cut short, or with
-  bytes appended: `auth` or decode drops (a cut data packet is a trim, docs/wire.md §5).
+  bytes appended: `auth` or decode drops (a cut data packet is a trim, docs/WIRE.md §5).
 - `noise`: random bytes from a genuine source address and port.
 - `forged_sack`: SACKs to the client acknowledging PSNs not sent yet, bitmaps all ones.
 - `forged_nack`: NACKs to the client, TRIMMED and every other reason, for PSNs in flight.

@@ -8,7 +8,7 @@ recent genuine datagrams, one per direction. It reads headers with the `mrc.wire
 never sends anything; forging is `tools.hostile.attacks`' job.
 
 On a secured connection every packet after the REQUEST, except a REJECT, ends with the 24-byte
-trailer (docs/wire.md §7); the headers stay in the clear in both modes, so the attacker sees
+trailer (docs/WIRE.md §7); the headers stay in the clear in both modes, so the attacker sees
 PSNs, VAs and R_Keys either way and only the payload may be ciphertext.
 """
 
@@ -179,7 +179,7 @@ class Flow:
 
     def _data(self, data: bytes, psn: int) -> None:
         latest = self.latest
-        # Serial-number order (docs/wire.md §2): only a PSN after the newest one moves it.
+        # Serial-number order (docs/WIRE.md §2): only a PSN after the newest one moves it.
         if latest is not None and not 0 < (psn - latest.psn) % PSN_MOD < PSN_MOD // 2:
             return
         try:

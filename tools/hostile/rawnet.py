@@ -22,7 +22,7 @@ from dataclasses import dataclass
 #: TTL of every forgery. Genuine loopback packets leave with the default TTL (64); the sniffer's
 #: filter drops this one so the harness never learns PSNs or addresses from its own forgeries.
 MARK_TTL = 77
-ECT0 = 0x02  # genuine mrc datagrams are ECN-capable (docs/wire.md §1): forgeries look the same
+ECT0 = 0x02  # genuine mrc datagrams are ECN-capable (docs/WIRE.md §1): forgeries look the same
 
 _ETH_P_IP = 0x0800
 _SOL_PACKET = 263
