@@ -27,9 +27,11 @@ the newest verified counter, so forged counters cannot fill its table). Nothing 
 at a boundary. Both
 sides must use the same shift: it is not negotiated (like `p_key`).
 
-Hot path. Nonces, counters and tags are written with `pack_into` into buffers allocated once,
-and `AESGCM.encrypt_into` / `decrypt_into` write straight into the packet being framed or into
-this object's plaintext buffer, so sealing and opening allocate no packet-sized buffer.
+Hot path. Counters and tags are read and written with one `struct` call each (the direction
+half of each nonce is written once), and `AESGCM.encrypt_into` / `decrypt_into` write straight
+into the packet being framed or, for an encrypted payload in a writable receive buffer, over
+the ciphertext where it lies, so sealing and opening allocate no packet-sized buffer. Nothing
+is decrypted into a memory region: a decrypt writes before its tag is known to verify.
 
 What it leaves to others: the handshake and the traffic secrets (handshake.py), deciding which
 bytes of a datagram are headers and which packets are trimmed (secure.py), framing (sendpath.py).
@@ -58,6 +60,9 @@ KEY_SIZE = 32
 
 _NONCE = struct.Struct(">IQ")
 _COUNTER = struct.Struct(">Q")
+#: The trailer as read: the counter and the tag in one unpack.
+_COUNTER_TAG = struct.Struct(">Q16s")
+_TAG = struct.Struct("16s")
 _EPOCH = struct.Struct(">Q")
 
 
@@ -99,13 +104,13 @@ class PacketProtection:
         self.tx_counter = 0
         self._tx_epoch = 0
         self._tx_ctx = AESGCM(epoch_key(tx_secret, 0))
-        self._tx_nonce = bytearray(_NONCE.size)
+        self._tx_nonce = bytearray(_NONCE.pack(direction, 0))
         self._rx_direction = direction ^ 1
         self._rx_ctxs: dict[int, AESGCM] = {0: AESGCM(epoch_key(rx_secret, 0))}
         #: The epoch of the newest verified counter and its context (the common lookup).
         self._rx_epoch = 0
         self._rx_cur = self._rx_ctxs[0]
-        self._rx_nonce = bytearray(_NONCE.size)
+        self._rx_nonce = bytearray(_NONCE.pack(self._rx_direction, 0))
         self.replay = ReplayWindow(replay_width)
         self.max_payload = max_payload
         # Opening an encrypted payload: ciphertext ‖ tag are gathered in `_gather` (the wire
@@ -150,27 +155,27 @@ class PacketProtection:
         its state in locals (the per-packet cost is what limits a CPython sender)."""
         counter = self.tx_counter
         shift = self.shift
+        epoch = self._tx_epoch
         ctx = self._tx_ctx
         nonce = self._tx_nonce
-        direction = self.direction
-        pack_nonce = _NONCE.pack_into
         pack_counter = _COUNTER.pack_into
+        pack_trailer = _COUNTER_TAG.pack_into
+        unpack_tag = _TAG.unpack_from
         encrypt = self.encrypt
         for start, body, payload in packets:
-            if counter >> shift != self._tx_epoch:
-                self._tx_epoch = counter >> shift
-                ctx = self._tx_ctx = AESGCM(epoch_key(self._tx_secret, self._tx_epoch))
+            if counter >> shift != epoch:
+                epoch = self._tx_epoch = counter >> shift
+                ctx = self._tx_ctx = AESGCM(epoch_key(self._tx_secret, epoch))
                 self.rekeys += 1
-            pack_nonce(nonce, 0, direction, counter)
+            pack_counter(nonce, 4, counter)  # the direction half was written once
             end = body + len(payload)
             if encrypt:
                 # encrypt_into writes ciphertext ‖ tag; the tag then moves past the counter.
                 ctx.encrypt_into(nonce, payload, mv[start:body], mv[body : end + TAG_SIZE])
-                mv[end + 8 : end + TRAILER] = mv[end : end + TAG_SIZE]
+                pack_trailer(mv, end, counter, unpack_tag(mv, end)[0])
             else:
                 mv[body:end] = payload
-                ctx.encrypt_into(nonce, b"", mv[start:end], mv[end + 8 : end + TRAILER])
-            pack_counter(mv, end, counter)
+                pack_trailer(mv, end, counter, ctx.encrypt(nonce, b"", mv[start:end]))
             counter += 1
         self.tx_counter = counter
 
@@ -215,15 +220,18 @@ class PacketProtection:
     def open(self, data: bytes | memoryview, header: int) -> memoryview | None:
         """The packet without its trailer if its tag verifies and its counter is new, else
         None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
-        data packet's encrypted payload, and the result is a view of this object's plaintext
-        buffer, valid until the next `open`; otherwise it is a view of `data`. A writable
-        `data` (io's receive buffer) may be changed in its trailer."""
+        data packet's encrypted payload: a writable `data` (io's receive buffer) is decrypted in
+        place (its trailer and payload change, whether or not the tag verifies) and the result
+        is a view of it; a read-only one is decrypted into this object's plaintext buffer and
+        the result is a view of that, valid until the next `open`. Otherwise the result is a
+        view of `data`."""
         mv = data if type(data) is memoryview else memoryview(data)
         end = len(mv) - TRAILER
         if end < 0:
             self.drops["auth"] += 1
             return None
-        counter = _COUNTER.unpack_from(mv, end)[0]
+        # One unpack reads both: the tag is used as it is (auth) or moved (encrypt).
+        counter, tag = _COUNTER_TAG.unpack_from(mv, end)
         replay = self.replay
         top = replay.top
         # In order (the common case) is new without a look at the bitmap.
@@ -233,7 +241,8 @@ class PacketProtection:
         epoch = counter >> self.shift
         ctx = self._rx_cur if epoch == self._rx_epoch else self._rx_ctx(counter)
         nonce = self._rx_nonce
-        _NONCE.pack_into(nonce, 0, self._rx_direction, counter)
+        _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
+        out = mv[:end]
         try:
             if header and self.encrypt:
                 size = end - header
@@ -241,22 +250,23 @@ class PacketProtection:
                     self.drops["bad_length"] += 1
                     return None
                 if mv.readonly:
-                    # Ciphertext ‖ tag must be contiguous: gather them (the counter is between).
+                    # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
+                    # and decrypt behind a copy of the headers.
                     sealed = self._gather[: size + TAG_SIZE]
                     sealed[:size] = mv[header:end]
-                    sealed[size:] = mv[end + 8 :]
+                    sealed[size:] = tag
+                    plain = self._plain
+                    ctx.decrypt_into(nonce, sealed, mv[:header], plain[header:end])
+                    plain[:header] = mv[:header]
+                    out = plain[:end]
                 else:
-                    # A receive buffer of our own (io): move the tag over the counter, read
-                    # already, and save a copy of the payload.
-                    mv[end : end + TAG_SIZE] = mv[end + 8 :]
-                    sealed = mv[header : end + TAG_SIZE]
-                plain = self._plain
-                ctx.decrypt_into(nonce, sealed, mv[:header], plain[header:end])
-                plain[:header] = mv[:header]
-                out = plain[:end]
+                    # A receive buffer of our own (io): the tag moves over the counter, read
+                    # already, and the payload is decrypted where it lies (no staging copy;
+                    # a packet whose tag fails leaves only its own datagram changed).
+                    _TAG.pack_into(mv, end, tag)
+                    ctx.decrypt_into(nonce, mv[header : end + TAG_SIZE], mv[:header], out[header:])
             else:
-                ctx.decrypt_into(nonce, mv[end + 8 :], mv[:end], self._empty)
-                out = mv[:end]
+                ctx.decrypt_into(nonce, tag, out, self._empty)
         except InvalidTag:
             self.drops["auth"] += 1
             return None

@@ -8,9 +8,10 @@ the precompiled layouts of `mrc.wire.packet` (every packet carries the flowcell'
 EVXH), slices its payload from the message's source, joins the lot once per `Transmit`, and
 counts it in the plane's stats.
 
-On a secured connection (`protection` set) each packet is framed into one buffer per
-`Transmit` and sealed in place as it is written (aead.py: every segment gets its own counter and
-trailer, so `segment_size` includes the trailer and GSO still cuts the batch into whole packets).
+On a secured connection (`protection` set) a `Transmit`'s packets are framed into one buffer
+the framer keeps (allocated once, not zeroed per batch), sealed there in place (aead.py: every
+segment gets its own counter and trailer, so `segment_size` includes the trailer and GSO still
+cuts the batch into whole packets), and copied out once as the `Transmit`'s bytes.
 
 What it leaves to the sender (sender.py): which packets go, on which EV, whether the window
 allows each of them, and their send records.
@@ -73,6 +74,8 @@ class Framer:
         self.peer_addrs = peer_addrs
         #: Set once a secured connection has its keys: packets are sealed as they are framed.
         self.protection: PacketProtection | None = None
+        #: The buffer secured packets are framed and sealed in (`_frame_sealed`).
+        self._stage = bytearray(0)
 
     @property
     def overhead(self) -> int:
@@ -169,48 +172,69 @@ class Framer:
         ts = tx_timestamp(now)
         # Every packet but a message's last is a full one: its size needs no lookup.
         full = HEADER + mtu + TRAILER
-        sizes = [
-            full if index < msg.npkts - 1 else packet_size(msg, index, mtu) + TRAILER
-            for msg, index, _ in cell
-        ]
-        buf = bytearray(sum(sizes))
+        # Framed in a buffer kept from call to call (no allocation and zeroing per batch);
+        # every byte up to `start` is written below, so nothing of an earlier batch is sent.
+        buf = self._stage
         packets: list[tuple[int, int, memoryview]] = []
         append = packets.append
         pack = DATA_HEADER.pack_into
         start = 0
-        for (msg, index, psn), size in zip(cell, sizes, strict=True):
-            src = msg.src
+        cur: OutMessage | None = None
+        src: memoryview  # set with the message's other fields, on the first packet
+        dma = base_va = msn = rkey = last = 0
+        for msg, index, psn in cell:
+            if msg is not cur:
+                # Consecutive packets mostly share their message: read its fields once.
+                cur = msg
+                src = msg.src
+                dma = len(src)
+                base_va = msg.remote_va
+                msn = msg.msn
+                rkey = msg.rkey
+                last = msg.npkts - 1
             off = index * mtu
-            va = msg.remote_va + off
-            if index == msg.npkts - 1:
+            size = full if index < last else packet_size(msg, index, mtu) + TRAILER
+            if start + size > len(buf):
+                buf = self._grow(start, start + size)
+            if index == last:
+                imm = msg.imm
                 w8 = flags | A_BIT | psn
-                if msg.imm is None:
+                if imm is None:
                     op = _LAST if index else _ONLY
-                    pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey,
-                         len(src))  # fmt: skip
+                    pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
+                         dma)  # fmt: skip
                     append((start, start + HEADER, src[off:]))
                 else:
                     op = _LAST_IMM if index else _ONLY_IMM
                     DATA_HEADER_IMM.pack_into(
-                        buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msg.msn, ts, va, msg.rkey,
-                        len(src), msg.imm,
+                        buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
+                        dma, imm,
                     )  # fmt: skip
                     append((start, start + HEADER_IMM, src[off:]))
             else:
                 op = _MIDDLE if index else _FIRST
-                pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msg.msn, ts, va,
-                     msg.rkey, len(src))  # fmt: skip
+                pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, base_va + off,
+                     rkey, dma)  # fmt: skip
                 append((start, start + HEADER, src[off : off + mtu]))
             start += size
-        protection.seal_into(memoryview(buf), packets)
+        mv = memoryview(buf)
+        protection.seal_into(mv, packets)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
         ps.packets_sent += len(cell)
-        ps.bytes_sent += len(buf)
+        ps.bytes_sent += start
         return Transmit(
             plane=plane,
             addr=self.peer_addrs[plane],
-            data=bytes(buf),
+            data=bytes(mv[:start]),
             ev=ev,
-            segment_size=sizes[0] if len(cell) > 1 else None,
+            segment_size=packets[1][0] if len(cell) > 1 else None,
         )
+
+    def _grow(self, keep: int, size: int) -> bytearray:
+        """A framing buffer of at least `size` bytes (the largest GSO batch, the first time)
+        holding the first `keep` bytes written so far."""
+        buf = bytearray(max(size, MAX_GSO_BYTES))
+        buf[:keep] = self._stage[:keep]
+        self._stage = buf
+        return buf
