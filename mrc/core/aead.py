@@ -1,4 +1,4 @@
-"""Per-packet protection of a secured connection (docs/wire.md §7): keys, sealing, opening.
+"""Per-packet protection of a secured connection (docs/WIRE.md §7): keys, sealing, opening.
 
 `PacketProtection` holds one connection's two directions after the handshake: what we send is
 sealed under our direction's keys with our transmit counter, what we receive is opened under
@@ -181,7 +181,7 @@ class PacketProtection:
 
     def seal_reply(self, reply: bytes, private_len: int) -> bytes:
         """The REPLY with its private data (the last `private_len` bytes) encrypted and its
-        trailer, under counter 0 (docs/wire.md §7: resent byte-identical)."""
+        trailer, under counter 0 (docs/WIRE.md §7: resent byte-identical)."""
         if self.tx_counter != 0:
             raise ValueError("the REPLY must be the first packet sealed")
         ctx, nonce, counter = self._next()

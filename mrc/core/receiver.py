@@ -1,6 +1,6 @@
 """The responder half of a session: checks, placement, scoreboard, SACK/NACK/AETH.
 
-Every data packet goes through the checks of DESIGN.md §6 in order — trimmed?, PSN class,
+Every data packet goes through the checks of docs/DESIGN.md §6 in order — trimmed?, PSN class,
 R_Key and bounds — and only then is copied into its region at its own VA and marked in the
 scoreboard; a failed step stops the packet and counts it by reason. SACKs are produced when
 the session's output is pulled, for everything received since the last pull (one per 64-PSN
@@ -38,7 +38,7 @@ from .transmit import Addr, Transmit
 
 PSN_MASK = PSN_MOD - 1
 HALF = PSN_MOD >> 1
-#: DSCP a switch writes on a packet it trimmed at the last hop (WIRE.md §5).
+#: DSCP a switch writes on a packet it trimmed at the last hop (docs/WIRE.md §5).
 DSCP_TRIMMED_LASTHOP = 21
 #: Completed outcomes kept for duplicate LASTs beyond what RQMSN already released.
 MAX_OUTCOMES = 4096
@@ -118,7 +118,8 @@ class Receiver:
     # -- data -------------------------------------------------------------------------------
 
     def expected_length(self, pkt: DataPacket) -> int | None:
-        """WIRE.md §3: a packet's payload length follows from its opcode; None = inconsistent."""
+        """A packet's payload length follows from its opcode (docs/WIRE.md §3); None means the
+        packet is inconsistent."""
         mtu = self.config.payload_mtu
         dma = pkt.dma_length
         op = pkt.opcode
@@ -129,7 +130,7 @@ class Receiver:
         return dma if dma <= mtu else None
 
     def on_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
-        # The checks of DESIGN.md §6 in order, for a decoded packet: every packet that
+        # The checks of docs/DESIGN.md §6 in order, for a decoded packet: every packet that
         # `on_data_bytes` did not place straight from its bytes.
         op = pkt.opcode
         payload = pkt.payload
@@ -179,7 +180,7 @@ class Receiver:
                 failure, reason_name = NackReason.OUT_OF_BOUNDS, "out_of_bounds"
         if failure is not None:
             # The PSN is consumed so the window moves on; the error reaches the sender in the
-            # message's AETH (WIRE.md §4, 0x80/0x81). Nothing is written.
+            # message's AETH (docs/WIRE.md §4, 0x80/0x81). Nothing is written.
             self.stats.drops_by_reason[reason_name] += 1
             self._errors.setdefault(pkt.msn, int(failure))
             self._nack(NackReason(failure), pkt, plane)
@@ -197,7 +198,7 @@ class Receiver:
         self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
 
     def on_trimmed(self, pkt: DataPacket, plane: int, tos: int) -> None:
-        """A trimmed packet (WIRE.md §5): a hint, never written. Answered with a NACK only
+        """A trimmed packet (docs/WIRE.md §5): a hint, never written. Answered with a NACK only
         while its PSN is in the window and not yet received; on a secured connection it is
         the one packet that skips authentication, so it must never do more than that."""
         psn = pkt.psn
@@ -214,14 +215,14 @@ class Receiver:
         a full-size FIRST or MIDDLE with EVXH and TSETH, no A bit, no CE mark, new and in
         the window, of a message with no failure, inside its region. True if it was placed;
         False, having changed nothing, for every other packet, which then takes
-        `decode_packet` and `on_data` (the same checks, DESIGN.md §6, in order)."""
+        `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
         mtu = self.config.payload_mtu
         if len(data) != _HDR + mtu:
             return False
         op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(data)
         if (
             (op != _MIDDLE_V and op != _FIRST_V)
-            or b1 & 0x0F  # TVer (WIRE.md §2)
+            or b1 & 0x0F  # TVer (docs/WIRE.md §2)
             or p_key != self.config.p_key
             or not w4 & EVX_BIT
             or w8 & _A_TS != TS_BIT
@@ -288,7 +289,7 @@ class Receiver:
     # -- end of a receive batch -------------------------------------------------------------
 
     def end_batch(self, now: float) -> None:
-        """Advance cack_psn, release outcomes, and answer the batch (DESIGN.md §6)."""
+        """Advance cack_psn, release outcomes, and answer the batch (docs/DESIGN.md §6)."""
         ring, rmask = self._ring, self._rmask
         cack = self.cack
         while ring[cack & rmask] == _ONE:
@@ -301,7 +302,7 @@ class Receiver:
                 self._complete(*last)
         self.cack = cack
         # Oldest block first: the sender infers losses per EV from what it has heard, so it
-        # must hear of a block before any later one (DESIGN.md §6). A block with an
+        # must hear of a block before any later one (docs/DESIGN.md §6). A block with an
         # immediate trigger (A bit, CE, duplicate) needs no second, plain SACK.
         triggers = list(self._immediate)
         covered = {t.psn & ~63 & PSN_MASK for t in triggers}
@@ -380,14 +381,14 @@ class Receiver:
             valid=tx_ts is not None,
             ooo_count=min(self._held, 0x7FFF),
             rcvd_bytes=self._rcvd_bytes,
-            # PORTSTATE in every SACK: the planes we can receive on (DESIGN.md §4).
+            # PORTSTATE in every SACK: the planes we can receive on (docs/DESIGN.md §4).
             port_state=self.paths.port_mask(),
             p_key=self.config.p_key,
         )
         self._emit(plane, ev, data)
 
     def _bitmap(self, block: int, sack_offset: int) -> int:
-        """SETH bitmap of the 64 PSNs from `block`: bit 0 (MSB) is `block` itself (WIRE.md §4).
+        """SETH bitmap of the 64 PSNs from `block`: bit 0 (MSB) is `block` itself (docs/WIRE.md §4).
 
         PSNs before cack_psn read 1, PSNs in the window read the scoreboard, the rest 0.
         """

@@ -1,4 +1,4 @@
-"""The anti-replay window of one secured receive direction (docs/wire.md §7).
+"""The anti-replay window of one secured receive direction (docs/WIRE.md §7).
 
 `ReplayWindow` remembers which transmit counters of the peer's direction were accepted, in the
 style of RFC 6479: a ring of 64-bit bitmap blocks, so moving the window forward clears whole

@@ -1,17 +1,17 @@
 """A secured session's gate: which bytes of a datagram are checked how, before anything acts.
 
-docs/architecture.md §6 orders a data packet's checks: decode → trimmed? → authenticate → PSN
+docs/DESIGN.md §6 orders a data packet's checks: decode → trimmed? → authenticate → PSN
 window → R_Key and bounds → copy → mark. `SecureChannel.open` is the part up to
 "authenticate", for every packet of an established secured connection:
 
 * a data packet whose payload (UDP length - headers - trailer) is shorter than its opcode
-  implies is trimmed (docs/wire.md §5): it cannot authenticate (its trailer was cut off), so it
+  implies is trimmed (docs/WIRE.md §5): it cannot authenticate (its trailer was cut off), so it
   skips the tag and the anti-replay window and goes to `Receiver.on_trimmed`, which can only
   answer with a NACK, never write;
 * every other packet — data, SACK, NACK, ACKNOWLEDGE, PROBE, endpoint, DISCONNECT — must carry
   a tag that verifies under a counter the anti-replay window has not seen (aead.py); only then
   is it handed on, without its trailer, to the same receive path an unsecured session uses;
-* CM REQUEST and REJECT copies carry no trailer (docs/wire.md §7) and pass as they are: a
+* CM REQUEST and REJECT copies carry no trailer (docs/WIRE.md §7) and pass as they are: a
   REQUEST copy only ever makes the responder resend its REPLY bytes, a REJECT only ends a
   connection attempt that is still waiting.
 
@@ -110,7 +110,7 @@ class SecureChannel:
             return None
         payload = len(pkt.payload)
         if payload < expected + TRAILER:
-            # Trimmed (docs/wire.md §5): payload = UDP length - headers - trailer is short.
+            # Trimmed (docs/WIRE.md §5): payload = UDP length - headers - trailer is short.
             self.receiver.on_trimmed(pkt, plane, tos)
             return None
         return self.protection.open(data, len(data) - payload)

@@ -2,11 +2,11 @@
 
 Holds the message queue, the send records (one per transmission, kept by sendlog.py), the
 cumulative scoreboard built from SACKs, per-EV RACK loss inference and the per-plane RFC 6298
-RTO (DESIGN.md §6), and raises
-`WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (DESIGN.md §2 step 7). It turns what it
+RTO (docs/DESIGN.md §6), and raises
+`WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (docs/DESIGN.md §2 step 7). It turns what it
 learns into EV signals (loss, ECN, trim) for the EV table (evs.py), and into congestion
 signals for its congestion control (cc.py), whose window bounds the payload bytes in flight
-(DESIGN.md §7); it does not decide plane states, send probes or answer the peer: the plane
+(docs/DESIGN.md §7); it does not decide plane states, send probes or answer the peer: the plane
 monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
@@ -102,7 +102,7 @@ class Sender:
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
         self.flight = InFlight(config, cc, self.inflight, initial_psn, paths.planes)
-        #: Bytes lost to RACK/RTO since the last output pull (DESIGN.md §7).
+        #: Bytes lost to RACK/RTO since the last output pull (docs/DESIGN.md §7).
         self._lost_bytes = 0
 
     # -- user calls -------------------------------------------------------------------------
@@ -152,7 +152,7 @@ class Sender:
             # Loss inference runs once per receive batch, after every SACK of it: SACKs of
             # one batch (and of every plane read in one wake-up) report blocks in no
             # particular order, and judging between them would blame packets whose
-            # acknowledgement is in the next SACK (DESIGN.md §6).
+            # acknowledgement is in the next SACK (docs/DESIGN.md §6).
             touched, self._acked_evs = self._acked_evs, set()
             for ev in touched:
                 self._detect_losses(ev, now)
@@ -170,7 +170,7 @@ class Sender:
         return self.flight.total(self.next_psn)
 
     def _send_new(self, now: float, out: list[Transmit], budget: int) -> None:
-        """New packets, a flowcell per EV (DESIGN.md §11): consecutive packets on the EV the
+        """New packets, a flowcell per EV (docs/DESIGN.md §11): consecutive packets on the EV the
         spray policy picked, as one GSO batch, while the window lets each of them go, until
         `budget` packets are framed (whole flowcells). A packet longer than the flowcell's
         first starts the next one; a shorter one ends it."""
@@ -247,7 +247,7 @@ class Sender:
                 self.rtx_queue.popleft()
                 continue
             if cause == "nack_trimmed" and not self.cc.can_send(self._in_flight()):
-                return  # congestion, not loss: the resend waits for the window (DESIGN.md §7)
+                return  # congestion, not loss: the resend waits for the window (docs/DESIGN.md §7)
             ev = self._resend_ev(rec.ev, avoid_plane, now)
             if ev is None:
                 return
@@ -299,7 +299,7 @@ class Sender:
             self.timers.set(Timer.COMPLETION, deadline)
 
     def on_retransmit_timer(self, plane: int, now: float) -> bool:
-        """The RTO of `plane` expired (DESIGN.md §6). True: give up on the connection."""
+        """The RTO of `plane` expired (docs/DESIGN.md §6). True: give up on the connection."""
         fifo = self.log.by_plane.get(plane)
         if not fifo:
             return False
@@ -360,7 +360,7 @@ class Sender:
             self._detect_losses(ev, now)
 
     def on_plane_down(self, plane: int) -> None:
-        """Every packet in flight on a DOWN plane is lost at once (DESIGN.md §4)."""
+        """Every packet in flight on a DOWN plane is lost at once (docs/DESIGN.md §4)."""
         for rec in self.log.by_plane.get(plane, ()):
             if rec.state == INFLIGHT:
                 self._declare_lost(rec, "plane_down", avoid_plane=plane)
@@ -388,7 +388,7 @@ class Sender:
         acked_before, rtt = self.stats.bytes_acked, None
         if trig_rec is not None:
             plane = self.paths.planes[trig_rec.plane]
-            # Our packet on this plane reached the peer: the plane works (DESIGN.md §4).
+            # Our packet on this plane reached the peer: the plane works (docs/DESIGN.md §4).
             plane.proven_at = now
             if trig_rec.sent_at > plane.answered_sent_at:
                 plane.answered_sent_at = trig_rec.sent_at
@@ -436,7 +436,7 @@ class Sender:
             self.drops["stale_aeth"] += 1
             return
         touched: set[int] = set()
-        # BTH.PSN of an ACKNOWLEDGE is the responder's cack_psn (WIRE.md §2): everything
+        # BTH.PSN of an ACKNOWLEDGE is the responder's cack_psn (docs/WIRE.md §2): everything
         # before it arrived, which the SACKs still on their way may not have said yet.
         cack = self._cumulative(pkt.psn)
         if cack is not None:
@@ -462,7 +462,8 @@ class Sender:
         rec = self.inflight.get(neth.nack_psn)
         reason = neth.nack_reason
         if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
-            # At most one TRIMMED NACK per send record, matched by PSN and timestamp (WIRE.md §4).
+            # At most one TRIMMED NACK per send record, matched by PSN and timestamp
+            # (docs/WIRE.md §4).
             if rec is None or rec.state != INFLIGHT or rec.trim_nacked:
                 return
             if rec.tx_ts != neth.tx_timestamp:
@@ -472,7 +473,7 @@ class Sender:
             lasthop = reason is NackReason.TRIMMED_LASTHOP
             self.cc.on_nack(now, nacked=rec.length, lasthop=lasthop, inflight=self._in_flight())
             if reason is NackReason.TRIMMED:
-                # Congestion on that path, not a failure: skip it a while (WIRE.md §4).
+                # Congestion on that path, not a failure: skip it a while (docs/WIRE.md §4).
                 self.evs.signal(
                     rec.ev, EvSignal.TRIMMED, now=now, seq=self.log.seq, sent_seq=rec.seq
                 )
@@ -573,7 +574,7 @@ class Sender:
             self._ev_loss(rec, now, "loss")
 
     def _ev_loss(self, rec: SentPacket, now: float, reason: str) -> None:
-        """A loss on `rec`'s EV retires it (MRC's rule; DESIGN.md §4 and §6)."""
+        """A loss on `rec`'s EV retires it (MRC's rule; docs/DESIGN.md §4 and §6)."""
         self.evs.signal(
             rec.ev, EvSignal.LOSS, now=now, seq=self.log.seq, sent_seq=rec.seq, reason=reason
         )

@@ -1,7 +1,7 @@
 """The sender's framing: data packets as bytes, one packet or one flowcell per `Transmit`.
 
 A flowcell is a run of consecutive new packets that goes out on one EV as one UDP GSO batch
-(DESIGN.md §11): every segment is `segment_size` bytes except possibly a shorter last one, and
+(docs/DESIGN.md §11): every segment is `segment_size` bytes except possibly a shorter last one, and
 there are at most `flowcell_limit(flowcell, segment_size)` of them. This module holds the size
 rules (`packet_size`, `flowcell_limit`) and `Framer`, which writes each packet's headers with
 the precompiled layouts of `mrc.wire.packet` (every packet carries the flowcell's EV in its
@@ -55,7 +55,8 @@ def flowcell_limit(flowcell: int, segment_size: int) -> int:
 
 
 def packet_size(msg: OutMessage, index: int, mtu: int) -> int:
-    """UDP payload bytes of packet `index` of `msg`: its headers and its payload (WIRE.md §3)."""
+    """UDP payload bytes of packet `index` of `msg`: its headers and its payload
+    (docs/WIRE.md §3)."""
     if index == msg.npkts - 1:
         payload = len(msg.src) - index * mtu
         return payload + (HEADER if msg.imm is None else HEADER_IMM)
@@ -162,7 +163,7 @@ class Framer:
         rtx: bool,
     ) -> Transmit:
         """`frame` for a secured connection: headers, payload and trailer of every packet
-        written into one buffer, each packet sealed where it lies (docs/wire.md §7)."""
+        written into one buffer, each packet sealed where it lies (docs/WIRE.md §7)."""
         protection = self.protection
         assert protection is not None
         mtu = self.mtu

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The session never touches a socket, a clock or an event loop (DESIGN.md §3). It is driven by:
+The session never touches a socket, a clock or an event loop (docs/DESIGN.md §3). It is driven by:
 
 * inputs: `receive_datagrams(plane, datagrams, now)` (one receive batch; the `Endpoint` routes
   datagrams here by DestQP), `plane_status(plane, up, now)`, `handle_timer(now)`, and user calls
@@ -17,7 +17,7 @@ routes decoded packets to their handler (`_handle_<kind>`), hands plane suspicio
 DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. Time always arrives as `now`
 (monotonic seconds).
 
-Security (docs/wire.md §7). With `config.security` "auth" or "encrypt" a session needs an
+Security (docs/WIRE.md §7). With `config.security` "auth" or "encrypt" a session needs an
 `Identity` (handshake.py): `Endpoint.connect(..., peer_key=...)` and `Endpoint.listen` pass it
 in. Every received datagram then goes through `SecureChannel.open` (secure.py) before anything
 else looks at it, data packets are sealed as they are framed and control packets when output
@@ -69,7 +69,7 @@ from .stats import SessionStats
 from .timers import Timer, TimerTable
 from .transmit import Addr, Transmit
 
-#: What the peer only sends on a plane it uses toward us (DESIGN.md §4, reverse path).
+#: What the peer only sends on a plane it uses toward us (docs/DESIGN.md §4, reverse path).
 _ACKNOWLEDGEMENTS = frozenset({SackPacket, NackPacket, AckPacket})
 
 
@@ -161,7 +161,7 @@ class Session:
         peer_key: bytes | None = None,
     ) -> Session:
         """A requester: sends a REQUEST on every plane of `config.plane_mask` it has an address
-        for, and repeats them on a backoff until a REPLY or REJECT arrives (WIRE.md §6).
+        for, and repeats them on a backoff until a REPLY or REJECT arrives (docs/WIRE.md §6).
         A secured one needs `identity`; `peer_key` is the responder static key it accepts
         (None: any key the identity's allowlist holds)."""
         config = config.validate()
@@ -350,7 +350,7 @@ class Session:
         return self.sender is None or self.sender.idle
 
     def ev_stats(self, now: float) -> list[dict[str, Any]]:
-        """Per-EV counters and states (`end.mrc.evs[]`, DESIGN.md §10)."""
+        """Per-EV counters and states (`end.mrc.evs[]`, docs/DESIGN.md §10)."""
         return self.paths.evs.report(now)
 
     def plane_state(self, plane: int) -> str:
@@ -453,7 +453,7 @@ class Session:
         if self.receiver is not None:
             # SACKs answer everything received since the last pull: in io, every plane a
             # wake-up drained, so one SACK covers a 64-PSN block however its packets were
-            # spread over the planes (DESIGN.md §6).
+            # spread over the planes (docs/DESIGN.md §6).
             self.receiver.end_batch(now)
         if self.receiver is not None and self.receiver.out:
             out.extend(self.receiver.out)
@@ -461,7 +461,7 @@ class Session:
         if self.sender is not None and self.state is SessionState.ESTABLISHED:
             out.extend(self.sender.datagrams(now, limit))
             if self.paths.evs.probes_changed and self.planes is not None:
-                # An EV was retired: its probes need the timer (DESIGN.md §4).
+                # An EV was retired: its probes need the timer (docs/DESIGN.md §4).
                 self.paths.evs.probes_changed = False
                 self.planes.arm_ev_timer()
         if self.channel is not None:
@@ -493,7 +493,7 @@ class Session:
     def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
         assert self.sender is not None
         if pkt.neth.nack_reason is NackReason.UNEXP_EVENT:
-            # WIRE.md §4: the peer hit a fatal protocol error on this connection.
+            # docs/WIRE.md §4: the peer hit a fatal protocol error on this connection.
             self._close("peer reported a fatal protocol error (UNEXP_EVENT)")
             return
         self.sender.on_nack(pkt, now)
