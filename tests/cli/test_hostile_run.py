@@ -124,7 +124,11 @@ def test_forgeries_ahead_of_the_sender_are_dropped(security: str) -> None:
     # Half carry a random trailer (dropped as `auth`), half none (short: taken for trims,
     # dropped as stale or answered with at most one NACK each, never written).
     assert drops["auth"] >= 0.3 * acc["reached_core_at_least"], drops
-    assert drops.get("duplicate", 0) < 200  # no forgery took a genuine packet's place
+    # No forgery took a genuine packet's place: a genuine packet refused as a duplicate is one
+    # the client sent again (a spurious resend under load, or the one early resend a forged
+    # trim may cause), never an original whose PSN a forgery had filled.
+    resent = sum(c["retransmits"] for c in fig["clients"])
+    assert drops.get("duplicate", 0) <= resent, (drops, resent)
     trims = sum(v for k, v in drops.items() if k.startswith("trimmed"))
     assert drops["auth"] + trims + acc["trimmed_received"] >= 0.9 * acc["reached_core_at_least"]
 

@@ -96,10 +96,18 @@ def _client_row(proc: BenchProc) -> dict[str, Any]:
         "mismatches": int(remote.get("mismatches") or 0) if remote else 0,
         "bytes": int(received.get("bytes") or 0) if isinstance(received, dict) else 0,
         "seconds": round((proc.ended or proc.started) - proc.started, 3),
+        # Packets the client sent again (each can reach the server once more, as a duplicate).
+        "retransmits": _retransmits(docs[-1]) if docs else 0,
     }
     if proc.returncode != 0:
         row["error"] = _tail(proc.stderr()) or f"exit status {proc.returncode}"
     return row
+
+
+def _retransmits(doc: dict[str, Any]) -> int:
+    sent = doc.get("end", {}).get("sum_sent", {})
+    value = sent.get("retransmits") if isinstance(sent, dict) else None
+    return int(value) if isinstance(value, int) else 0
 
 
 def figures(raw: Raw) -> dict[str, Any]:
