@@ -182,12 +182,17 @@ def run_raw(bed: Bed, nbytes: int) -> dict[str, Any]:
                    sender_calls=cli.get("calls"))
 
 
-def mrc_procs(bed: Bed, what: list[str], extra: list[str]) -> tuple[Proc, Proc]:
-    """Start `mrc bench -s -1 -J` in h2 and `mrc bench -c … -J` (plus `what`) in h1."""
+def mrc_procs(
+    bed: Bed, what: list[str], extra: list[str], security: str = "none"
+) -> tuple[Proc, Proc]:
+    """Start `mrc bench -s -1 -J` in h2 and `mrc bench -c … -J` (plus `what`) in h1, both at
+    the same `--security` level (a server refuses a REQUEST that asks for another)."""
     mod = [bed.python, "-m", "mrc", "bench"]
     interval = [a for i, a in enumerate(what) if i and what[i - 1] == "-i"]
+    level = ["--security", security]
+    what = [*what, *level]
     server = Proc(bed.ns2, [*mod, "-s", "-1", "-B", ",".join(bed.a2), "-p", str(MRC_PORT), "-J",
-                            *(["-i", interval[0]] if interval else [])], "mrc server")
+                            *level, *(["-i", interval[0]] if interval else [])], "mrc server")
     procs.wait_listening(bed.ns2, MRC_PORT, udp=True, proc=server)
     client = Proc(bed.ns1, [*mod, "-c", ",".join(bed.a2), "-B", ",".join(bed.a1),
                             "-p", str(MRC_PORT), "-J", *what, *extra], "mrc client")
@@ -218,8 +223,8 @@ def run_mrc(
     """One verified `mrc bench` run; `security` auth or encrypt protects every packet with
     per-run keys (aioquic always encrypts: its fair peer is the encrypt run)."""
     before = procs.rx_counters(bed.ns2)
-    what = ["-n", str(nbytes), "--verify", "-i", "0", "--security", security]
-    server, client = mrc_procs(bed, what, extra)
+    what = ["-n", str(nbytes), "--verify", "-i", "0"]
+    server, client = mrc_procs(bed, what, extra, security)
     finish(client, server, bed.timeout)
     split = _split(bed, before)
     doc = client.json()
