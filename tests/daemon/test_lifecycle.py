@@ -47,8 +47,10 @@ def test_notifications_ready_watchdog_then_stopping(tmp_path: Path) -> None:
 
 
 def test_sigterm_mid_transfer_keeps_every_ok_write_intact(tmp_path: Path) -> None:
-    count = 96
-    with daemon_pair(tmp_path, limits="drain_seconds = 0.1") as (a, b):
+    # 256 MiB take about half a second here, the drain 20 ms: the stop always cuts the
+    # transfer (96 MiB and a 100 ms drain let every write finish once in a clean-clone run).
+    count = 256
+    with daemon_pair(tmp_path, limits="drain_seconds = 0.02") as (a, b):
         dst, src = Memfd(count * MIB), Memfd(count * MIB)
         ca, cb = a.client(), b.client()
         try:
