@@ -264,13 +264,20 @@ def run_daemon(config: DaemonConfig, metrics: tuple[str, int] | None = None) -> 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     daemon = Daemon(config, loop, metrics=metrics)
-    try:
+
+    async def main() -> int:
+        # Start and run in one run_until_complete: uvloop pauses its signal handling while
+        # the loop is not running, so a SIGTERM between two of them (right after READY=1,
+        # which start() sends) was lost and the daemon never stopped.
         try:
-            loop.run_until_complete(daemon.start())
+            await daemon.start()
         except DaemonError as exc:
             log.error("%s", exc)
             return 1
-        return loop.run_until_complete(daemon.run())
+        return await daemon.run()
+
+    try:
+        return loop.run_until_complete(main())
     finally:
         tasks = asyncio.all_tasks(loop)
         for task in tasks:

@@ -46,6 +46,21 @@ def test_notifications_ready_watchdog_then_stopping(tmp_path: Path) -> None:
         d.stop()
 
 
+def test_a_sigterm_right_after_ready_stops_the_daemon(tmp_path: Path) -> None:
+    """systemd may stop a unit the moment it says READY=1: that SIGTERM must not be lost
+    (it was, under uvloop, when it came before the daemon's main loop was running)."""
+    for attempt in range(3):
+        config = toml_config("a", PLANES_A, free_port(), tmp_path / f"a{attempt}.sock", {})
+        d = DaemonProc(tmp_path, "a", config, env={"WATCHDOG_USEC": "200000"})
+        try:
+            d.wait_ready()
+            d.signal(signal.SIGTERM)
+            assert d.notify.wait_for("STOPPING=1", 5.0), (attempt, d.notify.messages)
+            assert d.wait(5) == 0
+        finally:
+            d.stop()
+
+
 def test_sigterm_mid_transfer_keeps_every_ok_write_intact(tmp_path: Path) -> None:
     # 256 MiB take about half a second here, the drain 20 ms: the stop always cuts the
     # transfer (96 MiB and a 100 ms drain let every write finish once in a clean-clone run).
