@@ -576,15 +576,10 @@ class Session:
         key_block = self._requester.key_block if self._requester is not None else None
         for plane in self.config.planes:
             request = cm.build_request(
-                self.config,
-                plane=plane,
-                local_qpn=self.qpn,
-                initial_psn=self.initial_psn,
-                nonce=self.nonce,
-                connection_id=self.connection_id,
-                private_data=self._private_data,
-                key_block=key_block,
-            )
+                self.config, plane=plane, local_qpn=self.qpn, initial_psn=self.initial_psn,
+                nonce=self.nonce, connection_id=self.connection_id,
+                private_data=self._private_data, key_block=key_block,
+            )  # fmt: skip
             self._request_head = request[:HEAD]
             self._cm_send(plane, request)
         self.timers.set(Timer.CM_RETRY, now + self._cm_interval)

@@ -19,12 +19,12 @@ from mrc.control import U64_MAX
 
 from .conns import Connection
 from .regions import DaemonRegion, Regions
-from .rpc import INVALID_PARAMS, OUT_OF_BOUNDS, UNKNOWN_REGION, RpcError
+from .rpc import INVALID_PARAMS, OUT_OF_BOUNDS, UNKNOWN_REGION, Params, RpcError
 
 if TYPE_CHECKING:
     from .control import ControlClient
 
-__all__ = ["MAX_IMMEDIATES", "MAX_ITEMS", "MAX_WRITE", "ClientState", "check_write"]
+__all__ = ["MAX_IMMEDIATES", "MAX_ITEMS", "MAX_WRITE", "ClientState", "check_write", "long_poll"]
 
 MAX_WRITE = 1 << 31
 #: Items one completions/immediates answer holds (the answer line stays well under 1 MiB).
@@ -127,6 +127,16 @@ class ClientState:
             return take()
 
         return poll()
+
+
+def long_poll(p: Params, key: str) -> tuple[int | None, int, float]:
+    """A long-poll's parameters (`completions`, `immediates`): the optional object `key`
+    names, `max` and `timeout`."""
+    ident = p.opt_integer(key)
+    limit = p.opt_integer("max", 1, MAX_ITEMS) or MAX_ITEMS
+    timeout = p.seconds("timeout")
+    p.done()
+    return ident, limit, timeout
 
 
 def check_write(

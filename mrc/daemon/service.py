@@ -43,7 +43,7 @@ from mrc.core.session import Session
 from mrc.node import Node, NodeError, resolve_peer
 
 from . import views
-from .clients import MAX_IMMEDIATES, MAX_ITEMS, ClientState, check_write
+from .clients import MAX_IMMEDIATES, ClientState, check_write, long_poll
 from .config import DaemonConfig, PeerConfig
 from .conns import APP, MAIL, Connection, Hello, PeerTotals, WriteRecord, write_status
 from .control import ControlClient
@@ -358,19 +358,13 @@ class Service:
         return {"ids": ids}
 
     def _completions(self, cs: ClientState, p: Params) -> Any:
-        conn_id = p.opt_integer("connection")
-        limit = p.opt_integer("max", 1, MAX_ITEMS) or MAX_ITEMS
-        timeout = p.seconds("timeout")
-        p.done()
+        conn_id, limit, timeout = long_poll(p, "connection")
         if conn_id is not None:
             self._own_conn(cs, conn_id, "completions")
         return cs.completions_when(conn_id, limit, timeout)
 
     def _immediates(self, cs: ClientState, p: Params) -> Any:
-        region_id = p.opt_integer("region")
-        limit = p.opt_integer("max", 1, MAX_ITEMS) or MAX_ITEMS
-        timeout = p.seconds("timeout")
-        p.done()
+        region_id, limit, timeout = long_poll(p, "region")
         if region_id is not None:
             self._own_region(cs, region_id, "immediates")
         return cs.immediates_when(region_id, limit, timeout)
