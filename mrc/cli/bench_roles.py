@@ -48,6 +48,15 @@ from .bench_setup import RECEIVER, STATUS_NAMES, WRITER, IntervalSample, TestPar
 __all__ = ["RECEIVER", "WRITER", "BenchTest", "IntervalSample", "TestParams", "TestSetup"]
 
 
+
+def next_tick(k: int, elapsed: float, interval: float) -> int:
+    """The interval tick to schedule after tick `k` fired `elapsed` seconds into the test.
+
+    A tick that fired late (the loop was busy) ends one longer interval; the ticks it overran
+    are skipped rather than fired back to back as zero-width intervals (iperf3's intervals
+    also always span real time)."""
+    return max(k + 1, int(elapsed / interval) + 1)
+
 class BenchTest:
     """One side of one test. Feed it the session's events with `on_event`."""
 
@@ -400,8 +409,9 @@ class BenchTest:
     def _tick(self, k: int) -> None:
         if self.state not in ("running", "waiting"):
             return
-        self._sample(self.io.now())
-        self._schedule_interval(k + 1)
+        now = self.io.now()
+        self._sample(now)
+        self._schedule_interval(next_tick(k, now - self.t0, self.params.interval))
 
     def _sample(self, now: float) -> None:
         snap = self._snapshot()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 from benchproc import Server, client, env, json_docs
+
+from mrc.cli.bench_roles import next_tick
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +194,22 @@ def run_cli_demo(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "mrc", "bench", "--demo", *args],
         capture_output=True, text=True, timeout=60, env=env(),
     )
+
+
+
+def test_a_late_tick_skips_the_ticks_it_overran() -> None:
+    # Ticks every 10 ms; tick 3 fires at 0.0305 s (on time): tick 4 is next.
+    assert next_tick(3, 0.0305, 0.01) == 4
+    # Tick 3 fires 47 ms late, at 0.077 s: ticks 4..7 are gone, the next ends at 0.08 s.
+    assert next_tick(3, 0.077, 0.01) == 8
+    # A timer that fires a little early never schedules the same tick again.
+    assert next_tick(3, 0.0299, 0.01) == 4
+
+
+def test_every_interval_spans_real_time(server: Server) -> None:
+    doc = run_json(server, "-n", "64M", "-i", "0.01")
+    sums = [iv["sum"] for iv in doc["intervals"]]
+    assert len(sums) > 3
+    widths = [s["end"] - s["start"] for s in sums]
+    assert min(widths) > 0, [w for w in widths if w <= 0]
+    assert all(a["end"] == b["start"] for a, b in itertools.pairwise(sums))
