@@ -20,6 +20,7 @@ import mrc
 from mrc.core.events import ConnectionEstablished
 from mrc.node.keys import encode_key
 
+from .bench_events import event_lines
 from .bench_options import BenchOptions
 from .bench_roles import WRITER, BenchTest, IntervalSample
 
@@ -258,11 +259,7 @@ def summary_lines(test: BenchTest) -> list[str]:
     drops = local["drops_by_reason"]
     if drops:
         lines.append("drops: " + ", ".join(f"{k} {v}" for k, v in sorted(drops.items())))
-    for ev in _merged_events(test):
-        plane = f"plane {ev['plane']}" if ev.get("plane") is not None else ""
-        where = "" if ev.get("side", "local") == "local" else f" ({ev['side']})"
-        detail = f"  {ev['detail']}" if ev.get("detail") else ""
-        lines.append(f"event: {ev['t']:7.3f} s  {ev['event']:<13} {plane}{where}{detail}")
+    lines += event_lines(_merged_events(test))
     if test.error:
         lines.append(f"error: {test.error}")
     return lines

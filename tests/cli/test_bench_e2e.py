@@ -185,8 +185,12 @@ def test_demo_in_one_process() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "integrity: ok (24 messages verified)" in out
-    assert "fault         plane 2  plane-down injected" in out
+    assert "s  plane 2: plane-down injected" in out
     assert out.rstrip().endswith("mrc Done.")
+    # The report tells what happened once: no event text repeats on the next line.
+    texts = [line.split(" s  ", 1)[1] for line in out.splitlines() if line.startswith("event:")]
+    assert texts and all(a != b for a, b in itertools.pairwise(texts)), texts
+    assert sum("retired on plane 2" in t for t in texts) <= 2, texts
 
 
 def run_cli_demo(*args: str) -> subprocess.CompletedProcess[str]:
