@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -307,6 +308,49 @@ def test_messages_between_applications(pair: tuple[DaemonProc, DaemonProc]) -> N
         assert cb.call("bind", {"endpoint": "r"}) == {}
         msgs = cb.call("recv_message", {"endpoint": "r", "timeout": 5})["messages"]
         assert [(m["peer"], m["data"]) for m in msgs] == [("a", reply)]
+
+
+def test_the_grafana_dashboard_queries_only_what_the_daemon_exposes(
+    pair: tuple[DaemonProc, DaemonProc],
+) -> None:
+    from tools.grafana import dashboard
+
+    # The checked-in file is what the builder makes (`python -m tools.grafana.dashboard`).
+    assert dashboard.OUT.read_text() == dashboard.render()
+    a, b = pair
+    # One WRITE from b to a, so the per-peer and per-status families have samples to show
+    # their labels.
+    dst, src = Memfd(MIB), Memfd(MIB)
+    with a.client() as ca, b.client() as cb:
+        handle = dst.register(ca)["handle"]
+        source = src.register(cb)["region"]
+        cid = cb.call("connect", {"peer": "a"})["connection"]
+        cb.call("write", {"connection": cid, "writes": [
+            {"region": source, "offset": 0, "length": MIB, "remote": handle, "remote_offset": 0}
+        ]})  # fmt: skip
+        assert [d["status"] for d in wait_completions(cb, cid, 1)] == ["ok"]
+    dst.close()
+    src.close()
+    port: int = b.metrics_port  # type: ignore[attr-defined]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    queries = [t["expr"] for p in dashboard.build()["panels"] for t in p.get("targets", [])]
+    assert len(queries) >= 20
+    checked = 0
+    for expr in queries:
+        names = re.findall(r"\b(mrc_[a-z_]+)\b", expr)
+        assert names, expr
+        for name in names:
+            family = families.get(name.removesuffix("_total"))
+            assert family is not None, f"{name} is not exposed: {expr}"
+            by = re.search(r"by \(([a-z_, ]+)\)", expr)
+            if by and family.samples:
+                wanted = {label.strip() for label in by.group(1).split(",")}
+                assert wanted <= set(family.samples[0].labels), (expr, family.samples[0].labels)
+                checked += 1
+    # Families with no sample yet (no retransmits, no refusals) show no labels; most do.
+    assert checked >= 8, checked
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,0 +1,1 @@
+"""The Grafana dashboard of the daemon's metrics (`dashboard.py` builds `mrc-daemon.json`)."""
