@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import mrc
 
-from . import bench, ctl, daemon, keygen, switch
+from . import bench, ctl, daemon, keygen, plot, switch
 
 __all__ = ["main"]
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     switch.add_parser(sub)
     ctl.add_parser(sub)
     daemon.add_parser(sub)
+    plot.add_parser(sub)
     return parser
 
 
