@@ -40,7 +40,7 @@ def load(path: str) -> Run:
         return run
     if len(docs) == 1 and isinstance(doc, dict) and doc.get("tool") == "tools.compare":
         return read_compare(path, doc)
-    if isinstance(doc, dict) and isinstance(doc.get("format"), str):
+    if isinstance(docs[0], dict) and isinstance(docs[0].get("format"), str):
         raise PlotError(f"{path}: not an mrc trace (the first line is not a header with "
                         'format "mrc-trace")')
     raise PlotError(f"{path}: not an mrc bench -J document, trace or compare.json")
