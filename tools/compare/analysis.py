@@ -5,13 +5,15 @@ arrived in (start, end]. Three kinds feed it (see the package docstring for who 
 the MPTCP receiver's 1 ms bins (`bins_windows`), the 1 ms samples of the receiving
 namespace's interface counters (`sampler_windows`), and `mrc bench`'s 10 ms receiver
 intervals (`interval_windows`). `failover` turns one log and the fault time into the numbers
-the report shows; the rules are in its docstring.
+the report shows; the rules are in its docstring. `series` turns the same log into fixed bins
+of goodput on the same clock, for `mrc plot` to draw both transports aligned at the fault.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from typing import Any, NamedTuple
 
 PRE_SECONDS = 1.5  # the pre-failure rate is the mean over this long before the fault
@@ -20,6 +22,7 @@ RECOVERY_WINDOW = 0.010  # the time to 50 % is judged on 10 ms windows
 RECOVERED_OVER = 0.100  # … and "regained" means: held over the next 100 ms
 POST_SKIP = 0.5  # post-failure goodput starts this long after the fault
 FAULT_LEAD, FAULT_SPAN = 0.050, 0.500  # "the gap at the fault" starts in this span
+SERIES_BIN = 0.010  # compare.json's failover series: 10 ms bins, mrc's finest interval
 
 
 class Window(NamedTuple):
@@ -150,6 +153,40 @@ def failover(windows: list[Window], t_fault: float, *, min_bytes: int = 1,
         "post_seconds": round(max(0.0, last - t_fault - POST_SKIP), 3),
         "pre_from_s": round(pre_lo - begin, 3),
         "fault_at_s": round(t_fault - begin, 3),
+    }
+
+
+def series(windows: list[Window], t_fault: float, *, min_bytes: int = 1,
+           bin_seconds: float = SERIES_BIN) -> dict[str, Any]:
+    """Goodput in `bin_seconds` bins from the start of the first window that carries
+    `min_bytes` (the transfer start `failover` measures from) to the end of the last one:
+    `{bin_seconds, t0, fault_at_s, bps}`, times relative to that start, as docs/DESIGN.md §10
+    lays out compare.json. A window wider than a bin (mrc's late intervals) spreads its
+    bytes over the bins it covers in proportion to the overlap; a zero-width one counts in
+    the bin of its end."""
+    data = [w for w in windows if w.bytes >= min_bytes]
+    if not data:
+        return {"error": "no data in the log"}
+    begin, last = data[0].start, data[-1].end
+    bins = [0.0] * max(1, math.ceil((last - begin) / bin_seconds - 1e-9))
+    for w in windows:
+        lo, hi = max(w.start, begin) - begin, min(w.end, last) - begin
+        if w.bytes <= 0 or hi < lo or (hi == lo and w.end != w.start):
+            continue
+        if hi == lo:
+            bins[min(len(bins) - 1, int(lo / bin_seconds))] += w.bytes
+            continue
+        share = w.bytes / (w.end - w.start)  # bytes per second of the window
+        k = int(lo / bin_seconds)
+        while k < len(bins) and k * bin_seconds < hi:
+            overlap = min(hi, (k + 1) * bin_seconds) - max(lo, k * bin_seconds)
+            bins[k] += share * max(0.0, overlap)
+            k += 1
+    return {
+        "bin_seconds": bin_seconds,
+        "t0": 0.0,
+        "fault_at_s": round(t_fault - begin, 6),
+        "bps": [round(b * 8 / bin_seconds) for b in bins],
     }
 
 

@@ -6,7 +6,9 @@ arrived) the fault is scheduled at that instant + `fault_after` (2 s): `tools.te
 `faults.link_down` (the code behind `python -m tools.testbed fault link-down`) on link
 `h1-p<plane>`, called in-process so its time is known to a few ms; `t_fault` is taken just
 before the call. After the sender ends, the sampler is stopped and the fault cleared
-(`faults.clear`: interface up, addresses and routes back).
+(`faults.clear`: interface up, addresses and routes back). Each transport's result carries
+`series`, its receiver goodput in 10 ms bins on the clock of its `fault_at_s`
+(`analysis.series`), which `mrc plot` draws.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ def run_mptcp(bed: Bed, seconds: float, plane: int, kind: str, after: float, sta
     app: list[Window] = analysis.bins_windows(srv["first"], srv["bins_ms"])
     m = analysis.failover(app, t_fault, exact=srv["gaps"], first=srv["first"])
     m["measured_on"] = "bytes read by the MPTCP receiver (recv_into timestamps; 1 ms bins)"
+    m["series"] = analysis.series(app, t_fault)
     m["wire"] = _wire(wire_doc, t_fault, plane)
     m["bytes"] = srv["bytes"]
     m["subflows"] = client.json().get("max_subflows", 0) + 1
@@ -118,6 +121,7 @@ def run_mrc(bed: Bed, seconds: float, plane: int, kind: str, after: float, state
     placed = analysis.interval_windows(t0, sdoc.get("intervals", []))
     stall = cdoc.get("end", {}).get("mrc", {}).get("longest_stall_seconds")
     m = analysis.failover(placed, t_fault)
+    m["series"] = analysis.series(placed, t_fault)  # the clock of m["fault_at_s"]
     wire = _wire(wire_doc, t_fault, plane)
     # mrc places packets as they arrive (no head-of-line blocking), so the 1 ms wire log is
     # its finest goodput-level view of the stall at the fault; 10 ms intervals are coarser.
