@@ -10,7 +10,7 @@ optional extra (`mrc[plot]`); without it the one-line `PlotError` says how to ge
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import series
 from .load import load
@@ -49,6 +49,7 @@ MARK_STYLES = {  # kind: (colour, line style)
     "path-retired": ("#ff7f0e", "-."),
 }
 TRANSPORT_NAMES = {"mrc": "mrc", "mptcp": "MPTCP"}
+MAX_LABELS = 12  # a flapping plane can make dozens of marks: the lines stay, the words stop
 
 
 def default_output(input_path: str) -> str:
@@ -97,8 +98,8 @@ def render(run: Run, what: str = "all") -> tuple[Figure, list[str]]:
         else:
             _failover(ax, run)
         if name != "failover":
-            _marks(ax, marks, labels=ax is timed[0])
             ax.set_xlim(0, max(run.duration, 1e-3))
+            _marks(ax, marks, labels=ax is timed[0])
             if ax is timed[-1]:
                 ax.set_xlabel("time since the test started (s)")
             else:
@@ -145,7 +146,8 @@ def _goodput(ax: Axes, run: Run) -> None:
         what = f"bytes sent by the {run.role or 'sender'} per interval, retransmits included"
     ax.set_title(f"Goodput per plane ({what})")
     ax.set_ylabel("Gbit/s")
-    ax.set_ylim(bottom=0)
+    top = ax.get_ylim()[1]
+    ax.set_ylim(-0.02 * top, top)  # a plane at 0 stays visible above the axis
     ax.legend(loc="lower left", fontsize=8, ncol=4)
 
 
@@ -156,7 +158,7 @@ def _evs(ax: Axes, run: Run) -> None:
     for state in present:
         segs = [g for g in tl.segments if g.state == state]
         ax.barh([g.row for g in segs], [g.end - g.start for g in segs],
-                left=[g.start for g in segs], height=0.85,
+                left=[g.start for g in segs], height=0.95,
                 color=STATE_COLOURS.get(state, "#17becf"), label=STATE_WORDS.get(state, state),
                 linewidth=0)
     ticks, labels = [], []
@@ -221,10 +223,22 @@ def _failover(ax: Axes, run: Run) -> None:
 
 
 def _marks(ax: Axes, marks: list[series.Mark], labels: bool) -> None:
-    for m in marks:
+    """A vertical line per mark; on the top panel also its label, written across from the
+    line and stepped down for marks close together so that a burst stays readable."""
+    span = max(ax.get_xlim()[1] - ax.get_xlim()[0], 1e-9)
+    level, last_t = 0, float("-inf")
+    for i, m in enumerate(marks):
         colour, style = MARK_STYLES.get(m.kind, ("#7f7f7f", ":"))
         ax.axvline(m.t, color=colour, linestyle=style, linewidth=1.0, alpha=0.9)
-        if labels:
-            kw: dict[str, Any] = {"rotation": 90, "va": "top", "ha": "right", "fontsize": 7}
-            ax.annotate(f"{m.label} ({m.t:.3f} s)", xy=(m.t, 0.98),
-                        xycoords=("data", "axes fraction"), color=colour, **kw)
+        if not labels or i >= MAX_LABELS:
+            continue
+        level = (level + 1) % 6 if m.t - last_t < 0.2 * span else 0
+        last_t = m.t
+        text = f"{m.label} ({m.t:.3f} s)"
+        if i == MAX_LABELS - 1 and len(marks) > MAX_LABELS:
+            text += f" … and {len(marks) - MAX_LABELS} more marks"
+        ax.annotate(text, xy=(m.t, 0.95 - 0.11 * level), xycoords=("data", "axes fraction"),
+                    xytext=(3, 0), textcoords="offset points", color=colour, fontsize=7,
+                    va="top", ha="left",
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
+                          "alpha": 0.75})
