@@ -42,6 +42,7 @@ def read_trace(path: str, content: str) -> Run:
         run.planes = tuple(p for p in planes if isinstance(p, int) and not isinstance(p, bool))
     records = 0
     last_t = 0.0
+    ev_states: dict[int, str] = {}
     body = lines[1:]
     for i, line in enumerate(body):
         if not line.strip():
@@ -58,7 +59,7 @@ def read_trace(path: str, content: str) -> Run:
                 raise BadRecord("record")
             t = num(rec, "t")
             kind = text(rec, "kind")
-            _record(run, kind, t, rec)
+            _record(run, kind, t, rec, ev_states)
         except (BadRecord, AttributeError, TypeError):
             run.skipped += 1
             continue
@@ -92,12 +93,16 @@ def _header(path: str, first: str) -> dict[str, Any]:
     return head
 
 
-def _record(run: Run, kind: str, t: float, rec: dict[str, Any]) -> None:
+def _record(run: Run, kind: str, t: float, rec: dict[str, Any],
+            ev_states: dict[int, str]) -> None:
     if kind == "ev":
         change = ev_change(rec)
         run.ev_timeline.append(change)
-        # the -J's path-retired/path-restored events, so the goodput panel marks them alike
-        if change.state == "retired":
+        before = ev_states.get(change.ev)
+        ev_states[change.ev] = change.state
+        # the -J's path-retired/path-restored events, so the goodput panel marks them alike:
+        # a retirement is a usable EV turning bad, not a failed probe sending it back
+        if change.state == "retired" and before not in ("retired", "probing"):
             run.events.append(Event(t, "path-retired", change.plane, change.ev, change.reason))
         elif change.state == "good" and change.reason == "restored":
             run.events.append(Event(t, "path-restored", change.plane, change.ev, ""))

@@ -211,3 +211,20 @@ def test_panels_the_input_supports(client: Path, trace: Path, tmp_path: Path) ->
         with pytest.raises(PlotError) as exc:
             panels(run, what)
         assert str(exc.value) == f"{run.path}: {why}"
+
+
+def test_a_failed_probe_is_not_a_new_retirement(tmp_path: Path) -> None:
+    """In a trace, EV 20 retired → probing → retired (its probe went unanswered) is one
+    retirement, as in the -J's path-retired events."""
+    recs = trace_lines()
+    recs.insert(-1, {"t": 0.033, "kind": "ev", "ev": 21, "plane": 1, "state": "probing",
+                     "reason": "probe"})
+    recs.insert(-1, {"t": 0.0335, "kind": "ev", "ev": 21, "plane": 1, "state": "retired",
+                     "reason": ""})
+    recs.sort(key=lambda r: r.get("t", -1.0))
+    run = load(str(write_trace(tmp_path / "p.trace", recs)))
+    assert [(m.kind, m.count) for m in marks(run) if m.kind == "path-retired"] == [
+        ("path-retired", 2)]
+    assert [s for s in ev_panel(run).segments if s.row == 3] == [
+        Segment(3, 0.0, 0.025, "good"), Segment(3, 0.025, 0.033, "retired"),
+        Segment(3, 0.033, 0.0335, "probing"), Segment(3, 0.0335, 0.04, "retired")]
