@@ -72,6 +72,8 @@ def _json_docs(path: str, content: str) -> list[Any]:
             return docs
         try:
             doc, i = dec.raw_decode(content, i)
+        except RecursionError:
+            raise PlotError(f"{path}: JSON nested too deeply to be a document of mrc") from None
         except json.JSONDecodeError as exc:
             rest = content[exc.pos:].rstrip()
             # an unterminated string that runs to the end of the file was cut off too

@@ -11,6 +11,7 @@ a wrong type raises `BadRecord`, which a loader counts as a skipped record.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,8 +121,9 @@ class BadRecord(Exception):
 
 def num(d: dict[str, Any], key: str) -> float:
     v = d.get(key)
-    # bool is an int to Python but never a number in these documents
-    if isinstance(v, bool) or not isinstance(v, int | float):
+    # bool is an int to Python but never a number in these documents; json reads NaN and
+    # Infinity, which no axis can hold
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise BadRecord(key)
     return float(v)
 

@@ -27,7 +27,7 @@ TRACE_VERSION = 1  # the newest trace version this reader knows
 def is_trace_header(first_line: str) -> bool:
     try:
         head = json.loads(first_line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(head, dict) and head.get("format") == TRACE_FORMAT
 
@@ -49,7 +49,7 @@ def read_trace(path: str, content: str) -> Run:
             continue
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if i == len(body) - 1 and not content.endswith("\n"):
                 break  # the writer was cut off mid-line: tolerated
             run.skipped += 1
@@ -79,7 +79,7 @@ def read_trace(path: str, content: str) -> Run:
 def _header(path: str, first: str) -> dict[str, Any]:
     try:
         head = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         head = None
     if not isinstance(head, dict) or head.get("format") != TRACE_FORMAT:
         raise PlotError(f"{path}: not an mrc trace (the first line is not a header with "

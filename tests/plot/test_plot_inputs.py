@@ -91,6 +91,10 @@ def test_empty_binary_truncated_and_foreign_files(tmp_path: Path,
     garbage.write_text('{"start": nonsense}\n')
     assert refused(capsys, str(garbage)) == (
         f"mrc plot: {garbage}: not JSON (line 1, column 11: Expecting value)")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert refused(capsys, str(deep)) == (
+        f"mrc plot: {deep}: JSON nested too deeply to be a document of mrc")
     foreign = write_json(tmp_path / "foreign.json", {"hello": [1, 2]})
     assert refused(capsys, str(foreign)) == (
         f"mrc plot: {foreign}: not an mrc bench -J document, trace or compare.json")
@@ -145,9 +149,10 @@ def test_malformed_records_are_counted(tmp_path: Path,
     doc = client_doc()
     doc["intervals"].append({"sum": {"start": 0.05}})
     doc["end"]["mrc"]["events"].append({"t": None})
+    doc["end"]["mrc"]["ev_timeline"].append({"t": float("inf"), "ev": 1, "plane": 0})
     src = write_json(tmp_path / "bad.json", doc)
-    rc, out, _ = plot(capsys, str(src), "--what", "goodput")
-    assert out.endswith("(goodput); 2 malformed records skipped\n")
+    rc, out, _ = plot(capsys, str(src))
+    assert out.endswith("(goodput, evs, cc); 3 malformed records skipped\n")
 
 
 def test_several_tests_in_one_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,3 +192,31 @@ def test_without_matplotlib(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     src = write_json(tmp_path / "client.json", client_doc())
     assert refused(capsys, str(src)) == "mrc plot needs matplotlib: pip install 'mrc[plot]'"
     assert not (tmp_path / "client.png").exists()
+
+
+def test_every_truncation_is_a_line_or_a_plot(tmp_path: Path) -> None:
+    """A file cut anywhere (a writer killed, a copy cut short) is refused with a PlotError
+    or drawn from what is left; never another exception. A JSON document only whole; a trace
+    as soon as one record after the header is complete."""
+    from mrc.plot import PlotError
+    from mrc.plot.series import ev_panel, goodput, marks, panels, windows
+
+    lines = [json.dumps(r) + "\n" for r in trace_lines()]
+    first_record_end = len(lines[0]) + len(lines[1])
+    for name, text, drawn_from in (
+        ("t.trace", "".join(lines), first_record_end - 1),  # its newline may be missing
+        ("b.json", json.dumps(client_doc()), len(json.dumps(client_doc()))),
+    ):
+        for cut in range(0, len(text), 37):
+            path = tmp_path / name
+            path.write_text(text[:cut])
+            try:
+                run = load(str(path))
+                for panel in panels(run, "all"):
+                    {"goodput": goodput, "evs": ev_panel, "cc": windows}[panel](run)
+                marks(run)
+            except PlotError as exc:
+                assert "\n" not in str(exc)
+                assert cut < drawn_from, (name, cut, str(exc))
+            else:
+                assert cut >= drawn_from, (name, cut)
