@@ -312,16 +312,16 @@ class PlaneMonitor:
             header=ERTH(
                 op=op,
                 port_status_mask=self.paths.port_mask(),
-                probe_id=probe_id,
                 tx_timestamp=tx_timestamp(now),
             ),
             p_key=self.config.p_key,
+            probe_id=probe_id,  # in BTH.PSN (docs/WIRE.md §4)
         )
         self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
 
-    def answer_endpoint(self, header: ERTH, plane: int, ev: int) -> None:
-        """Answer an ENDPOINT_REQUEST that came in on `plane` with `ev`: that validates the
-        peer's reverse path (docs/DESIGN.md §4)."""
+    def answer_endpoint(self, header: ERTH, plane: int, ev: int, probe_id: int) -> None:
+        """Answer an ENDPOINT_REQUEST that came in on `plane` with `ev`, echoing its
+        `probe_id`: that validates the peer's reverse path (docs/DESIGN.md §4)."""
         if plane not in self.peer_addrs or plane not in self.paths.planes:
             return
         # The peer judges the EV it probed by this answer, so the answer takes the mirror of
@@ -337,10 +337,10 @@ class PlaneMonitor:
             header=EETH(
                 op=header.op,
                 port_status_mask=self.paths.port_mask(),
-                probe_id=header.probe_id,
                 tx_timestamp=header.tx_timestamp,
             ),
             p_key=self.config.p_key,
+            probe_id=probe_id,
         )
         self.out.append(Transmit(plane, self.peer_addrs[plane], answer.encode(), answer.ev))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from ..wire.ack import NackReason, SackMark
+from ..wire.ack import NackReason, SackMark, Syndrome, syndrome_ok
 from ..wire.bth import MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket
 from .balance import PlaneBalance
@@ -48,6 +48,8 @@ MSN_MASK = MSN_MOD - 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
 MAX_OUTSTANDING_MESSAGES = 1 << 15
 
+
+_ACCESS = (NackReason.BAD_RKEY, NackReason.OUT_OF_BOUNDS)
 
 class Sender:
     def __init__(
@@ -393,7 +395,10 @@ class Sender:
             if trig_rec.sent_at > plane.answered_sent_at:
                 plane.answered_sent_at = trig_rec.sent_at
             # CC's delay sample (Karn): a first transmission whose own timestamp came back.
-            if pkt.cc.valid and not trig_rec.rtx and trig_rec.tx_ts == pkt.cc.tx_timestamp:
+            # Peers that never set our V bit still echo: a non-zero echo equal to the
+            # packet's own timestamp is plainly valid (docs/WIRE.md §4).
+            echo = pkt.cc.tx_timestamp
+            if (pkt.cc.valid or echo) and not trig_rec.rtx and trig_rec.tx_ts == echo:
                 rtt = now - trig_rec.sent_at
         ce_ev = None
         if seth.m is not SackMark.NONE and not seth.pr:
@@ -445,7 +450,15 @@ class Sender:
             # The AETH says every PSN of the message arrived or was consumed.
             first = msg.first_psn
             self._ack([(first + i) & PSN_MASK for i in range(msg.npkts)], now, touched)
-            msg.status = pkt.aeth.syndrome
+            # 0 for any IBTA ACK (0x00-0x1F); a remote access error as the NACK named it
+            # (BAD_RKEY or OUT_OF_BOUNDS) if one came; else the syndrome (docs/WIRE.md §4).
+            syndrome = pkt.aeth.syndrome
+            if syndrome_ok(syndrome):
+                msg.status = 0
+            elif syndrome == Syndrome.NAK_REMOTE_ACCESS and msg.failure is not None:
+                msg.status = msg.failure
+            else:
+                msg.status = syndrome
         self._advance_una()
         self._sample_rtts(now)
         self._acked_evs |= touched
@@ -479,8 +492,11 @@ class Sender:
                 )
         elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
             self._declare_lost(rec, "nack_other", avoid_plane=None)
-        # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends. BAD_RKEY / OUT_OF_BOUNDS:
-        # an early warning only; the outcome arrives in the message's AETH.
+        elif reason in _ACCESS and rec is not None:
+            # An early warning only: the outcome arrives in the message's AETH as a remote
+            # access error, and this says which one.
+            rec.msg.failure = reason
+        # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends.
 
     def on_transmit_failed(self, psn: int, count: int, ev: int, plane: int, now: float) -> None:
         """A local queue refused the `count` packets from `psn` sent on `ev` (ENOBUFS): they

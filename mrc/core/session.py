@@ -512,11 +512,11 @@ class Session:
         if isinstance(header, ERTH):
             if header.op is EndpointOp.PORT_STATUS:
                 self.planes.peer_ports(header.port_status_mask, now)
-            self.planes.answer_endpoint(header, plane, pkt.ev)
+            self.planes.answer_endpoint(header, plane, pkt.ev, pkt.probe_id)
         elif isinstance(header, EETH) and header.op is EndpointOp.EV_PROBE:
             # Its port_status_mask is a snapshot from when the peer answered; answers cross
             # newer announcements on the way, so only PORT_STATUS and PORTSTATE set the mask.
-            self.planes.on_ev_probe_answer(plane, header.probe_id, now)
+            self.planes.on_ev_probe_answer(plane, pkt.probe_id, now)
 
     def _handle_cm(self, pkt: CmPacket, plane: int, tos: int, now: float) -> None:
         op = pkt.opcode

@@ -174,6 +174,9 @@ def ev_panel(run: Run) -> EvTimeline:
     if not run.ev_timeline:
         if run.kind == "trace":
             raise PlotError(f"{run.path}: no EV timeline: the trace has no ev records")
+        if run.ev_source == "ev_timeline":
+            raise PlotError(f"{run.path}: no EV timeline: end.mrc.ev_timeline is empty (this "
+                            "side sent no data)")
         raise PlotError(f"{run.path}: no EV timeline: no end.mrc.ev_timeline, and this side "
                         "sent no data")
     return ev_timeline(run.ev_timeline, run.duration, run.ev_source, run.ev_truncated)

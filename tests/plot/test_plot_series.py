@@ -211,6 +211,12 @@ def test_panels_the_input_supports(client: Path, trace: Path, tmp_path: Path) ->
         with pytest.raises(PlotError) as exc:
             panels(run, what)
         assert str(exc.value) == f"{run.path}: {why}"
+    receiver["end"]["mrc"]["ev_timeline"] = []  # the bench's: a receiver changes no EV
+    run = load(str(write_json(tmp_path / "server.json", receiver)))
+    with pytest.raises(PlotError) as exc:
+        panels(run, "evs")
+    assert str(exc.value) == (f"{run.path}: no EV timeline: end.mrc.ev_timeline is empty "
+                              "(this side sent no data)")
 
 
 def test_a_failed_probe_is_not_a_new_retirement(tmp_path: Path) -> None:
