@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrc.core.memory import Region, RegionTable
+from mrc.wire.ack import Syndrome, syndrome_ok
 
 from .bench_proto import RESULTS_BYTES, Pattern, RegionRef
 
@@ -23,7 +24,11 @@ class BenchError(Exception):
 
 WRITER = "sender"
 RECEIVER = "receiver"
-STATUS_NAMES = {0x80: "BAD_RKEY", 0x81: "OUT_OF_BOUNDS"}
+#: A failed WRITE's status by name, for `write_errors`: the NACK reason when one said which
+#: remote access error it was, else the AETH's NAK syndrome (docs/WIRE.md §4).
+STATUS_NAMES = {0x80: "BAD_RKEY", 0x81: "OUT_OF_BOUNDS"} | {
+    s.value: s.name for s in Syndrome if not syndrome_ok(s.value)
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..wire.ack import AETH, NETH, NackReason, SackMark
+from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
 from ..wire.data import MAX_DMA_LENGTH
 from ..wire.packet import (
@@ -429,7 +429,9 @@ class Receiver:
             dest_qp=self.dest_qp,
             psn=self.cack,
             ev=ev,
-            aeth=AETH(syndrome=status, msn=msn),
+            # IBTA syndromes (docs/WIRE.md §4): an ACK, or a remote access error for a message
+            # that failed BAD_RKEY or OUT_OF_BOUNDS (its NACK said which).
+            aeth=AETH(syndrome=Syndrome.NAK_REMOTE_ACCESS if status else Syndrome.ACK, msn=msn),
             p_key=self.config.p_key,
         ).encode()
         self._emit(out_plane, ev, data)

@@ -34,8 +34,10 @@ class OutMessage:
     sent: int = 0
     #: Packets acknowledged so far.
     acked: int = 0
-    #: AETH syndrome once the outcome arrived.
+    #: The outcome once its AETH arrived: 0, or the failure (docs/WIRE.md §4).
     status: int | None = None
+    #: BAD_RKEY or OUT_OF_BOUNDS, when a NACK said so before the AETH's remote access error.
+    failure: int | None = None
     #: When to resend the LAST to fetch a missing AETH, and the interval in force.
     completion_deadline: float | None = None
     completion_interval: float = 0.0

@@ -79,9 +79,9 @@ class Hello:
 
 
 def write_status(syndrome: int) -> str:
-    """An AETH syndrome as a status: IBTA's ACK codes (top three bits 000, which includes the
-    0 this core sends) are "ok"; every NAK the responder can send for a WRITE (0x62 remote
-    access error, and the BAD_RKEY/OUT_OF_BOUNDS codes 0x80/0x81) is "remote_access_error"."""
+    """A completion status as the client sees it: 0 (the core's "any IBTA ACK") is "ok"; every
+    NAK a responder can send for a WRITE (0x62 remote access error, mrc's BAD_RKEY and
+    OUT_OF_BOUNDS, or another peer's code) is "remote_access_error"."""
     return "ok" if syndrome >> 5 == 0 else "remote_access_error"
 
 

@@ -66,9 +66,8 @@ def read_bench(path: str, doc: dict[str, Any]) -> Run:
         run.ev_timeline = _derived_timeline(run, mrc.get("evs"))
         run.ev_source = "events" if run.ev_timeline else ""
     for iv in run.intervals:
-        for plane in sorted(iv.cap):
-            if plane in iv.in_flight:
-                run.cc.append(CcSample(iv.end, plane, iv.cap[plane], iv.in_flight[plane]))
+        for plane in sorted(iv.in_flight):
+            run.cc.append(CcSample(iv.end, plane, iv.cap.get(plane), iv.in_flight[plane]))
     planes = {p.get("plane") for p in mrc.get("planes") or [] if isinstance(p, dict)}
     for iv in run.intervals:
         planes.update(iv.plane_bytes)
@@ -94,13 +93,13 @@ def _interval(raw: dict[str, Any]) -> Interval:
         raise BadRecord("end")
     plane_bytes: dict[int, int] = {}
     in_flight: dict[int, int] = {}
-    cap: dict[int, int] = {}
+    cap: dict[int, int | None] = {}
     for p in raw.get("planes") or []:
         plane = integer(p, "plane")
         plane_bytes[plane] = integer(p, "bytes")
-        if "in_flight" in p and "cap" in p:
+        if "in_flight" in p:  # the sending side's; its cap is null without a cc
             in_flight[plane] = integer(p, "in_flight")
-            cap[plane] = integer(p, "cap")
+            cap[plane] = opt_int(p, "cap")
     return Interval(start, end, plane_bytes, in_flight, cap, opt_int(s, "snd_cwnd"))
 
 

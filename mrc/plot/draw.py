@@ -186,7 +186,8 @@ def _cc(ax: Axes, run: Run) -> None:
     ws = series.windows(run)
     for w in ws:
         colour = _plane_colour(w.plane)
-        ax.step(w.t, [c / mib for c in w.cwnd], where="post", color=colour, linewidth=1.2,
+        cwnd = [c / mib if c is not None else float("nan") for c in w.cwnd]
+        ax.step(w.t, cwnd, where="post", color=colour, linewidth=1.2,
                 label=f"plane {w.plane} window")
         ax.step(w.t, [f / mib for f in w.in_flight], where="post", color=colour,
                 linestyle="--", linewidth=0.9, label=f"plane {w.plane} in flight")
@@ -197,7 +198,7 @@ def _cc(ax: Axes, run: Run) -> None:
     ax.set_title("Congestion window (the plane's cap) and bytes in flight per plane")
     # windows reach tens of MiB while a plane has a few packets in flight: a log axis shows
     # both; an empty plane (0 bytes) sits on the bottom edge
-    values = [v for w in ws for v in (*w.cwnd, *w.in_flight) if v > 0] + [c for c in total if c]
+    values = [v for w in ws for v in (*w.cwnd, *w.in_flight) if v] + [c for c in total if c]
     ax.set_yscale("log", nonpositive="clip")
     if values:
         ax.set_ylim(min(values) / mib / 2, max(values) / mib * 2)

@@ -43,7 +43,7 @@ class Interval:
     end: float
     plane_bytes: dict[int, int]
     in_flight: dict[int, int] = field(default_factory=dict)
-    cap: dict[int, int] = field(default_factory=dict)
+    cap: dict[int, int | None] = field(default_factory=dict)
     snd_cwnd: int | None = None
 
 
@@ -75,7 +75,7 @@ class CcSample:
 
     t: float
     plane: int
-    cwnd: int
+    cwnd: int | None  # None: no window of its own (`--cc none` reports a null cap)
     in_flight: int
     bytes_sent: int | None = None  # cumulative; traces only
 

@@ -96,7 +96,7 @@ class EvTimeline:
 class PlaneWindow:
     plane: int
     t: tuple[float, ...]
-    cwnd: tuple[int, ...]
+    cwnd: tuple[int | None, ...]  # None where the plane has no window (--cc none)
     in_flight: tuple[int, ...]
 
 
@@ -217,7 +217,7 @@ def windows(run: Run) -> list[PlaneWindow]:
                             "records")
         raise PlotError(f"{run.path}: compare.json has failover series only "
                         "(use --what failover)")
-    per: dict[int, list[tuple[float, int, int]]] = {}
+    per: dict[int, list[tuple[float, int | None, int]]] = {}
     for c in sorted(run.cc, key=lambda c: c.t):
         per.setdefault(c.plane, []).append((c.t, c.cwnd, c.in_flight))
     return [PlaneWindow(p, tuple(t for t, _, _ in v), tuple(w for _, w, _ in v),

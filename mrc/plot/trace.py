@@ -121,6 +121,6 @@ def _record(run: Run, kind: str, t: float, rec: dict[str, Any],
     elif kind == "fault":
         run.events.append(Event(t, "fault", opt_int(rec, "plane"), None, text(rec, "detail")))
     elif kind == "cc":
-        run.cc.append(CcSample(t, integer(rec, "plane"), integer(rec, "cwnd"),
+        run.cc.append(CcSample(t, integer(rec, "plane"), opt_int(rec, "cwnd"),
                                integer(rec, "in_flight"), opt_int(rec, "bytes_sent")))
     # retransmit, drop, rtt, suppressed, end and kinds of later versions: not drawn

@@ -5,7 +5,17 @@ and back. Decoders are strict and raise `DecodeError` naming the field; what a p
 left to `mrc.core`.
 """
 
-from mrc.wire.ack import AETH, NETH, SETH, CCState, NackReason, PortState, SackMark
+from mrc.wire.ack import (
+    AETH,
+    NETH,
+    SETH,
+    CCState,
+    NackReason,
+    PortState,
+    SackMark,
+    Syndrome,
+    syndrome_ok,
+)
 from mrc.wire.bth import (
     BTH,
     CM_LISTEN_QPN,
@@ -87,10 +97,12 @@ __all__ = [
     "SackMark",
     "SackPacket",
     "SecurityLevel",
+    "Syndrome",
     "Trailer",
     "data_header_size",
     "decode_packet",
     "encode_data_header",
     "peek_dest_qp",
     "peek_opcode",
+    "syndrome_ok",
 ]

@@ -2,7 +2,9 @@
 
 Holds the `Buffer` type alias, the `FixedHeader` mixin that gives every fixed-size header its
 `encode`/`encode_into` pair from one precompiled `struct.Struct`, and small range/length checks.
-It knows no header layout itself; each header module declares its own struct.
+It knows no header layout itself; each header module declares its own struct. The `type 4 |
+next 5` prefix of the reliability headers is sent as 0 and ignored on receipt (docs/WIRE.md §4):
+the opcode alone says which header follows.
 """
 
 from __future__ import annotations
@@ -64,16 +66,3 @@ def check_len(name: str, value: bytes, length: int) -> bytes:
     if len(value) != length:
         raise ValueError(f"{name} must be {length} bytes, got {len(value)}")
     return bytes(value)
-
-
-def check_type_next(word: int, expected: int, what: str) -> None:
-    """Check the `type 4 | next 5` prefix of a reliability header (docs/WIRE.md §4).
-
-    `word` is the header's first 16 bits; raises DecodeError("type") or DecodeError("next").
-    """
-    htype = word >> 12
-    if htype != expected:
-        raise DecodeError("type", f"{what} type {htype}, expected {expected}")
-    nxt = (word >> 7) & 0x1F
-    if nxt:
-        raise DecodeError("next", f"{what} next {nxt}, expected 0")

@@ -11,11 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Self
 
-from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_signed, check_type_next, need
+from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_signed, need
 from mrc.wire.errors import DecodeError
-
-SETH_TYPE = 1
-NETH_TYPE = 2
 
 # 0 type 4 | next 5 | m 2 | flags 5, 2 ack_psn_offset, 4 entropy, 8 spdcid, 10 dpdcid,
 # 12 rsvd 8 | cack_psn 24, 16 cc_type 4 | cc_flags 4, 17 mpr, 18 sack_offset, 20 sack_bitmap
@@ -42,7 +39,7 @@ class SackMark(IntEnum):
 
 
 class NackReason(IntEnum):
-    """NETH `nack_reason` codes (docs/WIRE.md §4 table); also AETH syndromes for failed messages."""
+    """NETH `nack_reason` codes (docs/WIRE.md §4 table)."""
 
     TRIMMED = 0x01
     TRIMMED_LASTHOP = 0x02
@@ -53,6 +50,24 @@ class NackReason(IntEnum):
     UNEXP_EVENT = 0x19
     BAD_RKEY = 0x80
     OUT_OF_BOUNDS = 0x81
+
+
+class Syndrome(IntEnum):
+    """AETH syndromes as IBTA defines them (docs/WIRE.md §4): bits 7-5 say ACK (000), RNR NAK
+    (001) or NAK (011, its code in bits 4-0). `mrc` sends ACK and NAK_REMOTE_ACCESS."""
+
+    #: An ACK whose credit count is "invalid": what MRC peers and `mrc` send for success.
+    ACK = 0x1F
+    NAK_PSN_SEQUENCE = 0x60
+    NAK_INVALID_REQUEST = 0x61
+    #: A message failed by BAD_RKEY or OUT_OF_BOUNDS (the NETH reason says which).
+    NAK_REMOTE_ACCESS = 0x62
+    NAK_REMOTE_OPERATIONAL = 0x63
+
+
+def syndrome_ok(syndrome: int) -> bool:
+    """Any ACK syndrome (0x00-0x1F, whatever its credit count) means the message arrived."""
+    return syndrome >> 5 == 0
 
 
 _SACK_MARKS = {m.value: m for m in SackMark}
@@ -66,7 +81,8 @@ class SETH(FixedHeader):
     `ack_psn_offset` is the triggering PSN - `cack_psn`, or the answered probe_id when `pr` is
     set. Bit i of `sack_bitmap` (i = 0 is the most significant bit) covers PSN
     `cack_psn + sack_offset + i`. `ps` says a PORTSTATE follows the CC_STATE. `mpr` is in units of
-    128 PSNs. spdcid, dpdcid and cc_flags are sent as 0 and not kept.
+    128 PSNs. `type`/`next` are sent as 0 and ignored, like cc_flags; spdcid and dpdcid are
+    kept as they came (0 from `mrc`).
     """
 
     ack_psn_offset: int
@@ -79,14 +95,15 @@ class SETH(FixedHeader):
     ps: bool = False
     mpr: int = 8
     cc_type: int = 0
+    spdcid: int = 0
+    dpdcid: int = 0
 
     SIZE: ClassVar[int] = 28
     _STRUCT: ClassVar[struct.Struct] = SETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         first = (
-            (SETH_TYPE << 12)
-            | (check_bits("m", int(self.m), 2) << 5)
+            (check_bits("m", int(self.m), 2) << 5)
             | (_PR_FLAG if self.pr else 0)
             | (_PS_FLAG if self.ps else 0)
         )
@@ -94,8 +111,8 @@ class SETH(FixedHeader):
             first,
             check_signed("ack_psn_offset", self.ack_psn_offset, 16),
             check_bits("entropy", self.entropy, 32),
-            0,
-            0,
+            check_bits("spdcid", self.spdcid, 16),
+            check_bits("dpdcid", self.dpdcid, 16),
             check_bits("cack_psn", self.cack_psn, 24),
             check_bits("cc_type", self.cc_type, 4) << 4,
             check_bits("mpr", self.mpr, 8),
@@ -106,10 +123,9 @@ class SETH(FixedHeader):
     @classmethod
     def decode(cls, buf: Buffer, offset: int = 0) -> Self:
         need(buf, offset, 28, "SETH")
-        (first, ack_off, entropy, _spd, _dpd, cack, cc, mpr, sack_off, bitmap) = (
+        (first, ack_off, entropy, spdcid, dpdcid, cack, cc, mpr, sack_off, bitmap) = (
             SETH_STRUCT.unpack_from(buf, offset)
         )
-        check_type_next(first, SETH_TYPE, "SETH")
         m = _SACK_MARKS.get((first >> 5) & 0x3)
         if m is None:
             raise DecodeError("m", "SACK mark 3 must not occur")
@@ -124,6 +140,8 @@ class SETH(FixedHeader):
             ps=bool(first & _PS_FLAG),
             mpr=mpr,
             cc_type=cc >> 4,
+            spdcid=spdcid,
+            dpdcid=dpdcid,
         )
 
 
@@ -188,7 +206,8 @@ class PortState(FixedHeader):
 
 @dataclass(frozen=True, slots=True)
 class NETH(FixedHeader):
-    """NACK extension header, 20 bytes (type 2). `entropy` is the EV the NACKed packet came on."""
+    """NACK extension header, 20 bytes. `entropy` is the EV the NACKed packet came on; vendor,
+    spdcid and dpdcid are kept as they came (0 from `mrc`)."""
 
     nack_reason: NackReason
     entropy: int
@@ -196,18 +215,20 @@ class NETH(FixedHeader):
     tx_timestamp: int = 0
     vendor: int = 0
     cc_type: int = 0
+    spdcid: int = 0
+    dpdcid: int = 0
 
     SIZE: ClassVar[int] = 20
     _STRUCT: ClassVar[struct.Struct] = NETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (
-            NETH_TYPE << 12,
+            0,
             check_bits("nack_reason", int(self.nack_reason), 8),
             check_bits("vendor", self.vendor, 8),
             check_bits("entropy", self.entropy, 32),
-            0,
-            0,
+            check_bits("spdcid", self.spdcid, 16),
+            check_bits("dpdcid", self.dpdcid, 16),
             check_bits("nack_psn", self.nack_psn, 24),
             check_bits("cc_type", self.cc_type, 4) << 4,
             check_bits("tx_timestamp", self.tx_timestamp, 16),
@@ -216,10 +237,9 @@ class NETH(FixedHeader):
     @classmethod
     def decode(cls, buf: Buffer, offset: int = 0) -> Self:
         need(buf, offset, 20, "NETH")
-        first, reason, vendor, entropy, _spd, _dpd, psn, cc, ts = NETH_STRUCT.unpack_from(
+        _first, reason, vendor, entropy, spdcid, dpdcid, psn, cc, ts = NETH_STRUCT.unpack_from(
             buf, offset
         )
-        check_type_next(first, NETH_TYPE, "NETH")
         nack_reason = _NACK_REASONS.get(reason)
         if nack_reason is None:
             raise DecodeError("nack_reason", f"unknown NACK reason 0x{reason:02X}")
@@ -230,14 +250,15 @@ class NETH(FixedHeader):
             tx_timestamp=ts,
             vendor=vendor,
             cc_type=cc >> 4,
+            spdcid=spdcid,
+            dpdcid=dpdcid,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class AETH(FixedHeader):
-    """ACK extension header, 4 bytes: `syndrome` (0 ok, else a NackReason code) and the MSN.
-
-    The MSN is 24 bits on the wire, the 16-bit MSN zero-extended.
+    """ACK extension header, 4 bytes: the IBTA `syndrome` (`Syndrome`, `syndrome_ok`) and the
+    MSN, 24 bits on the wire: the 16-bit MSN zero-extended.
     """
 
     syndrome: int

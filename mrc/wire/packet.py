@@ -13,8 +13,8 @@ and strips it before calling `decode_packet`, and appends it after `encode()`. W
 packet is trimmed (its payload shorter than its opcode implies, §5) is also the caller's call:
 the codec does not know the connection's payload_mtu, so any non-empty payload decodes.
 
-Encoders here always write an EVXH on non-CM packets (BTH.EVX = 1); decoders also accept
-packets without one (EV = 0).
+Encoders here write an EVXH on non-CM packets (BTH.EVX = 1); decoders also accept packets
+without one (EV = 0, and a control record's `evx` False, so it re-encodes byte for byte).
 
 The records are slotted but not frozen dataclasses: a frozen dataclass's `__init__` costs about
 five times as much (1.9 µs against 0.35 µs for a DataPacket), and one is built per packet.
@@ -145,11 +145,15 @@ class SackPacket:
     cc: CCState
     port_state: int | None
     p_key: int = 0xFFFF
+    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
+    evx: bool = True
 
     def encode(self) -> bytes:
         if self.seth.ps != (self.port_state is not None):
             raise ValueError("port_state must be given exactly when seth.ps is set")
-        out = _bth_evxh(Opcode.RELIABILITY_SACK, self.dest_qp, self.cack_psn, self.ev, self.p_key)
+        out = _bth_evxh(
+            Opcode.RELIABILITY_SACK, self.dest_qp, self.cack_psn, self.ev, self.p_key, self.evx
+        )
         out += self.seth.encode() + self.cc.encode()
         if self.port_state is not None:
             out += PORTSTATE_STRUCT.pack(check_bits("port_state", self.port_state, 32))
@@ -165,9 +169,13 @@ class NackPacket:
     ev: int
     neth: NETH
     p_key: int = 0xFFFF
+    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
+    evx: bool = True
 
     def encode(self) -> bytes:
-        bth = _bth_evxh(Opcode.RELIABILITY_NACK, self.dest_qp, self.psn, self.ev, self.p_key)
+        bth = _bth_evxh(
+            Opcode.RELIABILITY_NACK, self.dest_qp, self.psn, self.ev, self.p_key, self.evx
+        )
         return bth + self.neth.encode()
 
 
@@ -180,9 +188,13 @@ class AckPacket:
     ev: int
     aeth: AETH
     p_key: int = 0xFFFF
+    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
+    evx: bool = True
 
     def encode(self) -> bytes:
-        bth = _bth_evxh(Opcode.ACKNOWLEDGE, self.dest_qp, self.psn, self.ev, self.p_key)
+        bth = _bth_evxh(
+            Opcode.ACKNOWLEDGE, self.dest_qp, self.psn, self.ev, self.p_key, self.evx
+        )
         return bth + self.aeth.encode()
 
 
@@ -195,27 +207,37 @@ class ProbePacket:
     ev: int
     peth: PETH
     p_key: int = 0xFFFF
+    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
+    evx: bool = True
 
     def encode(self) -> bytes:
-        bth = _bth_evxh(Opcode.RELIABILITY_PROBE, self.dest_qp, self.psn, self.ev, self.p_key)
+        bth = _bth_evxh(
+            Opcode.RELIABILITY_PROBE, self.dest_qp, self.psn, self.ev, self.p_key, self.evx
+        )
         return bth + self.peth.encode()
 
 
 @dataclass(slots=True)
 class EndpointPacket:
-    """ENDPOINT_REQUEST (ERTH) or ENDPOINT_RESPONSE (EETH): BTH (PSN 0), EVXH, the header."""
+    """ENDPOINT_REQUEST (ERTH) or ENDPOINT_RESPONSE (EETH): BTH, EVXH, the header. BTH.PSN
+    carries `probe_id` (a request's, echoed by its response) in its low 16 bits; its upper 8
+    bits are sent as 0 and ignored (docs/WIRE.md §4)."""
 
     opcode: Opcode
     dest_qp: int
     ev: int
     header: ERTH | EETH
     p_key: int = 0xFFFF
+    probe_id: int = 0
+    evx: bool = True
 
     def encode(self) -> bytes:
         expected = _ENDPOINT_HEADERS.get(self.opcode)
         if expected is None or type(self.header) is not expected:
             raise ValueError(f"{self.opcode!r} cannot carry {type(self.header).__name__}")
-        return _bth_evxh(self.opcode, self.dest_qp, 0, self.ev, self.p_key) + self.header.encode()
+        psn = check_bits("probe_id", self.probe_id, 16)
+        bth = _bth_evxh(self.opcode, self.dest_qp, psn, self.ev, self.p_key, self.evx)
+        return bth + self.header.encode()
 
 
 @dataclass(slots=True)
@@ -264,8 +286,16 @@ _ENDPOINT_HEADERS: dict[Opcode, type[ERTH | EETH]] = {
 # --- encoding ------------------------------------------------------------------------------
 
 
-def _bth_evxh(opcode: Opcode, dest_qp: int, psn: int, ev: int, p_key: int) -> bytes:
-    """BTH (EVX = 1, no flags) followed by EVXH, for control packets."""
+def _bth_evxh(
+    opcode: Opcode, dest_qp: int, psn: int, ev: int, p_key: int, evx: bool = True
+) -> bytes:
+    """BTH (EVX = 1, no flags) followed by EVXH, for control packets; without `evx`, the BTH
+    alone (EVX = 0), as implementations that carry the EV elsewhere send it."""
+    if not evx:
+        if ev:
+            raise ValueError(f"ev={ev:#x} needs an EVXH")
+        return BTH_STRUCT.pack(opcode, 0, check_bits("p_key", p_key, 16),
+                               check_bits("dest_qp", dest_qp, 24), check_bits("psn", psn, 24))
     try:
         return _BTH_EVXH.pack(
             opcode,
@@ -313,7 +343,7 @@ def encode_sack(
             f"SACK field out of range: dest_qp={dest_qp} cack_psn={cack_psn} m={m} "
             f"ooo_count={ooo_count} rcvd_bytes={rcvd_bytes}"
         )
-    first = 0x1000 | (m << 5) | (0x02 if pr else 0)  # SETH type 1 | m | PR | PS
+    first = (m << 5) | (0x02 if pr else 0)  # SETH type 0, next 0 | m | PR | PS
     half = (0x8000 if valid else 0) | ooo_count
     try:
         if port_state is None:
@@ -519,37 +549,38 @@ def _decode_sack(mv: memoryview, n: int) -> SackPacket:
         port_state = PORTSTATE_STRUCT.unpack_from(mv, end)[0]
         end += 4
     _exact(n, end, "SACK")
-    return SackPacket(dest_qp, psn, ev, seth, cc, port_state, p_key)
+    return SackPacket(dest_qp, psn, ev, seth, cc, port_state, p_key, off == 16)
 
 
 def _decode_nack(mv: memoryview, n: int) -> NackPacket:
     dest_qp, psn, p_key, ev, off = _control_bth(mv, n, 20, "NETH")
     neth = NETH.decode(mv, off)
     _exact(n, off + 20, "NACK")
-    return NackPacket(dest_qp, psn, ev, neth, p_key)
+    return NackPacket(dest_qp, psn, ev, neth, p_key, off == 16)
 
 
 def _decode_ack(mv: memoryview, n: int) -> AckPacket:
     dest_qp, psn, p_key, ev, off = _control_bth(mv, n, 4, "AETH")
     aeth = AETH.decode(mv, off)
     _exact(n, off + 4, "ACKNOWLEDGE")
-    return AckPacket(dest_qp, psn, ev, aeth, p_key)
+    return AckPacket(dest_qp, psn, ev, aeth, p_key, off == 16)
 
 
 def _decode_probe(mv: memoryview, n: int) -> ProbePacket:
     dest_qp, psn, p_key, ev, off = _control_bth(mv, n, 16, "PETH")
     peth = PETH.decode(mv, off)
     _exact(n, off + 16, "PROBE")
-    return ProbePacket(dest_qp, psn, ev, peth, p_key)
+    return ProbePacket(dest_qp, psn, ev, peth, p_key, off == 16)
 
 
 def _decode_endpoint(mv: memoryview, n: int) -> EndpointPacket:
     opcode = OPCODE_BY_VALUE[mv[0]]
     cls = _ENDPOINT_HEADERS[opcode]
-    dest_qp, _psn, p_key, ev, off = _control_bth(mv, n, 16, cls.__name__)
+    size = cls.SIZE
+    dest_qp, psn, p_key, ev, off = _control_bth(mv, n, size, cls.__name__)
     header = cls.decode(mv, off)
-    _exact(n, off + 16, opcode.name)
-    return EndpointPacket(opcode, dest_qp, ev, header, p_key)
+    _exact(n, off + size, opcode.name)
+    return EndpointPacket(opcode, dest_qp, ev, header, p_key, psn & 0xFFFF, off == 16)
 
 
 def _decode_cm(mv: memoryview, n: int) -> CmPacket:

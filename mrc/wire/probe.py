@@ -1,8 +1,11 @@
 """Probe and endpoint headers (docs/WIRE.md §4): PETH, ERTH and EETH.
 
 PETH rides on RELIABILITY_PROBE (an EV liveness probe inside a connection); ERTH/EETH ride on
-ENDPOINT_REQUEST/RESPONSE (plane status and reverse-EV probes). Scheduling probes and judging
-their answers is `mrc.core`'s job.
+ENDPOINT_REQUEST/RESPONSE (plane status and reverse-EV probes). An endpoint request's probe id
+is not in these headers: it travels in BTH.PSN, as other MRC implementations carry it, and the
+response echoes it there (`EndpointPacket.probe_id`). `type`/`next` and reserved fields are sent
+as 0 and ignored on receipt; fields `mrc` does not use (vendor, spdcid, dpdcid, ftype) are kept
+as they came. Scheduling probes and judging their answers is `mrc.core`'s job.
 """
 
 from __future__ import annotations
@@ -12,19 +15,20 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Self
 
-from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_type_next, need
+from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
 
-PETH_TYPE = 3
-ERTH_TYPE = 4
-EETH_TYPE = 5
+# type 4 | next 5 | rsvd 7, vendor, rsvd 8, probe_id, rsvd 16, spdcid, dpdcid, tx_timestamp,
+# TSR 1 | rsvd 11 | ftype 4
+PETH_STRUCT = struct.Struct(">HBxH2xHHHH")
+# type 4 | next 5 | rsvd 5 | op 2, rsvd 8, vendor, port_status_mask, rsvd 32, tx_timestamp,
+# TSR 1 | rsvd 11 | ftype 4
+ERTH_STRUCT = struct.Struct(">HxBI4xHH")
+# type 4 | next 5 | rsvd 5 | op 2, rsvd 16, 24 bytes MRC reserves (ours: port_status_mask in the
+# first 4), tx_timestamp, rsvd 16, rsvd 32
+EETH_STRUCT = struct.Struct(">H2xI20xH6x")
 
-# type 4 | next 5 | rsvd 7, vendor, rsvd 8, probe_id, rsvd 16, spdcid, dpdcid (sent as 0),
-# tx_timestamp, TSR 1 | rsvd 11 | ftype 4 (sent as 0)
-PETH_STRUCT = struct.Struct(">HBxH6xH2x")
-# type 4 | next 5 | rsvd 5 | op 2, rsvd 8, vendor, port_status_mask, probe_id, rsvd 16,
-# tx_timestamp, TSR 1 | rsvd 11 | ftype 4 (sent as 0)
-ENDPOINT_STRUCT = struct.Struct(">HxBIH2xH2x")
+_FTYPE = 0x000F
 
 
 class EndpointOp(IntEnum):
@@ -37,78 +41,99 @@ class EndpointOp(IntEnum):
 _ENDPOINT_OPS = {op.value: op for op in EndpointOp}
 
 
+def _op(first: int) -> EndpointOp:
+    op = _ENDPOINT_OPS.get(first & 0x3)
+    if op is None:
+        raise DecodeError("op", f"unknown endpoint op {first & 0x3}")
+    return op
+
+
 @dataclass(frozen=True, slots=True)
 class PETH(FixedHeader):
-    """Probe extension header, 16 bytes (type 3); answered by a SACK with PR = 1."""
+    """Probe extension header, 16 bytes; answered by a SACK with PR = 1."""
 
     probe_id: int
     tx_timestamp: int = 0
     vendor: int = 0
+    spdcid: int = 0
+    dpdcid: int = 0
+    ftype: int = 0
 
     SIZE: ClassVar[int] = 16
     _STRUCT: ClassVar[struct.Struct] = PETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (
-            PETH_TYPE << 12,
+            0,
             check_bits("vendor", self.vendor, 8),
             check_bits("probe_id", self.probe_id, 16),
+            check_bits("spdcid", self.spdcid, 16),
+            check_bits("dpdcid", self.dpdcid, 16),
             check_bits("tx_timestamp", self.tx_timestamp, 16),
+            check_bits("ftype", self.ftype, 4),
         )
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int = 0) -> Self:
         need(buf, offset, 16, "PETH")
-        first, vendor, probe_id, ts = PETH_STRUCT.unpack_from(buf, offset)
-        check_type_next(first, PETH_TYPE, "PETH")
-        return cls(probe_id=probe_id, tx_timestamp=ts, vendor=vendor)
+        _first, vendor, probe_id, spdcid, dpdcid, ts, last = PETH_STRUCT.unpack_from(buf, offset)
+        return cls(probe_id=probe_id, tx_timestamp=ts, vendor=vendor, spdcid=spdcid,
+                   dpdcid=dpdcid, ftype=last & _FTYPE)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
-class _EndpointHeader(FixedHeader):
-    """Fields shared by ERTH and EETH, 16 bytes each."""
+class ERTH(FixedHeader):
+    """Endpoint request header, 16 bytes, on ENDPOINT_REQUEST: the sender's receivable planes
+    (`port_status_mask`) and its timestamp."""
 
     op: EndpointOp
     port_status_mask: int = 0
-    probe_id: int = 0
     tx_timestamp: int = 0
     vendor: int = 0
+    ftype: int = 0
 
     SIZE: ClassVar[int] = 16
-    TYPE: ClassVar[int]
-    _STRUCT: ClassVar[struct.Struct] = ENDPOINT_STRUCT
+    _STRUCT: ClassVar[struct.Struct] = ERTH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (
-            (self.TYPE << 12) | check_bits("op", int(self.op), 2),
+            check_bits("op", int(self.op), 2),
             check_bits("vendor", self.vendor, 8),
             check_bits("port_status_mask", self.port_status_mask, 32),
-            check_bits("probe_id", self.probe_id, 16),
+            check_bits("tx_timestamp", self.tx_timestamp, 16),
+            check_bits("ftype", self.ftype, 4),
+        )
+
+    @classmethod
+    def decode(cls, buf: Buffer, offset: int = 0) -> Self:
+        need(buf, offset, 16, "ERTH")
+        first, vendor, mask, ts, last = ERTH_STRUCT.unpack_from(buf, offset)
+        return cls(op=_op(first), port_status_mask=mask, tx_timestamp=ts, vendor=vendor,
+                   ftype=last & _FTYPE)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class EETH(FixedHeader):
+    """Endpoint response header, 36 bytes (MRC's size), on ENDPOINT_RESPONSE: echoes the
+    request's op and timestamp and carries the responder's own `port_status_mask` [ours, in
+    bytes MRC reserves]."""
+
+    op: EndpointOp
+    port_status_mask: int = 0
+    tx_timestamp: int = 0
+
+    SIZE: ClassVar[int] = 36
+    _STRUCT: ClassVar[struct.Struct] = EETH_STRUCT
+
+    def _values(self) -> tuple[int, ...]:
+        return (
+            check_bits("op", int(self.op), 2),
+            check_bits("port_status_mask", self.port_status_mask, 32),
             check_bits("tx_timestamp", self.tx_timestamp, 16),
         )
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int = 0) -> Self:
-        name = cls.__name__
-        need(buf, offset, 16, name)
-        first, vendor, mask, probe_id, ts = ENDPOINT_STRUCT.unpack_from(buf, offset)
-        check_type_next(first, cls.TYPE, name)
-        op = _ENDPOINT_OPS.get(first & 0x3)
-        if op is None:
-            raise DecodeError("op", f"unknown endpoint op {first & 0x3}")
-        return cls(op=op, port_status_mask=mask, probe_id=probe_id, tx_timestamp=ts, vendor=vendor)
-
-
-@dataclass(frozen=True, slots=True)
-class ERTH(_EndpointHeader):
-    """Endpoint request header (type 4), on ENDPOINT_REQUEST."""
-
-    TYPE: ClassVar[int] = ERTH_TYPE
-
-
-@dataclass(frozen=True, slots=True)
-class EETH(_EndpointHeader):
-    """Endpoint response header (type 5), on ENDPOINT_RESPONSE: echoes probe_id and
-    tx_timestamp and carries the responder's own port_status_mask."""
-
-    TYPE: ClassVar[int] = EETH_TYPE
+        need(buf, offset, 36, "EETH")
+        first, mask, ts = EETH_STRUCT.unpack_from(buf, offset)
+        return cls(op=_op(first), port_status_mask=mask, tx_timestamp=ts)

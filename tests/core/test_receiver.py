@@ -221,19 +221,20 @@ def test_probes_are_answered_on_the_mirror_of_the_path_they_probed(pair: Pair) -
                         peth=PETH(probe_id=9, tx_timestamp=77)).encode()
     ev_probe = EndpointPacket(
         opcode=Opcode.ENDPOINT_REQUEST, dest_qp=pair.sb.qpn, ev=make_ev(0, 0xABCDE),
-        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b11, probe_id=10,
-                    tx_timestamp=78)).encode()
+        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b11, tx_timestamp=78),
+        probe_id=10).encode()
     out = pair.inject(probe, ev_probe)
     (sack,) = [p for p in out if isinstance(p, SackPacket)]
     (answer,) = [p for p in out if isinstance(p, EndpointPacket)]
     assert sack.seth.pr and sack.ev == probed
     assert isinstance(answer.header, EETH)
-    assert (answer.ev, answer.header.probe_id) == (make_ev(0, 0xABCDE), 10)
+    # The probe id travels in BTH.PSN both ways (docs/WIRE.md §4).
+    assert (answer.ev, answer.probe_id, answer.header.tx_timestamp) == (make_ev(0, 0xABCDE), 10, 78)
     # An EV naming another plane cannot be mirrored: a reverse EV of the arrival plane is.
     stray = EndpointPacket(
         opcode=Opcode.ENDPOINT_REQUEST, dest_qp=pair.sb.qpn, ev=make_ev(1, 5),
-        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b11, probe_id=11,
-                    tx_timestamp=79)).encode()
+        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b11, tx_timestamp=79),
+        probe_id=11).encode()
     (answer,) = pair.inject(stray)
     assert isinstance(answer, EndpointPacket)
     assert answer.ev in pair.sb.paths.planes[0].reverse_evs

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 
-def interval(start: float, end: float, plane_bytes: list[int], *, caps: list[int] | None = None,
+def interval(start: float, end: float, plane_bytes: list[int], *,
+             caps: list[int | None] | None = None,
              in_flight: list[int] | None = None, snd_cwnd: int | None = None,
              sender: bool = True) -> dict[str, Any]:
     planes: list[dict[str, Any]] = []

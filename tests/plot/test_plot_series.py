@@ -168,6 +168,17 @@ def test_windows_per_plane_and_the_connection_window(client: Path) -> None:
     assert total_window(run) == ((0.01, 0.02, 0.03, 0.04), (300_000, 320_000, 120_000, 180_000))
 
 
+def test_windows_without_a_cc(tmp_path: Path) -> None:
+    """`--cc none`: the -J's cap is null; the bytes in flight are still drawn."""
+    doc = bench_doc([interval(0.0, 0.01, [10, 20], caps=[None, None], in_flight=[5, 6]),
+                     interval(0.01, 0.02, [10, 20], caps=[None, None], in_flight=[7, 8])], [])
+    run = load(str(write_json(tmp_path / "none.json", doc)))
+    w = windows(run)
+    assert [(x.plane, x.t, x.cwnd, x.in_flight) for x in w] == [
+        (0, (0.01, 0.02), (None, None), (5, 7)), (1, (0.01, 0.02), (None, None), (6, 8))]
+    assert run.skipped == 0 and len(goodput(run)) == 2
+
+
 def test_windows_from_a_trace(trace: Path) -> None:
     w = windows(load(str(trace)))
     assert w[1].t == (0.0, 0.01, 0.02, 0.03, 0.04)

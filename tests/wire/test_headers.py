@@ -33,6 +33,7 @@ from mrc.wire import (
     Opcode,
     PortState,
     SackMark,
+    Syndrome,
     Trailer,
 )
 
@@ -94,7 +95,7 @@ SETH_PS = SETH(
     pr=True,
     ps=True,
 )
-SETH_PS_BYTES = h("1023 fffe | 01000005 | 0000 0000 | 00 000100 | 00 08 ffc0 | 8000000000000001")
+SETH_PS_BYTES = h("0023 fffe | 01000005 | 0000 0000 | 00 000100 | 00 08 ffc0 | 8000000000000001")
 SETH_PLAIN = SETH(
     ack_psn_offset=5,
     entropy=0,
@@ -104,8 +105,10 @@ SETH_PLAIN = SETH(
     m=SackMark.ALWAYS_SKIP,
     mpr=255,
     cc_type=15,
+    spdcid=0x1234,
+    dpdcid=0xABCD,
 )
-SETH_PLAIN_BYTES = h("1040 0005 | 00000000 | 0000 0000 | 00 ffffff | f0 ff 0000 | 0000000000000000")
+SETH_PLAIN_BYTES = h("0040 0005 | 00000000 | 1234 abcd | 00 ffffff | f0 ff 0000 | 0000000000000000")
 CC_FULL = CCState(
     tx_timestamp=0x1234,
     valid=True,
@@ -123,15 +126,21 @@ NETH_TRIM = NETH(
     vendor=0x99,
     cc_type=1,
 )
-NETH_TRIM_BYTES = h("2000 01 99 | 02000007 | 0000 0000 | 00 00abcd | 10 00 4321")
+NETH_TRIM_BYTES = h("0000 01 99 | 02000007 | 0000 0000 | 00 00abcd | 10 00 4321")
 PETH_ONE = PETH(probe_id=0xBEEF, tx_timestamp=0x1234, vendor=7)
-PETH_ONE_BYTES = h("3000 07 00 | beef 0000 | 0000 0000 | 1234 0000")
-ERTH_PROBE = ERTH(
-    EndpointOp.EV_PROBE, port_status_mask=0x3, probe_id=9, tx_timestamp=0xFFFF, vendor=1
-)
-ERTH_PROBE_BYTES = h("4001 00 01 | 00000003 | 0009 0000 | ffff 0000")
+PETH_ONE_BYTES = h("0000 07 00 | beef 0000 | 0000 0000 | 1234 0000")
+PETH_KEPT = PETH(probe_id=1, tx_timestamp=2, vendor=3, spdcid=0x0102, dpdcid=0x0304, ftype=5)
+PETH_KEPT_BYTES = h("0000 03 00 | 0001 0000 | 0102 0304 | 0002 0005")
+ERTH_PROBE = ERTH(EndpointOp.EV_PROBE, port_status_mask=0x3, tx_timestamp=0xFFFF, vendor=1)
+ERTH_PROBE_BYTES = h("0001 00 01 | 00000003 | 0000 0000 | ffff 0000")
+ERTH_KEPT = ERTH(EndpointOp.PORT_STATUS, port_status_mask=0x80000001, tx_timestamp=7, ftype=0xA)
+ERTH_KEPT_BYTES = h("0000 00 00 | 80000001 | 0000 0000 | 0007 000a")
+# EETH is 36 bytes: op, 2 reserved bytes, MRC's 24 reserved bytes (ours: the mask in the first
+# 4), the echoed timestamp, 6 reserved bytes.
 EETH_STATUS = EETH(EndpointOp.PORT_STATUS, port_status_mask=0xFFFFFFFF)
-EETH_STATUS_BYTES = h("5000 00 00 | ffffffff | 0000 0000 | 0000 0000")
+EETH_STATUS_BYTES = h("0000 0000 | ffffffff" + " 00" * 20 + " | 0000 0000 | 00000000")
+EETH_PROBE = EETH(EndpointOp.EV_PROBE, port_status_mask=0x5, tx_timestamp=0xBEEF)
+EETH_PROBE_BYTES = h("0001 0000 | 00000005" + " 00" * 20 + " | beef 0000 | 00000000")
 KEY_BLOCK = KeyBlock(ephemeral=b"\x11" * 32, static=b"\x22" * 32)
 KEY_BLOCK_BYTES = b"\x11" * 32 + b"\x22" * 32
 
@@ -170,14 +179,18 @@ GOLDEN: list[tuple[Any, bytes]] = [
     (PortState(0b101), h("00000005")),
     (NETH_TRIM, NETH_TRIM_BYTES),
     (
-        NETH(NackReason.OUT_OF_BOUNDS, entropy=0, nack_psn=0xFFFFFF),
-        h("2000 81 00 | 00000000 | 0000 0000 | 00 ffffff | 00 00 0000"),
+        NETH(NackReason.OUT_OF_BOUNDS, entropy=0, nack_psn=0xFFFFFF, spdcid=1, dpdcid=0xFFFF),
+        h("0000 81 00 | 00000000 | 0001 ffff | 00 ffffff | 00 00 0000"),
     ),
-    (AETH(syndrome=0x81, msn=0xFFFF), h("81 00ffff")),
+    (AETH(syndrome=Syndrome.ACK, msn=0xFFFF), h("1f 00ffff")),
+    (AETH(syndrome=Syndrome.NAK_REMOTE_ACCESS, msn=7), h("62 000007")),
     (AETH(syndrome=0, msn=0), h("00 000000")),
     (PETH_ONE, PETH_ONE_BYTES),
+    (PETH_KEPT, PETH_KEPT_BYTES),
     (ERTH_PROBE, ERTH_PROBE_BYTES),
+    (ERTH_KEPT, ERTH_KEPT_BYTES),
     (EETH_STATUS, EETH_STATUS_BYTES),
+    (EETH_PROBE, EETH_PROBE_BYTES),
     # §6 connection management, §7 trailer
     (CMH_REQUEST, CMH_REQUEST_BYTES),
     (CMH_REJECT, CMH_REJECT_BYTES),
@@ -239,24 +252,16 @@ BAD: list[tuple[type[Any], bytes, str]] = [
     (RETH, h("0000000000000000 00000000 00000000"), "dma_length"),
     (RETH, h("0000000000000000 00000000 80000001"), "dma_length"),
     (RETH, h("0000000000000000 00000000 ffffffff"), "dma_length"),
-    (SETH, with_byte(SETH_PS_BYTES, 0, 0x20), "type"),
-    (SETH, with_byte(SETH_PS_BYTES, 0, 0x00), "type"),
-    (SETH, with_byte(SETH_PS_BYTES, 1, 0x80 | 0x23), "next"),
-    (SETH, with_byte(SETH_PS_BYTES, 0, 0x17), "next"),
     (SETH, with_byte(SETH_PS_BYTES, 1, 0x63), "m"),
-    (NETH, with_byte(NETH_TRIM_BYTES, 0, 0x10), "type"),
-    (NETH, with_byte(NETH_TRIM_BYTES, 1, 0x80), "next"),
     (NETH, with_byte(NETH_TRIM_BYTES, 2, 0x03), "nack_reason"),
     (NETH, with_byte(NETH_TRIM_BYTES, 2, 0x00), "nack_reason"),
     (AETH, h("00 010000"), "msn"),
     (AETH, h("00 ffffff"), "msn"),
-    (PETH, with_byte(PETH_ONE_BYTES, 0, 0x40), "type"),
-    (PETH, with_byte(PETH_ONE_BYTES, 1, 0x80), "next"),
-    (ERTH, ERTH_PROBE_BYTES[:1] + b"\x02" + ERTH_PROBE_BYTES[2:], "op"),
-    (ERTH, ERTH_PROBE_BYTES[:1] + b"\x03" + ERTH_PROBE_BYTES[2:], "op"),
-    (ERTH, EETH_STATUS_BYTES, "type"),
-    (EETH, ERTH_PROBE_BYTES, "type"),
-    (EETH, with_byte(EETH_STATUS_BYTES, 0, 0x58), "next"),
+    (ERTH, with_byte(ERTH_PROBE_BYTES, 1, 0x02), "op"),
+    (ERTH, with_byte(ERTH_PROBE_BYTES, 1, 0x03), "op"),
+    (EETH, with_byte(EETH_PROBE_BYTES, 1, 0x03), "op"),
+    # An ERTH is 16 bytes: too short for an EETH.
+    (EETH, ERTH_PROBE_BYTES, "length"),
     (CMH, CMH_REQUEST_BYTES[:46] + h("0101") + CMH_REQUEST_BYTES[48:], "private_data_len"),
 ]
 
@@ -272,24 +277,41 @@ def test_bad_field(cls: type[Any], wire: bytes, field: str) -> None:
 
 
 def test_sent_as_zero_fields_are_ignored() -> None:
-    # TSETH TSR/ftype, SETH spdcid/dpdcid/cc_flags/rsvd, NETH spdcid/dpdcid, PETH rsvd, CMH rsvd.
+    # docs/WIRE.md §4: every reliability header's `type 4 | next 5` prefix and every rsvd field
+    # is sent as 0 and ignored, as other MRC implementations send them (TSETH TSR/ftype and
+    # SETH/NETH cc_flags too); spdcid, dpdcid, vendor and PETH/ERTH ftype are kept (golden).
     assert TSETH.decode(h("beef ffff")) == TSETH(0xBEEF)
     noisy_seth = bytearray(SETH_PS_BYTES)
-    noisy_seth[8:13] = b"\xff" * 5  # spdcid, dpdcid, rsvd before cack_psn
+    noisy_seth[0] = 0xFF  # type 4 | next 4 of 5
+    noisy_seth[1] |= 0x80 | 0x1C  # next's last bit, rsvd flag bits
+    noisy_seth[12] = 0xFF  # rsvd before cack_psn
     noisy_seth[16] |= 0x0F  # cc_flags
-    noisy_seth[1] |= 0x1C  # rsvd flag bits
     assert SETH.decode(bytes(noisy_seth)) == SETH_PS
     noisy_neth = bytearray(NETH_TRIM_BYTES)
-    noisy_neth[1] |= 0x7F
-    noisy_neth[8:13] = b"\xff" * 5
+    noisy_neth[0] = 0xFF
+    noisy_neth[1] = 0xFF  # next, rsvd 7
+    noisy_neth[12] = 0xFF
     noisy_neth[16] |= 0x0F
     noisy_neth[17] = 0xFF
     assert NETH.decode(bytes(noisy_neth)) == NETH_TRIM
     noisy_peth = bytearray(PETH_ONE_BYTES)
+    noisy_peth[0:2] = b"\xff\xff"
     noisy_peth[3] = 0xFF
-    noisy_peth[6:12] = b"\xff" * 6
-    noisy_peth[14:16] = b"\xff\xff"
+    noisy_peth[6:8] = b"\xff\xff"
+    noisy_peth[14:16] = b"\xff\xf0"  # TSR, rsvd 11; ftype stays 0
     assert PETH.decode(bytes(noisy_peth)) == PETH_ONE
+    noisy_erth = bytearray(ERTH_PROBE_BYTES)
+    noisy_erth[0] = 0xFF
+    noisy_erth[1] |= 0xFC  # next's last bit, rsvd 5; op stays
+    noisy_erth[2] = 0xFF
+    noisy_erth[8:12] = b"\xff" * 4  # where revision 1 kept probe_id
+    noisy_erth[14:16] = b"\xff\xf0"
+    assert ERTH.decode(bytes(noisy_erth)) == ERTH_PROBE
+    noisy_eeth = bytearray(EETH_PROBE_BYTES)
+    noisy_eeth[0:4] = b"\xff\xfd\xff\xff"  # type, next, rsvd; op 1 kept
+    noisy_eeth[8:28] = b"\xff" * 20
+    noisy_eeth[30:36] = b"\xff" * 6
+    assert EETH.decode(bytes(noisy_eeth)) == EETH_PROBE
     noisy_cmh = bytearray(CMH_REQUEST_BYTES)
     noisy_cmh[7] = noisy_cmh[11] = noisy_cmh[27] = 0xFF
     noisy_cmh[56:64] = b"\xff" * 8

@@ -157,10 +157,15 @@ ACK = AckPacket(dest_qp=0x20, psn=5, ev=0, aeth=AETH(0x80, 7), p_key=0x1234)
 ACK_BYTES = h("d1 00 1234 | 01 000020 | 00 000005 | 00000000 | 80 000007")
 PROBE = ProbePacket(dest_qp=0x20, psn=0x123, ev=0x01000001, peth=PETH_ONE)
 PROBE_BYTES = h("de 00 ffff | 01 000020 | 00 000123 | 01000001") + PETH_ONE_BYTES
-ENDPOINT_REQ = EndpointPacket(Opcode.ENDPOINT_REQUEST, dest_qp=0x2, ev=4, header=ERTH_PROBE)
-ENDPOINT_REQ_BYTES = h("d8 00 ffff | 01 000002 | 00 000000 | 00000004") + ERTH_PROBE_BYTES
-ENDPOINT_RESP = EndpointPacket(Opcode.ENDPOINT_RESPONSE, dest_qp=0x30, ev=5, header=EETH_STATUS)
-ENDPOINT_RESP_BYTES = h("d9 00 ffff | 01 000030 | 00 000000 | 00000005") + EETH_STATUS_BYTES
+# An endpoint request's probe id rides in BTH.PSN (docs/WIRE.md §4); the response echoes it.
+ENDPOINT_REQ = EndpointPacket(
+    Opcode.ENDPOINT_REQUEST, dest_qp=0x2, ev=4, header=ERTH_PROBE, probe_id=9
+)
+ENDPOINT_REQ_BYTES = h("d8 00 ffff | 01 000002 | 00 000009 | 00000004") + ERTH_PROBE_BYTES
+ENDPOINT_RESP = EndpointPacket(
+    Opcode.ENDPOINT_RESPONSE, dest_qp=0x30, ev=5, header=EETH_STATUS, probe_id=0xBEEF
+)
+ENDPOINT_RESP_BYTES = h("d9 00 ffff | 01 000030 | 00 00beef | 00000005") + EETH_STATUS_BYTES
 CM_REQ = CmPacket(
     Opcode.CM_REQUEST,
     dest_qp=1,
@@ -297,7 +302,11 @@ def test_data_without_evxh() -> None:
 
 def test_control_without_evxh() -> None:
     wire = h("d1 00 ffff | 00 000020 | 00 000005 | 00 000007")
-    assert decode_packet(wire) == AckPacket(dest_qp=0x20, psn=5, ev=0, aeth=AETH(0, 7))
+    ack = AckPacket(dest_qp=0x20, psn=5, ev=0, aeth=AETH(0, 7), evx=False)
+    assert decode_packet(wire) == ack
+    assert ack.encode() == wire  # as it came: no EVXH
+    with pytest.raises(ValueError, match="needs an EVXH"):
+        dataclasses.replace(ack, ev=1).encode()
 
 
 def test_bad_dma_length() -> None:
@@ -317,11 +326,9 @@ BAD: list[tuple[str, bytes, str]] = [
     ("unknown-opcode-zero", with_byte(ACK_BYTES, 0, 0x00), "opcode"),
     ("tver-data", with_byte(DATA_MIDDLE_BYTES, 1, 0x01), "tver"),
     ("tver-control", with_byte(NACK_BYTES, 1, 0x02), "tver"),
-    # a PROBE carrying an ERTH, a RESPONSE carrying an ERTH, a REQUEST carrying a PETH
-    ("probe-with-erth", with_byte(ENDPOINT_REQ_BYTES, 0, 0xDE), "type"),
-    ("response-with-erth", with_byte(ENDPOINT_REQ_BYTES, 0, 0xD9), "type"),
-    ("request-with-peth", with_byte(PROBE_BYTES, 0, 0xD8), "type"),
-    ("nack-with-sack-type", NACK_BYTES[:16] + with_byte(NETH_TRIM_BYTES, 0, 0x10), "type"),
+    # The opcode says which header follows (docs/WIRE.md §4): a RESPONSE whose body is an
+    # ERTH's 16 bytes is too short for its 36-byte EETH.
+    ("response-with-erth", with_byte(ENDPOINT_REQ_BYTES, 0, 0xD9), "length"),
     ("sack-mark-3", SACK_PLAIN_BYTES[:17] + b"\x60" + SACK_PLAIN_BYTES[18:], "m"),
     ("sack-ps-without-portstate", SACK_PS_BYTES[:-4], "length"),
     ("sack-portstate-without-ps", SACK_PLAIN_BYTES + b"\x00" * 4, "length"),
@@ -339,6 +346,17 @@ def test_bad_packet(wire: bytes, field: str) -> None:
     with pytest.raises(DecodeError) as info:
         decode_packet(wire)
     assert info.value.field == field
+
+
+def test_control_headers_are_read_by_opcode_whatever_their_type_code() -> None:
+    # Revision 1 wrote type codes 1-5 and refused others; other implementations send 0 and
+    # revision 1.1 ignores the field: old type codes still decode, to the same records.
+    old_codes = {PROBE_BYTES: 0x30, NACK_BYTES: 0x20, SACK_PLAIN_BYTES: 0x10,
+                 ENDPOINT_REQ_BYTES: 0x40, ENDPOINT_RESP_BYTES: 0x50}  # fmt: skip
+    for wire, code in old_codes.items():
+        assert decode_packet(with_byte(wire, 16, wire[16] | code)) == decode_packet(wire)
+    # The PSN's upper 8 bits around an endpoint probe id are reserved: ignored.
+    assert decode_packet(with_byte(ENDPOINT_REQ_BYTES, 9, 0xFF)) == ENDPOINT_REQ
 
 
 def test_cm_decoder_accepts_unknown_version_and_security() -> None:

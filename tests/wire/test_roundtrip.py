@@ -89,6 +89,8 @@ seths = st.builds(
     ps=st.booleans(),
     mpr=u8,
     cc_type=bits(4),
+    spdcid=u16,
+    dpdcid=u16,
 )
 ccs = st.builds(
     CCState,
@@ -107,13 +109,16 @@ neths = st.builds(
     tx_timestamp=u16,
     vendor=u8,
     cc_type=bits(4),
+    spdcid=u16,
+    dpdcid=u16,
 )
 aeths = st.builds(AETH, syndrome=u8, msn=u16)
-peths = st.builds(PETH, probe_id=u16, tx_timestamp=u16, vendor=u8)
+peths = st.builds(PETH, probe_id=u16, tx_timestamp=u16, vendor=u8, spdcid=u16, dpdcid=u16,
+                  ftype=bits(4))  # fmt: skip
 endpoint_fields: dict[str, Any] = dict(
-    op=st.sampled_from(EndpointOp), port_status_mask=u32, probe_id=u16, tx_timestamp=u16, vendor=u8
+    op=st.sampled_from(EndpointOp), port_status_mask=u32, tx_timestamp=u16
 )
-erths = st.builds(ERTH, **endpoint_fields)
+erths = st.builds(ERTH, **endpoint_fields, vendor=u8, ftype=bits(4))
 eeths = st.builds(EETH, **endpoint_fields)
 cmhs = st.builds(
     CMH,
@@ -213,7 +218,8 @@ def sack_packets(draw: st.DrawFn) -> SackPacket:
 def endpoint_packets(draw: st.DrawFn) -> EndpointPacket:
     opcode = draw(st.sampled_from([Opcode.ENDPOINT_REQUEST, Opcode.ENDPOINT_RESPONSE]))
     header = draw(erths if opcode is Opcode.ENDPOINT_REQUEST else eeths)
-    return EndpointPacket(opcode, dest_qp=draw(u24), ev=draw(u32), header=header, p_key=draw(u16))
+    return EndpointPacket(opcode, dest_qp=draw(u24), ev=draw(u32), header=header, p_key=draw(u16),
+                          probe_id=draw(u16))  # fmt: skip
 
 
 @st.composite
