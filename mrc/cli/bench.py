@@ -2,8 +2,9 @@
 
 Holds the argparse definition with iperf3's flags, the size/time parsers, `options_from` (flags
 to checked `BenchOptions`, see `bench_options`) and `run`, which hands them to `bench_run`. Bad
-flags end here with one line on stderr and exit status 2; everything after parsing (sockets, the
-test itself) is `bench_run`'s.
+flags end here with one line on stderr and exit status 2; a --trace file that cannot be opened
+with exit status 1, before anything connects; everything after parsing (sockets, the test
+itself) is `bench_run`'s.
 
 The bench's own agreement between client and server (private data, slots, the --verify
 pattern, the results exchange) is documented in `bench_proto`.
@@ -36,6 +37,8 @@ from .bench_options import (
     BenchOptions,
 )
 from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
+from .bench_setup import BenchError
+from .bench_trace import TraceFile
 
 DEFAULT_DURATION = 10.0
 DEMO_BYTES = 256 << 20
@@ -287,6 +290,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="client: give up when the server has not answered (default 5)",
     )
     p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a transport trace of the test to FILE (JSON Lines: EV and plane states, "
+        "retransmits, drops, RTT and congestion samples; rate-limited; read by mrc plot)",
+    )
+    p.add_argument(
         "--daemon",
         metavar="SOCK",
         help="run through the mrc daemon at this control socket: -s serves tests, -c PEER "
@@ -351,6 +360,7 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         security=ns.security,
         key=ns.key,
         peer_key=ns.peer_key,
+        trace=ns.trace,
     )
     if opts.security == "none" and (opts.key or opts.peer_key):
         raise UsageError("--key and --peer-key need --security auth or encrypt")
@@ -405,6 +415,9 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
 
 
 def run(ns: argparse.Namespace) -> int:
+    if ns.daemon is not None and ns.trace is not None:
+        sys.stderr.write("mrc bench: error: --trace does not apply with --daemon\n")
+        return 2
     if ns.daemon is not None:
         if ns.security != "none" or ns.key or ns.peer_key:
             sys.stderr.write(
@@ -418,4 +431,14 @@ def run(ns: argparse.Namespace) -> int:
     except UsageError as exc:
         sys.stderr.write(f"mrc bench: error: {exc}\n")
         return 2
-    return bench_run.run(opts)
+    if opts.trace is not None:
+        try:
+            opts.trace_file = TraceFile(opts.trace, "server" if opts.role == "server" else "client")
+        except BenchError as exc:
+            sys.stderr.write(f"mrc bench: {exc}\n")
+            return 1
+    try:
+        return bench_run.run(opts)
+    finally:
+        if opts.trace_file is not None:
+            opts.trace_file.close()

@@ -14,6 +14,8 @@ from mrc.core.config import SessionConfig
 from mrc.core.handshake import Identity
 from mrc.io.pathtable import PathTable
 
+from .bench_trace import TraceFile
+
 DEFAULT_PORT = 4791
 DEFAULT_MSG_SIZE = 1 << 20
 DEFAULT_CC = SessionConfig().cc
@@ -53,6 +55,9 @@ class BenchOptions:
     peer_key: str | None = None
     #: The identity the run uses when secured (from --key, or made for this run).
     identity: Identity | None = None
+    #: --trace FILE: its name, and the file once opened (before connecting).
+    trace: str | None = None
+    trace_file: TraceFile | None = None
 
     def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
         counts = plane_paths or {}

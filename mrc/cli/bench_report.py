@@ -332,6 +332,9 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
         "write_errors": (sent or {}).get("write_errors") or {},
         "planes": local["planes"],
         "evs": _ev_rows(test),
+        # EV state changes over time (docs/DESIGN.md §10, "Traces"); bounded, so always there.
+        "ev_timeline": test.ev_timeline(),
+        "ev_timeline_truncated": test.trace.timeline_truncated,
         "retransmits_by_cause": local["retransmits_by_cause"],
         "drops_by_reason": local["drops_by_reason"],
         "io_drops": dict(test.io.counters),

@@ -27,6 +27,7 @@ from mrc.core.events import (
     WriteCompleted,
 )
 from mrc.core.session import Session
+from mrc.core.trace import TraceCollector
 from mrc.io.endpoint import Fault, IoEndpoint
 from mrc.io.loop import freeze_heap
 
@@ -44,6 +45,7 @@ from .bench_proto import (
     message_length,
 )
 from .bench_setup import RECEIVER, STATUS_NAMES, WRITER, IntervalSample, TestParams, TestSetup
+from .bench_trace import TraceFile, TraceWriter, start_trace
 
 __all__ = ["RECEIVER", "WRITER", "BenchTest", "IntervalSample", "TestParams", "TestSetup"]
 
@@ -75,6 +77,7 @@ class BenchTest:
         stall_timeout: float = 15.0,
         start_timeout: float = 15.0,
         extra_drops: Callable[[], Mapping[str, int]] | None = None,
+        trace_file: TraceFile | None = None,
     ) -> None:
         self.io = io
         self.loop: asyncio.AbstractEventLoop = io.loop
@@ -125,6 +128,12 @@ class BenchTest:
         self._cpu1 = self._cpu0
         self._placed0 = 0
         self.expected_messages = message_count(self.params.msg_size, self.params.total_bytes)
+        # The EV timeline is always kept (it is bounded); the records only for --trace.
+        self._attached_at = io.now()
+        self.trace = TraceCollector(records=trace_file is not None)
+        self.trace.attach(session, self._attached_at)
+        self.trace_file = trace_file
+        self.trace_out: TraceWriter | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -153,6 +162,9 @@ class BenchTest:
         self._cpu0 = os.times()
         self._placed0 = self.session.stats.bytes_placed
         self._last = self._snapshot()
+        self.trace_out = start_trace(
+            self.trace_file, self.trace, self.session, t0=now, clock=self.io.now, loop=self.loop
+        )
         if self.params.interval > 0:
             self._schedule_interval(1)
         if self.role == WRITER:
@@ -183,6 +195,11 @@ class BenchTest:
         for h in self._handles:
             h.cancel()
         self._handles.clear()
+        # The test is over: the timeline stops here, so -J and the trace file hold the same.
+        self.trace.detach()
+        if self.trace_out is not None:
+            self.trace_out.close(self.io.now())
+            self.trace_out = None
 
     def _complete(self) -> None:
         self.state = "done"
@@ -240,6 +257,8 @@ class BenchTest:
 
     def _record(self, at: float, kind: str, plane: int | None, ev: int | None, detail: str) -> None:
         base = self.t0 if self.t0 else at
+        if kind == "fault" and plane is not None:
+            self.trace.fault(plane, detail, at)
         self.events.append(
             {"t": round(at - base, 3), "event": kind, "plane": plane, "ev": ev, "detail": detail}
         )
@@ -467,6 +486,10 @@ class BenchTest:
             self.io.flush(self.session)
             return
         self._handles.append(self.loop.call_later(1.0, self._watchdog))
+
+    def ev_timeline(self) -> list[dict[str, Any]]:
+        """`end.mrc.ev_timeline` of -J: the EV timeline on the test's clock."""
+        return self.trace.ev_timeline(self.t0 or self._attached_at)
 
     @property
     def seconds(self) -> float:

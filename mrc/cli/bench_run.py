@@ -170,6 +170,7 @@ class BenchClient:
             on_interval=interval_printer(self.out),
             send_go=opts.reverse,
             extra_drops=lambda: self.core.drops,  # endpoint drops (junk, unknown QPNs) too
+            trace_file=opts.trace_file,
         )
         self.test = test
         self.start_info = StartInfo(

@@ -201,6 +201,7 @@ class BenchServer:
             wait_for_go=setup.role == WRITER,
             start_timeout=self.start_timeout,
             extra_drops=self._extra_drops,
+            trace_file=self.opts.trace_file,
         )
         self.tests[id(session)] = test
         start = StartInfo(

@@ -20,10 +20,13 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import SessionConfig
 from .events import Event, PathRestored, PathRetired
+
+if TYPE_CHECKING:
+    from .trace import TraceCollector
 
 #: UEC's skip counter ceiling (docs/DESIGN.md §4): a timeout sets it.
 PENALTY_MAX = 15
@@ -142,6 +145,8 @@ class EvTable:
         self.probes_changed = False
         #: Called with (plane, now) when a loss hits a plane at its floor (planes.py probes it).
         self.on_floor: Callable[[int, float], None] | None = None
+        #: Records state changes for the EV timeline (trace.py); None: no trace.
+        self.trace: TraceCollector | None = None
         per_plane = config.ev_per_plane
         total = per_plane + config.backups_per_plane
         for p in config.planes:
@@ -228,9 +233,11 @@ class EvTable:
             self._deny(rec, now)
         elif new is G and old is D:
             self._place(rec)
+        if self.trace is not None:
+            self.trace.evs_changed(rec, now, reason or sig.value, sig.value)
         return True
 
-    def pass_over(self, ev: int, *, whole: bool = False) -> None:
+    def pass_over(self, ev: int, *, now: float, whole: bool = False) -> None:
         """The rotation landed on a penalised EV and skipped it: one skip (or all) used up;
         a SKIP EV whose counter reaches 0 is GOOD again (MRC: "next rotation")."""
         rec = self.by_ev[ev]
@@ -239,6 +246,8 @@ class EvTable:
             rec.penalty = 0
             if rec.state is S:
                 rec.state = G
+                if self.trace is not None:
+                    self.trace.ev_changed(rec, now)
 
     def count_sent(self, ev: int, rtx: bool, packets: int = 1) -> None:
         rec = self.by_ev.get(ev)
@@ -273,6 +282,8 @@ class EvTable:
             rec.probe_interval = min(rec.probe_interval * 2, self.config.probe_max_interval)
         rec.probe_id = probe_id
         rec.probe_due = now + rec.probe_interval
+        if self.trace is not None:
+            self.trace.ev_changed(rec, now)
 
     def probe_answered(self, ev: int, probe_id: int, clean: bool, now: float, seq: int) -> None:
         rec = self.by_ev.get(ev)
@@ -286,6 +297,8 @@ class EvTable:
         # After an answer, confirming probes go at the base interval (docs/DESIGN.md §4).
         rec.probe_interval = self.config.probe_interval
         rec.probe_due = now + rec.probe_interval
+        if self.trace is not None:
+            self.trace.ev_changed(rec, now)
 
     # -- reports ----------------------------------------------------------------------------
 

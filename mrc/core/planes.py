@@ -31,6 +31,7 @@ from .paths import PathTable, PlaneState
 from .records import tx_timestamp
 from .stats import SessionStats
 from .timers import Timer, TimerTable
+from .trace import TraceCollector
 from .transmit import Addr, Transmit
 
 #: Probes remembered for matching answers; older ones count as unanswered anyway.
@@ -78,6 +79,8 @@ class PlaneMonitor:
         self._mask_cack: int | None = None
         self._seen_cack: int | None = None
         self.evs.on_floor = self.floor_reached
+        #: Records plane and port changes (trace.py); None: no trace.
+        self.trace: TraceCollector | None = None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -101,7 +104,7 @@ class PlaneMonitor:
         if not self.paths.set_state(plane, PlaneState.DOWN, reason):
             return
         self.paths.planes[plane].probing = False
-        self._usable_changed(plane, was, reason)
+        self._usable_changed(plane, was, reason, now)
         self._start_probing(plane, now + self.config.probe_interval)
         self._announce_if_changed()
 
@@ -130,7 +133,9 @@ class PlaneMonitor:
         for plane in self.paths.planes:
             was = self.paths.usable(plane)
             if self.paths.set_peer_up(plane, bool(mask >> plane & 1)):
-                self._usable_changed(plane, was, "peer cannot receive")
+                if self.trace is not None:
+                    self.trace.port(plane, bool(mask >> plane & 1), now)
+                self._usable_changed(plane, was, "peer cannot receive", now)
 
     def on_timer(self, plane: int, now: float) -> None:
         """PLANE_PROBE of `plane` is due: judge the last probe, send the next."""
@@ -205,7 +210,7 @@ class PlaneMonitor:
             self.paths.set_state(plane, PlaneState.UP)
             self.evs.planes[plane].at_floor = False
             self.timers.cancel(Timer.PLANE_PROBE, plane)
-            self._usable_changed(plane, was, "")
+            self._usable_changed(plane, was, "", now)
             self._announce_if_changed()
         else:
             # Confirming probes go at the base interval (docs/DESIGN.md §4).
@@ -360,8 +365,10 @@ class PlaneMonitor:
             return False
         return any(p.heard_at >= since for n, p in planes.items() if n != plane)
 
-    def _usable_changed(self, plane: int, was: bool, reason: str) -> None:
+    def _usable_changed(self, plane: int, was: bool, reason: str, now: float) -> None:
         now_usable = self.paths.usable(plane)
+        if self.trace is not None and was != now_usable:
+            self.trace.plane(plane, now_usable, reason if was else "", now)
         if was and not now_usable:
             self.events.append(PlaneDown(plane=plane, reason=reason))
             self.on_down(plane)

@@ -41,6 +41,7 @@ from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
 from .spray import SprayPolicy
 from .stats import SessionStats
 from .timers import Timer, TimerTable
+from .trace import TraceCollector
 from .transmit import Addr, Transmit
 
 PSN_MASK = PSN_MOD - 1
@@ -106,6 +107,7 @@ class Sender:
         self.flight = InFlight(config, cc, self.inflight, initial_psn, paths.planes)
         #: Bytes lost to RACK/RTO since the last output pull (docs/DESIGN.md §7).
         self._lost_bytes = 0
+        self.trace: TraceCollector | None = None  # retransmits and RTT samples (trace.py)
 
     # -- user calls -------------------------------------------------------------------------
 
@@ -259,6 +261,8 @@ class Sender:
             self.flight.add(plane, rec.length)
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(plane).retransmits += 1
+            if self.trace is not None:
+                self.trace.retransmit(psn, ev, plane, cause, now)
 
     def _send_completion_probes(self, now: float, out: list[Transmit]) -> None:
         """Resend the LAST of each message whose AETH is overdue (completion.py)."""
@@ -400,6 +404,8 @@ class Sender:
             echo = pkt.cc.tx_timestamp
             if (pkt.cc.valid or echo) and not trig_rec.rtx and trig_rec.tx_ts == echo:
                 rtt = now - trig_rec.sent_at
+                if self.trace is not None:
+                    self.trace.rtt(trig_rec.plane, trig_rec.ev, rtt, now)
         ce_ev = None
         if seth.m is not SackMark.NONE and not seth.pr:
             # The packet that triggered this SACK met congestion on its path (SKIP_ONCE)

@@ -67,6 +67,7 @@ from .sender import Sender
 from .spray import make_spray
 from .stats import SessionStats
 from .timers import Timer, TimerTable
+from .trace import TraceCollector
 from .transmit import Addr, Transmit
 
 #: What the peer only sends on a plane it uses toward us (docs/DESIGN.md §4, reverse path).
@@ -134,6 +135,7 @@ class Session:
         self.sender: Sender | None = None
         self.receiver: Receiver | None = None
         self.planes: PlaneMonitor | None = None
+        self.trace: TraceCollector | None = None  # set by whoever wants one (trace.py)
         self._handlers: dict[type[Any], Callable[[Any, int, int, float], None]] = {
             DataPacket: self._handle_data,
             SackPacket: self._handle_sack,
@@ -277,6 +279,8 @@ class Session:
             drops = self.stats.drops_by_reason
             self.channel = SecureChannel(self._protection, self.config, self.receiver, drops)
             self.channel.reply = self._protection.reply
+        if self.trace is not None:
+            self.trace.attach(self, now)
 
     # -- user calls ---------------------------------------------------------------------------
 

@@ -106,9 +106,9 @@ class ObliviousSpray(SprayPolicy):
         return self._round.popleft()
 
     def next_ev(self, now: float) -> int | None:
-        return self._pick(self._next, self._size)
+        return self._pick(self._next, self._size, now)
 
-    def _pick(self, take: Callable[[], int | None], size: int) -> int | None:
+    def _pick(self, take: Callable[[], int | None], size: int, now: float) -> int | None:
         by_ev = self.evs.by_ev
         ev = take()
         # A penalised EV is passed over; after a whole round of skips the next one goes anyway.
@@ -117,7 +117,7 @@ class ObliviousSpray(SprayPolicy):
                 return None
             if not by_ev[ev].penalty:
                 return ev
-            self.evs.pass_over(ev, whole=self.step is None)
+            self.evs.pass_over(ev, now=now, whole=self.step is None)
             ev = take()
         return ev
 
@@ -134,7 +134,7 @@ class ObliviousSpray(SprayPolicy):
                 rounds.extend(evs)
             return rounds.popleft() if rounds else None
 
-        return self._pick(take, len(self.evs.rotation(plane)))
+        return self._pick(take, len(self.evs.rotation(plane)), now)
 
 
 class BitmapSpray(ObliviousSpray):

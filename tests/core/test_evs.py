@@ -104,9 +104,9 @@ def test_ecn_and_trims_set_skip_counters_that_the_rotation_uses_up() -> None:
     t.signal(rec.ev, EvSignal.TRIMMED, now=0.0, seq=2)
     assert rec.state is EvState.SKIP and rec.penalty == 5
     for _ in range(4):
-        t.pass_over(rec.ev)
+        t.pass_over(rec.ev, now=0.0)
     assert rec.state is EvState.SKIP and rec.penalty == 1
-    t.pass_over(rec.ev)
+    t.pass_over(rec.ev, now=0.0)
     assert rec.state is EvState.GOOD and rec.penalty == 0
     # A SKIP EV stays in the rotation: only the policy passes over it.
     assert rec.ev in t.rotation(2)
