@@ -1,6 +1,7 @@
 """`mrc plot` on a real run: a bench client and server on the 4 loopback planes, the writer's
-plane 2 blackholed 0.8 s in (`--inject plane-down=2@0.8`), `-J -i 0.01`; then the figure's
-data is checked against what happened (docs/DESIGN.md §10)."""
+plane 2 blackholed 0.8 s in (`--inject plane-down=2@0.8`), `-J -i 0.01 --trace FILE`; then the
+figure's data is checked against what happened, and the trace's EV timeline against the -J's
+(docs/DESIGN.md §10)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from benchproc import Server, client
 
 from mrc.cli import main
 from mrc.plot import load
-from mrc.plot.series import PlaneRate, ev_panel, goodput, marks
+from mrc.plot.series import PlaneRate, Segment, ev_panel, goodput, marks
 
 FAULT_AT = 0.8
 PLANE = 2
@@ -24,12 +25,18 @@ def mean_gbps(rate: PlaneRate, lo: float, hi: float) -> float:
     return sum(w * g for w, g in got) / sum(w for w, _ in got)
 
 
+def shape(segments: tuple[Segment, ...], end: float) -> list[tuple[int, float, str, float]]:
+    """The segments with the end of each row's last one (the input's test end) as -1."""
+    return sorted((s.row, s.start, s.state, -1.0 if s.end >= end else s.end) for s in segments)
+
+
 def test_plot_of_a_run_with_a_plane_blackholed(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     server = Server("-1")
+    trace = tmp_path / "client.trace"
     try:
         proc = client(server.port, "-J", "-t", "2", "-i", "0.01", "--inject",
-                      f"plane-down={PLANE}@{FAULT_AT}")
+                      f"plane-down={PLANE}@{FAULT_AT}", "--trace", str(trace))
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr
@@ -62,6 +69,14 @@ def test_plot_of_a_run_with_a_plane_blackholed(tmp_path: Path,
     assert min(s.start for s in tl.segments if s.state == "retired"
                and tl.rows[s.row].plane == PLANE) >= FAULT_AT
     assert {r.plane for r in tl.rows} == {0, 1, 2, 3}
+
+    # the trace draws the same EV timeline: the same rows and segments, but for the end of
+    # the last ones (the trace's last record comes a moment after the -J's test end)
+    traced = load(str(trace))
+    from_trace = ev_panel(traced)
+    assert (tl.source, from_trace.source) == ("ev_timeline", "trace")
+    assert from_trace.rows == tl.rows
+    assert shape(from_trace.segments, traced.duration) == shape(tl.segments, run.duration)
 
     rc = main(["plot", str(src), "-o", str(tmp_path / "run.png")])
     out, err = capsys.readouterr()
