@@ -48,8 +48,11 @@ lint: venv
 	$(VENV)/bin/ruff check mrc tests tools
 	$(VENV)/bin/mypy --strict mrc tools
 
+# The demo run, its text report, then its picture: the bench writes a trace (--trace) and
+# `mrc plot` draws it (goodput per plane with the fault marked, EV states, windows).
 demo: sysdeps venv
-	$(VENV)/bin/mrc bench --demo
+	$(VENV)/bin/mrc bench --demo --trace demo.trace
+	@$(VENV)/bin/mrc plot demo.trace -o demo.png
 
 bench: venv
 	$(VENV)/bin/mrc bench --demo -J > bench.json

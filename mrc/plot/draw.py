@@ -139,7 +139,7 @@ def _goodput(ax: Axes, run: Run) -> None:
         ax.step(xs, ys, where="post", color=_plane_colour(pr.plane), label=f"plane {pr.plane}",
                 linewidth=1.2)
     if run.kind == "trace":
-        what = "bytes sent, between cc samples"
+        what = f"bytes sent by the {run.role or 'sender'} between the trace's cc samples"
     elif run.sender is False:
         what = f"bytes received by the {run.role or 'receiver'} per interval"
     else:
