@@ -160,6 +160,10 @@ class TraceCollector:
         place: record `ev`, then every other EV of its plane whose displayed state changed."""
         if self.timeline_truncated:
             return
+        if ev.state is EvState.SKIP:
+            # ECN and trims only penalise the EV: no other EV moves (and they come often).
+            self.ev_changed(ev, now, signal)
+            return
         views = self._views
         for rec in (ev, *self._by_plane.get(ev.plane, ())):
             view = ev_view(rec)
@@ -168,7 +172,7 @@ class TraceCollector:
                 views[rec.ev] = view
                 self._ev_record(now, rec, view, _reason(old, view, loss, signal))
 
-    def ev_changed(self, rec: EvRecord, now: float) -> None:
+    def ev_changed(self, rec: EvRecord, now: float, signal: str = "") -> None:
         """One EV's probe or skip counter changed; record it if its displayed state did."""
         if self.timeline_truncated:
             return
@@ -176,7 +180,7 @@ class TraceCollector:
         old = self._views.get(rec.ev)
         if view != old:
             self._views[rec.ev] = view
-            self._ev_record(now, rec, view, _reason(old, view, "", ""))
+            self._ev_record(now, rec, view, _reason(old, view, "", signal))
 
     def plane(self, plane: int, up: bool, reason: str, now: float) -> None:
         """The plane became usable for data or stopped being usable."""

@@ -114,15 +114,40 @@ def test_faults_are_recorded_when_their_time_comes_and_records_stay_in_time_orde
     ]
 
 
-def test_the_timeline_starts_with_every_ev_and_stops_at_its_bound() -> None:
+def established(trace: TraceCollector) -> Session:
+    """A one-plane session with 4 active EVs and 2 backups, traced from its handshake on
+    (`session.trace` set before it ends: the collector attaches when it is established)."""
     net = Network(seed=3)
     a, b = net.pair(1, LinkParams(rate_bps=1e9, latency=5e-6, queue_bytes=1 << 20))
     cfg = SessionConfig(plane_mask=1, ev_per_plane=4, ev_backup_per_plane=2)
     b.listen(cfg, accept=lambda _pd: b"")
     session = a.connect(b, cfg)
-    trace = TraceCollector(records=True, cc_sample_seconds=0.01, timeline_max=8)
-    session.trace = trace  # before the handshake: it attaches when the session is established
+    session.trace = trace
     net.drive(0.001)
+    return session
+
+
+def test_ecn_and_trims_skip_an_ev_until_the_rotation_passes_it() -> None:
+    trace = TraceCollector()
+    session = established(trace)
+    evs = session.paths.evs
+    ev = evs.planes[0].active[1].ev
+    start = len(trace.timeline)
+    assert evs.signal(ev, EvSignal.ECN, now=0.01, seq=1)
+    assert not evs.signal(ev, EvSignal.ECN, now=0.02, seq=2)  # skipped already: no record
+    for now in (0.03, 0.04):  # two skips owed, used up by two passes of the rotation
+        evs.pass_over(ev, now=now)
+    assert evs.signal(ev, EvSignal.TRIMMED, now=0.05, seq=3)
+    assert trace.ev_timeline(0.0)[start:] == [
+        {"t": 0.01, "ev": ev, "plane": 0, "state": "skip", "reason": "ecn"},
+        {"t": 0.04, "ev": ev, "plane": 0, "state": "good", "reason": "rotated"},
+        {"t": 0.05, "ev": ev, "plane": 0, "state": "skip", "reason": "trimmed"},
+    ]
+
+
+def test_the_timeline_starts_with_every_ev_and_stops_at_its_bound() -> None:
+    trace = TraceCollector(records=True, cc_sample_seconds=0.01, timeline_max=8)
+    session = established(trace)
     evs = session.paths.evs
     start = [(r.ev, "good") for r in evs.planes[0].active]
     start += [(r.ev, "backup") for r in evs.planes[0].backups]
