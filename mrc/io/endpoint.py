@@ -254,6 +254,9 @@ class IoEndpoint(Generic[S]):
         addr = cast(SockAddr, tx.addr)
         if self.paths is not None:
             return sock.send(tx.data, addr, tx.segment_size, self.paths.via(sock, addr, tx.ev))
+        if sock.flowlabel:
+            # The EV's low 20 bits in the flow label: what ECMP switches hash on.
+            return sock.send(tx.data, addr, tx.segment_size, label=tx.ev)
         return sock.send(tx.data, addr, tx.segment_size)
 
     def _arm(self, session: S, key: int, deadline: float | None, now: float) -> None:

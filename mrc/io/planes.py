@@ -16,6 +16,9 @@ Socket facts this module relies on (docs/DESIGN.md §11, checked on Linux 6.x):
 - `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE` lift `net.core.rmem_max` for root only.
 - with `reuseport`, other sockets (SRv6 path sockets, `mrc.io.srv6`) may bind the same address
   and port; `send(via=…)` sends on such a socket while the counters stay this plane's.
+- with `IPV6_FLOWINFO_SEND` (33) set, the flowinfo of the destination address of `sendto` /
+  `sendmsg` sets each datagram's IPv6 flow label, GSO batches included; a kernel that wants the
+  label leased first says EINVAL, and `IPV6_FLOWLABEL_MGR` (32) leases it.
 """
 
 from __future__ import annotations
@@ -72,6 +75,12 @@ _ICMP_ERRNOS = PLANE_DOWN_ERRNOS | {errno.ECONNREFUSED}
 #: (it counts UdpSndbufErrors and reports success).
 _IP_RECVERR = 11
 _IPV6_RECVERR = 25
+#: IPv6 flow labels set per datagram (`send(label=…)`): the socket option and the lease request.
+IPV6_FLOWLABEL_MGR = 32
+IPV6_FLOWINFO_SEND = 33
+FLOW_LABEL_MASK = 0xFFFFF
+_FL_LEASE = struct.Struct("=BBHHHI")  # action, share, flags, expires, linger, pad
+_IPV6_FL_A_GET, _IPV6_FL_S_ANY, _IPV6_FL_F_CREATE = 0, 255, 1
 #: Errors that say the kernel or device cannot do UDP GSO at all.
 _NO_GSO_ERRNOS = frozenset({errno.EIO, errno.ENOPROTOOPT, errno.EOPNOTSUPP})
 
@@ -112,6 +121,7 @@ class PlaneSocket:
         gro: bool = False,
         tos: int = ECT0,
         reuseport: bool = False,
+        flowlabel: bool = False,
     ) -> None:
         self.plane = plane
         self.family, bind_addr = resolve_addr(host, port)
@@ -136,6 +146,13 @@ class PlaneSocket:
                 sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
                 sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
             set_recverr(sock, self.family)
+            #: Datagrams carry the flow label `send(label=…)` names (IPv6 only).
+            self.flowlabel = flowlabel
+            if flowlabel:
+                if self.family != socket.AF_INET6:
+                    raise OSError(errno.EAFNOSUPPORT, "a flow label needs an IPv6 plane")
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+            self._leased: set[tuple[str, int]] = set()
             self.gro = False
             if gro:
                 try:
@@ -274,11 +291,13 @@ class PlaneSocket:
         via: socket.socket | None = None,
         *,
         retry: bool = True,
+        label: int | None = None,
     ) -> int | None:
         """Send one datagram, or a GSO batch of `segment_size` datagrams.
 
         `via` is an unconnected socket to send on instead of this one (an SRv6 path socket);
-        what it sends is counted here, and its errors are mapped the same way.
+        what it sends is counted here, and its errors are mapped the same way. `label` (on a
+        socket made with `flowlabel`) is the IPv6 flow label of every datagram sent.
 
         Returns None, or the errno of a send error that means the plane's local link is down
         (ENETUNREACH, ENETDOWN, EHOSTUNREACH) for the caller to report. ECONNREFUSED (an ICMP
@@ -287,6 +306,9 @@ class PlaneSocket:
         """
         size = len(data)
         sock = self.sock if via is None else via
+        if label is not None and self.flowlabel:
+            # The label rides in the destination's flowinfo (IPV6_FLOWINFO_SEND).
+            addr = (addr[0], addr[1], label & FLOW_LABEL_MASK, addr[3] if len(addr) > 3 else 0)
         connected = via is None and addr == self.connected
         try:
             if segment_size is not None and 0 < segment_size < size:
@@ -306,6 +328,10 @@ class PlaneSocket:
                 self.packets_sent += 1
         except OSError as exc:
             code = exc.errno or 0
+            # A kernel that wants flow labels leased (unprivileged senders, older kernels):
+            # lease this one once and send again.
+            if retry and code == errno.EINVAL and len(addr) > 2 and addr[2] and self._lease(addr):
+                return self.send(data, addr, segment_size, via, retry=False)
             if retry and code in _ICMP_ERRNOS and _pending_icmp(sock):
                 # An ICMP error from the network (IP_RECVERR queued it, and the kernel fails
                 # the next send with it): news of some path, not of this plane's link, and
@@ -327,6 +353,25 @@ class PlaneSocket:
         self.bytes_sent += size
         return None
 
+    def _lease(self, addr: SockAddr) -> bool:
+        """Lease `addr`'s flow label for its destination (IPV6_FLOWLABEL_MGR); False when
+        it was leased already or the kernel refuses (counted)."""
+        key = (str(addr[0]), int(addr[2]))
+        if key in self._leased:
+            return False
+        self._leased.add(key)
+        dst = socket.inet_pton(socket.AF_INET6, str(addr[0]).split("%", 1)[0])
+        req = dst + struct.pack("!I", key[1]) + _FL_LEASE.pack(
+            _IPV6_FL_A_GET, _IPV6_FL_S_ANY, _IPV6_FL_F_CREATE, 0, 0, 0
+        )
+        try:
+            self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWLABEL_MGR, req)
+        except OSError as exc:
+            self.counters["flowlabel_lease_" + _errname(exc.errno or 0)] += 1
+            return False
+        self.counters["flowlabel_leased"] += 1
+        return True
+
     def _send_split(
         self,
         data: bytes | bytearray | memoryview,
@@ -337,7 +382,7 @@ class PlaneSocket:
         view = memoryview(data)
         first: int | None = None
         for start in range(0, len(view), segment_size):
-            err = self.send(view[start : start + segment_size], addr, None, via)
+            err = self.send(view[start : start + segment_size], addr, None, via)  # label in addr
             if err is not None and first is None:
                 first = err
         return first

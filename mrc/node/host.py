@@ -14,6 +14,7 @@ connection comes from its caller, completed here only with the path count of eac
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import random
 import socket
@@ -33,7 +34,10 @@ from mrc.io.srv6 import PathSockets
 from .errors import NodeError
 from .paths import client_paths, path_counts, server_paths
 
-__all__ = ["EventHandler", "Node", "bind_planes", "resolve_peer"]
+__all__ = ["EV_ENCODINGS", "EventHandler", "Node", "bind_planes", "resolve_peer"]
+
+#: Where a node's datagrams carry their EV (docs/DESIGN.md §4).
+EV_ENCODINGS = ("evxh", "flowlabel")
 
 EventHandler = Callable[[Session, Event], None]
 
@@ -46,17 +50,25 @@ def bind_planes(
     *,
     reuseport: bool = False,
     interfaces: Sequence[str | None] = (),
+    flowlabel: bool = False,
 ) -> dict[int, PlaneSocket]:
     """One plane socket per address (plane i = addrs[i]), bound to `interfaces[i]` when given;
-    `reuseport` lets SRv6 path sockets share the port. Closes what it opened on failure."""
+    `reuseport` lets SRv6 path sockets share the port; `flowlabel` makes each datagram carry its
+    EV in the IPv6 flow label (docs/DESIGN.md §4). Closes what it opened on failure."""
     planes: dict[int, PlaneSocket] = {}
     try:
         for i, host in enumerate(addrs):
             try:
-                planes[i] = PlaneSocket(i, host, port, gro=True, reuseport=reuseport)
+                planes[i] = PlaneSocket(
+                    i, host, port, gro=True, reuseport=reuseport, flowlabel=flowlabel
+                )
             except socket.gaierror as exc:
                 raise NodeError(f"cannot resolve {host!r} (plane {i}): {exc.strerror}") from None
             except OSError as exc:
+                if flowlabel and exc.errno == errno.EAFNOSUPPORT:
+                    raise NodeError(
+                        f"EVs in the flow label need IPv6 on every plane; plane {i} is {host}"
+                    ) from None
                 reason = exc.strerror or str(exc)
                 raise NodeError(f"cannot bind {host} port {port} (plane {i}): {reason}") from None
             ifname = interfaces[i] if i < len(interfaces) else None
@@ -112,6 +124,7 @@ class Node:
         on_error: Callable[[str], None] | None = None,
         interfaces: Sequence[str | None] = (),
         secured: bool = False,
+        ev_encoding: str = "evxh",
     ) -> None:
         self.loop = loop
         self.rng = rng if rng is not None else random.Random()
@@ -129,7 +142,19 @@ class Node:
         self.plane_paths: dict[int, int] = {}
         #: Lines that describe the SRv6 paths checked so far (for banners and logs).
         self.path_lines: list[str] = []
-        planes = bind_planes(binds, port, reuseport=table is not None, interfaces=interfaces)
+        if ev_encoding not in EV_ENCODINGS:
+            known = ", ".join(EV_ENCODINGS)
+            raise NodeError(f"unknown EV encoding {ev_encoding!r} (one of {known})")
+        flowlabel = ev_encoding == "flowlabel"
+        if flowlabel and table is not None:
+            raise NodeError("EVs in the flow label are for ECMP fabrics; SRv6 paths (--paths) "
+                            "name their path in the segment list")  # fmt: skip
+        #: Where each datagram's EV rides besides its EVXH: "evxh" (nowhere else) or
+        #: "flowlabel" (also the IPv6 flow label, so ECMP switches spray on it).
+        self.ev_encoding = ev_encoding
+        planes = bind_planes(
+            binds, port, reuseport=table is not None, interfaces=interfaces, flowlabel=flowlabel
+        )
         path_sockets: PathSockets | None = None
         try:
             if table is not None:

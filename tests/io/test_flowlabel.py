@@ -1,0 +1,161 @@
+"""EVs in the IPv6 flow label (docs/DESIGN.md §4): plane sockets set a label per datagram and
+per GSO batch, a node made with `ev_encoding="flowlabel"` puts every datagram's EV there, and
+IPv4 planes are refused with one line. On ::1, read back with IPV6_FLOWINFO."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from mrc.core.config import SessionConfig
+from mrc.core.events import ConnectionEstablished, Event, WriteCompleted
+from mrc.io.loop import new_event_loop
+from mrc.io.planes import PlaneSocket
+from mrc.node import Node, NodeError, resolve_peer
+from mrc.wire.packet import peek_opcode
+
+IPV6_FLOWINFO = 11
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+
+
+def listener() -> socket.socket:
+    r = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    r.bind(("::1", 0))
+    r.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO, 1)
+    r.settimeout(2)
+    return r
+
+
+def label_of(anc: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, data in anc:
+        if level == socket.IPPROTO_IPV6 and kind == IPV6_FLOWINFO:
+            return int(struct.unpack("!I", data[:4])[0]) & 0xFFFFF
+    return None
+
+
+def test_a_plane_socket_sets_the_label_of_each_datagram_and_gso_batch() -> None:
+    r = listener()
+    s = PlaneSocket(0, "::1", flowlabel=True)
+    try:
+        dst = r.getsockname()
+        assert s.send(b"one", dst, label=0x12345) is None
+        # A GSO batch of three: every segment carries the batch's label; only 20 bits count.
+        assert s.send(b"x" * 3000, dst, 1000, label=0xABCDE | 0x0F00000) is None
+        got = [r.recvmsg(4096, 256) for _ in range(4)]
+        assert [label_of(anc) for _, anc, _, _ in got] == [0x12345] + [0xABCDE] * 3
+        assert [len(d) for d, _, _, _ in got] == [3, 1000, 1000, 1000]
+    finally:
+        s.close()
+        r.close()
+
+
+def test_ipv4_planes_cannot_carry_a_flow_label() -> None:
+    with pytest.raises(OSError):
+        PlaneSocket(0, "127.0.0.2", flowlabel=True)
+    loop = new_event_loop()
+    try:
+        with pytest.raises(NodeError, match=r"^EVs in the flow label need IPv6 on every plane; "
+                                            r"plane 0 is 127\.0\.0\.2$"):  # fmt: skip
+            Node(loop, ["127.0.0.2"], 0, ev_encoding="flowlabel")
+        with pytest.raises(NodeError, match="unknown EV encoding 'udp'"):
+            Node(loop, ["::1"], 0, ev_encoding="udp")
+    finally:
+        loop.close()
+
+
+class LabelTap:
+    """A relay on ::1 between a client and a server that notes (flow label, EVXH EV) of every
+    non-CM datagram the client sends (CM packets, opcodes 0xE0 and up, carry no EV)."""
+
+    def __init__(self, server: tuple[str, int]) -> None:
+        self.front = listener()
+        self.back = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.back.bind(("::1", 0))
+        self.server = server
+        self.seen: list[tuple[int | None, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        client = None
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
+            for sock in ready:
+                data, anc, _, addr = sock.recvmsg(70000, 256)
+                if sock is self.front:
+                    client = addr
+                    if len(data) >= 16 and data[4] & 0x01 and peek_opcode(data) < 0xE0:
+                        self.seen.append((label_of(anc), struct.unpack_from("!I", data, 12)[0]))
+                    self.back.sendto(data, self.server)
+                elif client is not None:
+                    self.front.sendto(data, client)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.front.close()
+        self.back.close()
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = new_event_loop()
+    yield loop
+    loop.close()
+
+
+def test_a_flowlabel_node_puts_every_datagrams_ev_in_its_label(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    events: list[Event] = []
+    config = SessionConfig(plane_mask=0b1)
+    a = Node(loop, ["::1"], 0, serve=True)
+    b = Node(loop, ["::1"], 0, ev_encoding="flowlabel")
+    tap = LabelTap(("::1", a.port))
+    try:
+        b.on_event = lambda s, e: events.append(e)
+        dst = a.regions.register(bytearray(4 << 20))
+        src = b.regions.register(bytearray(bytes(range(256)) * (4 << 12)))
+        a.listen(config, lambda private: b"ok")
+        a.start()
+        b.start()
+        session = b.connect(config, resolve_peer(["::1"], tap.front.getsockname()[1]), b"")
+
+        async def until(cond: object, timeout: float = 10.0) -> None:
+            end = loop.time() + timeout
+            while not cond():  # type: ignore[operator]
+                assert loop.time() < end, "timed out"
+                await asyncio.sleep(0.002)
+
+        loop.run_until_complete(until(lambda: any(isinstance(e, ConnectionEstablished)
+                                                  for e in events)))  # fmt: skip
+        session.post_write(src, 0, 4 << 20, dst.base_va, dst.rkey)
+        b.flush(session)
+        loop.run_until_complete(until(lambda: any(isinstance(e, WriteCompleted) for e in events)))
+        assert bytes(dst.view) == bytes(src.view)
+    finally:
+        b.close()
+        a.close()
+        tap.close()
+    # Every data and control datagram of the client named its EV in the flow label too.
+    assert len(tap.seen) >= 1024
+    assert all(label == ev & 0xFFFFF for label, ev in tap.seen), tap.seen[:5]
+    assert len({ev for _, ev in tap.seen}) >= 16  # sprayed over the plane's EVs
