@@ -155,12 +155,16 @@ def _evs(ax: Axes, run: Run) -> None:
     tl = series.ev_panel(run)
     present = [s for s in series.STATES if any(g.state == s for g in tl.segments)]
     present += sorted({g.state for g in tl.segments} - set(series.STATES))
+    from matplotlib.collections import PolyCollection
+
     for state in present:
-        segs = [g for g in tl.segments if g.state == state]
-        ax.barh([g.row for g in segs], [g.end - g.start for g in segs],
-                left=[g.start for g in segs], height=0.95,
-                color=STATE_COLOURS.get(state, "#17becf"), label=STATE_WORDS.get(state, state),
-                linewidth=0)
+        # one collection of rectangles per state: a patch per segment (ax.barh) takes about
+        # a minute at the timeline's bound of 100,000 changes
+        boxes = [[(g.start, g.row - 0.475), (g.end, g.row - 0.475), (g.end, g.row + 0.475),
+                  (g.start, g.row + 0.475)] for g in tl.segments if g.state == state]
+        ax.add_collection(PolyCollection(boxes, facecolors=STATE_COLOURS.get(state, "#17becf"),
+                                         linewidths=0, label=STATE_WORDS.get(state, state)),
+                          autolim=False)
     ticks, labels = [], []
     planes = sorted({r.plane for r in tl.rows})
     for plane in planes:
