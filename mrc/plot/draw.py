@@ -180,7 +180,7 @@ def _evs(ax: Axes, run: Run) -> None:
         "trace": "from the trace's ev records",
         "events": "derived from path-retired/restored events: skips and probes not shown",
     }.get(tl.source, "")
-    cut = ", truncated" if tl.truncated else ""
+    cut = f"; cut at {tl.end:.3f} s, the bench keeps 100,000 changes" if tl.truncated else ""
     ax.set_title(f"EV states over time ({len(tl.rows)} EVs, one row each; {source}{cut})")
     ax.legend(loc="lower left", fontsize=8, ncol=len(present), framealpha=0.9)
 

@@ -90,6 +90,7 @@ class EvTimeline:
     segments: tuple[Segment, ...]
     source: str
     truncated: bool
+    end: float  # the states are known up to here: the test end, or the last change if cut
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,9 @@ def ev_panel(run: Run) -> EvTimeline:
                             "side sent no data)")
         raise PlotError(f"{run.path}: no EV timeline: no end.mrc.ev_timeline, and this side "
                         "sent no data")
-    return ev_timeline(run.ev_timeline, run.duration, run.ev_source, run.ev_truncated)
+    # a timeline cut at the bench's bound says nothing after its last change
+    end = max(c.t for c in run.ev_timeline) if run.ev_truncated else run.duration
+    return ev_timeline(run.ev_timeline, end, run.ev_source, run.ev_truncated)
 
 
 def ev_timeline(changes: Sequence[EvChange], end: float, source: str = "",
@@ -203,7 +206,7 @@ def ev_timeline(changes: Sequence[EvChange], end: float, source: str = "",
             segments.append(Segment(row, start, c.t, state))
             start, state = c.t, c.state
         segments.append(Segment(row, start, max(end, start), state))
-    return EvTimeline(rows, tuple(segments), source, truncated)
+    return EvTimeline(rows, tuple(segments), source, truncated, end)
 
 
 def windows(run: Run) -> list[PlaneWindow]:

@@ -132,6 +132,21 @@ def test_ev_timeline_from_a_trace_is_the_same_picture(client: Path, trace: Path)
     assert b.source == "trace"
 
 
+def test_a_truncated_timeline_ends_at_its_last_change(tmp_path: Path) -> None:
+    doc = bench_doc(INTERVALS, [], timeline=TIMELINE[:6])
+    doc["end"]["mrc"]["ev_timeline_truncated"] = True
+    tl = ev_panel(load(str(write_json(tmp_path / "cut.json", doc))))
+    assert (tl.truncated, tl.end) == (True, 0.025)
+    assert tl.segments == (
+        Segment(0, 0.0, 0.025, "good"),
+        Segment(1, 0.0, 0.025, "backup"),
+        Segment(2, 0.0, 0.022, "good"),
+        Segment(2, 0.022, 0.025, "retired"),
+        Segment(3, 0.0, 0.025, "good"),
+        Segment(3, 0.025, 0.025, "retired"),
+    )
+
+
 def test_repeated_state_continues_its_segment(tmp_path: Path) -> None:
     timeline = [*TIMELINE[:4], {"t": 0.01, "ev": 21, "plane": 1, "state": "good", "reason": ""}]
     tl = ev_panel(load(str(write_json(tmp_path / "r.json",
