@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs import bench_doc, client_doc, interval, trace_lines, write_json, write_trace
+from plotdocs import bench_doc, client_doc, interval, trace_lines, write_json, write_trace
 
 from mrc.cli import main
 from mrc.plot import load, render

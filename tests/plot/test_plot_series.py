@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from docs import (
+from plotdocs import (
     EVENTS,
     INTERVALS,
     TIMELINE,
