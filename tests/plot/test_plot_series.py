@@ -1,6 +1,6 @@
 """The data of every `mrc plot` panel, from hand-built bench -J documents and traces.
 
-The run in docs.py: two planes at 1 Gbit/s each; at 0.02 s a fault on plane 1, whose two
+The run in plotdocs.py: two planes at 1 Gbit/s each; at 0.02 s a fault on plane 1, whose two
 EVs are retired by timeouts at 0.022 and 0.025 s; EV 20 is probed at 0.03 and restored at
 0.035; plane 0's EV 10 is skipped for an ECN mark at 0.036; EV 11 is a spare throughout.
 """
