@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import mrc
 
-from . import bench, ctl, daemon, keygen, plot, switch
+from . import bench, ctl, daemon, dissect, keygen, plot, switch
 
 __all__ = ["main"]
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_parser(sub)
     daemon.add_parser(sub)
     plot.add_parser(sub)
+    dissect.add_parser(sub)
     return parser
 
 

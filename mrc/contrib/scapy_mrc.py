@@ -522,11 +522,12 @@ def bind_port(port: int) -> None:
     UDP.payload_guess = entries + [e for e in UDP.payload_guess if e not in entries]
 
 
-def layer_fields(pkt: Any) -> list[tuple[str, dict[str, Any]]]:
+def layer_fields(pkt: Any, text: bool = False) -> list[tuple[str, dict[str, Any]]]:
     """(layer name, {field: value}) for each layer from the first MRC_BTH in `pkt` on: what a
-    header holds as scapy read it. Byte strings become hex; the trailing `Raw` is
-    `{"length": n}` (payload, trailer or bytes left over)."""
-    layer = pkt.getlayer(MRC_BTH) if not isinstance(pkt, MRC_BTH) else pkt
+    header holds as scapy read it. Byte strings become hex; with `text`, every value is the
+    string scapy shows (hex for X fields, names for enums). The trailing `Raw` is
+    `("payload", {"length": n})` (payload, trailer or bytes left over)."""
+    layer = pkt if isinstance(pkt, MRC_BTH) else pkt.getlayer(MRC_BTH)
     out: list[tuple[str, dict[str, Any]]] = []
     while layer:
         if isinstance(layer, Raw):
@@ -537,7 +538,10 @@ def layer_fields(pkt: Any) -> list[tuple[str, dict[str, Any]]]:
             if isinstance(f, ConditionalField) and not f._evalcond(layer):
                 continue
             value = layer.getfieldval(f.name)
-            values[f.name] = value.hex() if isinstance(value, bytes) else value
+            if text:
+                values[f.name] = str(f.i2repr(layer, value))
+            else:
+                values[f.name] = value.hex() if isinstance(value, bytes) else value
         out.append((str(layer.name), values))
         layer = layer.payload
     return out
