@@ -54,7 +54,8 @@ def read_bench(path: str, doc: dict[str, Any]) -> Run:
         except (BadRecord, AttributeError, TypeError):
             run.skipped += 1
     first = raw_intervals[0] if raw_intervals and isinstance(raw_intervals[0], dict) else {}
-    sender = (first.get("sum") or {}).get("sender") if isinstance(first, dict) else None
+    first_sum = first.get("sum")
+    sender = first_sum.get("sender") if isinstance(first_sum, dict) else None
     run.sender = sender if isinstance(sender, bool) else None
     run.events = _list(run, mrc.get("events"), _event)
     raw_timeline = mrc.get("ev_timeline")
@@ -68,10 +69,14 @@ def read_bench(path: str, doc: dict[str, Any]) -> Run:
     for iv in run.intervals:
         for plane in sorted(iv.in_flight):
             run.cc.append(CcSample(iv.end, plane, iv.cap.get(plane), iv.in_flight[plane]))
-    planes = {p.get("plane") for p in mrc.get("planes") or [] if isinstance(p, dict)}
+    raw_planes = mrc.get("planes")
+    planes: set[int] = set()
+    for p in raw_planes if isinstance(raw_planes, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("plane"), int):
+            planes.add(p["plane"])
     for iv in run.intervals:
         planes.update(iv.plane_bytes)
-    run.planes = tuple(sorted(p for p in planes if isinstance(p, int)))
+    run.planes = tuple(sorted(planes))
     run.duration = _duration(run, end)
     return run
 

@@ -11,6 +11,7 @@ themselves (`bench.py`, `trace.py`).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from .bench import is_bench, read_bench
@@ -111,6 +112,7 @@ def read_compare(path: str, doc: dict[str, Any]) -> Run:
 def _series(transport: str, raw: dict[str, Any]) -> FailoverSeries:
     bin_s, t0, fault = (float(raw[k]) for k in ("bin_seconds", "t0", "fault_at_s"))
     bps = raw["bps"]
-    if not isinstance(bps, list) or bin_s <= 0:
+    finite = all(map(math.isfinite, (bin_s, t0, fault)))
+    if not isinstance(bps, list) or not finite or bin_s <= 0:
         raise ValueError("bps")
     return FailoverSeries(transport, bin_s, t0, fault, tuple(float(b) for b in bps))

@@ -5,9 +5,12 @@ Every bad input is one line on stderr naming what is wrong, exit status 1, no tr
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from plotdocs import bench_doc, client_doc, interval, trace_lines, write_json, write_trace
@@ -220,3 +223,65 @@ def test_every_truncation_is_a_line_or_a_plot(tmp_path: Path) -> None:
                 assert cut < drawn_from, (name, cut, str(exc))
             else:
                 assert cut >= drawn_from, (name, cut)
+
+
+JUNK: list[object] = [None, True, 0, -1, 1.5, "x", [], {}, [1], {"a": 1}, float("nan"), 10**30]
+
+
+def _paths(o: object, pre: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    out = [pre] if pre else []
+    if isinstance(o, dict):
+        for k, v in o.items():
+            out += _paths(v, (*pre, k))
+    elif isinstance(o, list):
+        for i, v in enumerate(o):
+            out += _paths(v, (*pre, i))
+    return out
+
+
+def _mutated(doc: object, rng: random.Random) -> object:
+    d = copy.deepcopy(doc)
+    for _ in range(rng.randint(1, 3)):
+        where = rng.choice(_paths(d) or [()])
+        if not where:
+            continue
+        parent: Any = d
+        for k in where[:-1]:
+            parent = parent[k]
+        parent[where[-1]] = copy.deepcopy(rng.choice(JUNK))
+    return d
+
+
+def test_mistyped_fields_are_a_line_or_a_plot(tmp_path: Path) -> None:
+    """Fields of a -J, a trace and a compare.json replaced by values of other types (seeded,
+    600 documents): each is read, refused in one line or drawn from its good records; any
+    other exception fails."""
+    from mrc.plot import PlotError
+    from mrc.plot.series import ev_panel, failover, goodput, marks, panels, windows
+
+    rng = random.Random(16)
+    compare = {"tool": "tools.compare", "version": 1, "failover": {"mrc": {"series": {
+        "bin_seconds": 0.01, "t0": 0.0, "fault_at_s": 0.02, "bps": [1e9, 2e9, 0.0]}}}}
+    outcomes = {"refused": 0, "drawn": 0}
+    for i in range(600):
+        kind = i % 3
+        path = tmp_path / f"m{kind}.json"
+        if kind == 0:
+            path.write_text(json.dumps(_mutated(client_doc(), rng)))
+        elif kind == 1:
+            recs = [_mutated(r, rng) if rng.random() < 0.2 else r for r in trace_lines()]
+            path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        else:
+            path.write_text(json.dumps(_mutated(compare, rng)))
+        try:
+            run = load(str(path))
+            draw = {"goodput": goodput, "evs": ev_panel, "cc": windows, "failover": failover}
+            for panel in panels(run, "all"):
+                draw[panel](run)
+            marks(run)
+        except PlotError as exc:
+            assert "\n" not in str(exc)
+            outcomes["refused"] += 1
+        else:
+            outcomes["drawn"] += 1
+    assert outcomes["refused"] > 0 and outcomes["drawn"] > 0, outcomes
