@@ -217,9 +217,7 @@ def _check_field(i: int, f: object, fmt_width: int) -> None:
         return
     n = f.generated_bits
     if f.max_val >> n:
-        raise ValueError(
-            f"{where}: max_val {f.max_val:#x} is wider than the mask's {n} set bits"
-        )
+        raise ValueError(f"{where}: max_val {f.max_val:#x} is wider than the mask's {n} set bits")
     if f.min_val > f.max_val:
         raise ValueError(f"{where}: min_val {f.min_val:#x} above max_val {f.max_val:#x}")
 
