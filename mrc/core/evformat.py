@@ -36,6 +36,8 @@ FIELD_MAX_WIDTH = 32
 FLOW_LABEL_BITS = 20
 UDP_PORT_BITS = 16
 _U32 = (1 << 32) - 1
+#: `EvProfile.denied` walks the EV array: refuse arrays beyond this rather than run for hours.
+DENY_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -388,6 +390,13 @@ class EvProfile:
             raise ValueError(f"deny: field {field_index!r} outside 0..{len(self.fields) - 1}")
         if not (_is_int(lo) and _is_int(hi)) or lo > hi:
             raise ValueError(f"deny: range {lo!r}..{hi!r} is empty or not integers")
+        if self.ev_count > DENY_LIMIT:
+            # Listing walks the whole array; past this, bounding the field's max_val says
+            # the same without a list.
+            raise ValueError(
+                f"deny: {self.ev_count} EVs are too many to list (at most {DENY_LIMIT}); "
+                "bound the field with min_val/max_val instead"
+            )
         return frozenset(
             i
             for i, ev in enumerate(self.expanded_evs())

@@ -189,6 +189,8 @@ def test_an_explicit_profile_keeps_its_list_in_order_copies_included() -> None:
     assert prof.index_of(0x5555_6666) is None  # expands fine, but not listed
     # min_val/max_val bound generated EVs only: an explicit EV may hold any value.
     assert prof.generated_values(0x3333_4444) == (0x3333, 0x4444)
+    # The same fields in GEN mode generate only [min_val, max_val] = [0, 0]: one EV.
+    assert EvProfile(STEV_16_16, GEN, (full(16), full(16))).ev_count == 1
 
 
 # ---- UDP ---------------------------------------------------------------------------------
@@ -304,6 +306,12 @@ def test_wire_values_out_of_range_are_refused_in_one_line() -> None:
         TIERS.denied(3, 0, 1)
     with pytest.raises(ValueError, match=r"^deny: range 5..4 is empty or not integers$"):
         TIERS.denied(0, 5, 4)
+    huge = EvProfile(
+        STEV_16_16, GEN, (EvField(16, 0, 0, 0xFFFF, 0xFFFF), EvField(16, 0, 0, 16, 0x1F))
+    )
+    assert huge.ev_count == 65_536 * 17
+    with pytest.raises(ValueError, match=r"^deny: 1114112 EVs are too many to list \(at most"):
+        huge.denied(0, 0, 1)
 
 
 # ---- validation ----------------------------------------------------------------------------
