@@ -202,7 +202,8 @@ def _cc(ax: Axes, run: Run) -> None:
     ax.set_title("Congestion window (the plane's cap) and bytes in flight per plane")
     # windows reach tens of MiB while a plane has a few packets in flight: a log axis shows
     # both; an empty plane (0 bytes) sits on the bottom edge
-    values = [v for w in ws for v in (*w.cwnd, *w.in_flight) if v] + [c for c in total if c]
+    values = [v for w in ws for v in (*w.cwnd, *w.in_flight) if v is not None and v > 0]
+    values += [c for c in total if c > 0]
     ax.set_yscale("log", nonpositive="clip")
     if values:
         ax.set_ylim(min(values) / mib / 2, max(values) / mib * 2)
