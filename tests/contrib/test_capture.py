@@ -1,0 +1,164 @@
+"""A real `mrc bench` transfer captured with dumpcap, read back by the three readers.
+
+Root only (capturing on `lo` needs it), and only where dumpcap and tshark are installed. The
+bench runs on the four loopback planes of tests/cli/benchproc.py; dumpcap records only the
+bench's port, 512 bytes of each packet, at most 8 MB. Then, packet for packet: tshark with
+tools/wireshark/mrc.lua (`-T fields -e mrc.psn -e mrc.opcode -e mrc.ev`) and `mrc dissect -J`
+agree on PSN, opcode and EV; the data and control opcodes a transfer uses all appear; and the
+scapy layers round-trip one packet of every opcode seen (bytes and `decode_packet` record).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
+from benchproc import ROOT, Server, client, env  # type: ignore[import-not-found]
+
+from mrc.wire import DATA_OPCODES, Opcode, decode_packet
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root"),
+    pytest.mark.skipif(
+        not (shutil.which("dumpcap") and shutil.which("tshark")), reason="needs dumpcap and tshark"
+    ),
+]
+LUA = Path(ROOT) / "tools" / "wireshark" / "mrc.lua"
+
+
+def start_dumpcap(port: int, out: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        ["dumpcap", "-q", "-i", "lo", "-f", f"udp port {port}", "-s", "512",
+         "-a", "filesize:8000", "-a", "duration:60", "-P", "-w", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # dumpcap creates the file once it captures; give it a moment to open the interface too.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and out.stat().st_size > 0:
+            time.sleep(0.3)
+            return proc
+        time.sleep(0.05)
+    stop(proc)
+    pytest.skip(f"dumpcap did not start: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
+    pcap = tmp_path_factory.mktemp("capture") / "bench.pcap"
+    server = Server("-1")
+    dumpcap = None
+    try:
+        dumpcap = start_dumpcap(server.port, pcap)
+        # --flowcell 1: one datagram per packet (a GSO batch would be one capture record).
+        proc = client(server.port, "-n", "8M", "-l", "1M", "--verify", "--flowcell", "1",
+                      timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "integrity: ok" in proc.stdout
+        time.sleep(0.3)  # the last ACKs and the DISCONNECTs
+    finally:
+        if dumpcap is not None:
+            stop(dumpcap)
+        server.stop()
+    yield pcap, server.port
+
+
+def tshark_rows(pcap: Path, port: int) -> list[tuple[int, int, int, int | None]]:
+    """(frame, psn, opcode, ev or None) of every MRC packet, read through mrc.lua."""
+    proc = subprocess.run(
+        ["tshark", "-n", "-X", f"lua_script:{LUA}", "-d", f"udp.port=={port},mrc", "-r",
+         str(pcap), "-Y", "mrc", "-T", "fields", "-e", "frame.number", "-e", "mrc.psn",
+         "-e", "mrc.opcode", "-e", "mrc.ev"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Lua" not in proc.stderr, proc.stderr
+    rows = []
+    for line in proc.stdout.splitlines():
+        frame, psn, opcode, ev = line.split("\t")
+        rows.append((int(frame), int(psn), int(opcode, 16), int(ev, 16) if ev else None))
+    return rows
+
+
+def dissect_doc(pcap: Path, port: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mrc", "dissect", "-J", "-p", str(port), str(pcap)],
+        capture_output=True, text=True, timeout=60, env=env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def test_lua_and_mrc_dissect_agree_packet_for_packet(capture: tuple[Path, int]) -> None:
+    pcap, port = capture
+    rows = tshark_rows(pcap, port)
+    doc = dissect_doc(pcap, port)
+    ours = [
+        (p["number"], p["psn"], Opcode[p["opcode"]].value, p["ev"])
+        for p in doc["packets"]
+        if "not_mrc" not in p
+    ]
+    assert len(rows) > 1000  # 8 MiB in 4 KiB packets, plus their SACKs
+    assert rows == ours
+    assert all(p["malformed"] is None for p in doc["packets"])
+    seen = {Opcode(op) for _, _, op, _ in rows}
+    # What a bench transfer sends (its messages end with WRITE_LAST_IMM, and it probes no EV
+    # when nothing is lost, so RELIABILITY_PROBE, NACK and WRITE_LAST/ONLY may not appear).
+    assert {
+        Opcode.CM_REQUEST, Opcode.CM_REPLY, Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE,
+        Opcode.WRITE_LAST_IMM, Opcode.RELIABILITY_SACK, Opcode.ACKNOWLEDGE,
+        Opcode.ENDPOINT_REQUEST, Opcode.ENDPOINT_RESPONSE, Opcode.CM_DISCONNECT,
+    } <= seen  # fmt: skip
+    # Every data packet carries an EV on one of the four planes; CM packets carry none.
+    for _, _, op, ev in rows:
+        if op in {o.value for o in DATA_OPCODES}:
+            assert ev is not None and ev >> 24 in range(4)
+        if Opcode(op).name.startswith("CM_"):
+            assert ev is None
+
+
+def test_scapy_round_trips_every_opcode_seen(capture: tuple[Path, int]) -> None:
+    from scapy.layers.inet import UDP
+    from scapy.utils import rdpcap
+
+    from mrc.contrib.scapy_mrc import MRC_BTH
+
+    pcap, port = capture
+    firsts: dict[int, bytes] = {}
+    for frame in rdpcap(str(pcap)):
+        udp = frame.getlayer(UDP)
+        if udp is not None and port in (udp.sport, udp.dport):
+            data = bytes(udp.payload)
+            if data and data[0] not in firsts:
+                firsts[data[0]] = data
+    assert len(firsts) >= 9
+    for op, data in sorted(firsts.items()):
+        layers = MRC_BTH(data)
+        assert bytes(layers) == data, Opcode(op).name
+        assert int(layers.opcode) == op
+        record = decode_packet(data)
+        assert layers.dest_qp == record.dest_qp
+        if op not in {o.value for o in DATA_OPCODES}:  # control packets are captured whole
+            assert record.encode() == data, Opcode(op).name
