@@ -27,6 +27,7 @@ from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SECU
 from mrc.core.errors import LocalProtocolError
 from mrc.core.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
+from mrc.node.host import EV_ENCODINGS
 
 from . import bench_daemon, bench_run
 from .bench_options import (
@@ -263,6 +264,14 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "each with its segment list; a plane's EVs are spread over its paths",
     )
     p.add_argument(
+        "--ev-encoding",
+        choices=EV_ENCODINGS,
+        default="evxh",
+        help="where datagrams carry their EV: evxh (an MRC header of ours, the default) or "
+        "flowlabel (also the IPv6 flow label, so the ECMP routers of a plain fabric spray on "
+        "it; IPv6 planes only, not with --paths)",
+    )
+    p.add_argument(
         "--security",
         choices=SECURITY_LEVELS,
         default="none",
@@ -358,6 +367,7 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         injects=list(ns.inject),
         connect_timeout=ns.connect_timeout,
         security=ns.security,
+        ev_encoding=ns.ev_encoding,
         key=ns.key,
         peer_key=ns.peer_key,
         trace=ns.trace,
@@ -419,6 +429,9 @@ def run(ns: argparse.Namespace) -> int:
         sys.stderr.write("mrc bench: error: --trace does not apply with --daemon\n")
         return 2
     if ns.daemon is not None:
+        if ns.ev_encoding != "evxh":
+            sys.stderr.write("mrc bench: error: --ev-encoding does not apply with --daemon\n")
+            return 2
         if ns.security != "none" or ns.key or ns.peer_key:
             sys.stderr.write(
                 "mrc bench: error: --security/--key/--peer-key do not apply with --daemon "

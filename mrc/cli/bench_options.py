@@ -23,6 +23,9 @@ DEFAULT_CC = SessionConfig().cc
 DEFAULT_FLOWCELL = 64
 
 
+#: Reverse EVs per plane when EVs ride in the flow label.
+FLOWLABEL_REVERSE_EVS = 8
+
 @dataclass(slots=True)
 class BenchOptions:
     role: str
@@ -55,6 +58,8 @@ class BenchOptions:
     peer_key: str | None = None
     #: The identity the run uses when secured (from --key, or made for this run).
     identity: Identity | None = None
+    #: --ev-encoding: where datagrams carry their EV besides the EVXH (docs/DESIGN.md §4).
+    ev_encoding: str = "evxh"
     #: --trace FILE: its name, and the file once opened (before connecting).
     trace: str | None = None
     trace_file: TraceFile | None = None
@@ -72,6 +77,9 @@ class BenchOptions:
             flowcell=self.flowcell,
             plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
             security=self.security,
+            # A fabric that hashes the flow label spreads a plane's reverse path over paths
+            # we cannot see: validate several reverse EVs, not one (docs/DESIGN.md §4).
+            reverse_evs=FLOWLABEL_REVERSE_EVS if self.ev_encoding == "flowlabel" else 1,
         ).validate()
 
     def inject_specs(self) -> list[str]:

@@ -342,6 +342,7 @@ async def _serve(opts: BenchOptions) -> int:
         rng=endpoint.rng,
         endpoint=endpoint,
         secured=opts.security != "none",
+        ev_encoding=opts.ev_encoding,
     )
     server = BenchServer(loop, opts, Output(json_mode=opts.json), node)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -364,7 +365,7 @@ async def _client(opts: BenchOptions) -> int:
     endpoint = _endpoint(opts.identity)
     node = Node(
         loop, binds, 0, table=table, payload_mtu=opts.payload_mtu, rng=endpoint.rng,
-        endpoint=endpoint, secured=opts.security != "none",
+        endpoint=endpoint, secured=opts.security != "none", ev_encoding=opts.ev_encoding,
     )  # fmt: skip
     try:
         counts = node.open_paths(peers) if table is not None else {}

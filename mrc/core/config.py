@@ -97,6 +97,11 @@ class SessionConfig:
     probe_max_interval: float = 1.0
     #: Probes a DOWN plane must answer before it returns (docs/DESIGN.md §4).
     restore_answers: int = 3
+    #: Reverse EVs validated on a plane with one known path (docs/DESIGN.md §4): 1 where the
+    #: path is the plane (direct links); more where a fabric hashes EVs over paths the host
+    #: cannot see (EVs in the flow label), so that one EV hashed through a dead switch does
+    #: not make the whole plane look dead. Planes with SRv6 paths take one per path.
+    reverse_evs: int = 1
     p_key: int = 0xFFFF
     #: First PSN of our sending direction; None = random (tests start near 2^24 to wrap).
     initial_psn: int | None = None
@@ -127,6 +132,8 @@ class SessionConfig:
             raise LocalProtocolError("ev_backup_per_plane must be 0..4096")
         if self.ev_min_active is not None and not 1 <= self.ev_min_active <= 255:
             raise LocalProtocolError("ev_min_active must be 1..255")
+        if not 1 <= self.reverse_evs <= 255:
+            raise LocalProtocolError(f"reverse_evs must be 1..255, got {self.reverse_evs}")
         if any(not 1 <= n <= MAX_PLANE_PATHS for n in self.plane_paths):
             raise LocalProtocolError("plane_paths entries must be 1..65536")
         if not 0 < self.plane_mask < 1 << 32:

@@ -132,7 +132,8 @@ class PathTable:
         self.evs = EvTable(config, rng or random.Random(0), self.events)
         self.planes: dict[int, Plane] = {}
         for p in config.planes:
-            # One reverse EV per path of the plane (at least one), from its active set.
+            # One reverse EV per path of the plane (at least one), from its active set; a plane
+            # with one known path gets `reverse_evs` of them (SessionConfig).
             pe = self.evs.planes[p]
             reverse: list[int] = []
             seen: set[int] = set()
@@ -140,6 +141,8 @@ class PathTable:
                 if r.path not in seen:
                     seen.add(r.path)
                     reverse.append(r.ev)
+            if len(seen) == 1:
+                reverse = [r.ev for r in pe.active[: config.reverse_evs]]
             self.planes[p] = Plane(
                 number=p,
                 rtt=RttEstimator(config.min_rto, config.max_rto, config.initial_rto),

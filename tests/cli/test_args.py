@@ -37,6 +37,9 @@ BAD = [
     (["bench", "--demo", "-c", "127.0.0.2"], "exactly one of"),
     (["bench", "-c", "127.0.0.2,,127.0.0.3"], "empty address"),
     (["bench", "-c", "127.0.0.2", "--spray", "nope"], "invalid choice: 'nope'"),
+    (["bench", "-c", "::1", "--ev-encoding", "udp"], "invalid choice: 'udp'"),
+    (["bench", "-c", "x", "--daemon", "/tmp/s", "--ev-encoding", "flowlabel"],
+     "--ev-encoding does not apply with --daemon"),
 ]
 
 
@@ -108,6 +111,14 @@ def test_bind_address_not_available() -> None:
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
         "mrc bench: cannot bind 192.0.2.1 port 0 (plane 1): Cannot assign requested address"
+    ]
+
+
+def test_ev_in_the_flow_label_needs_ipv6_planes() -> None:
+    proc = run_cli("bench", "-s", "-B", "127.0.0.2", "-p", "0", "--ev-encoding", "flowlabel")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "mrc bench: EVs in the flow label need IPv6 on every plane; plane 0 is 127.0.0.2"
     ]
 
 

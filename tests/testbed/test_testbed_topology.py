@@ -36,7 +36,7 @@ def test_pair_planes_override() -> None:
 
 def test_clos_defaults_nodes_links_sids() -> None:
     topo = topology.load("clos")
-    assert topo.params == {"planes": 4, "hosts": 4, "racks": 2, "tier1": 2}
+    assert topo.params == {"planes": 4, "hosts": 4, "racks": 2, "tier1": 2, "ecmp": 0}
     assert len(topo.nodes) == 4 + 4 * (2 + 2)
     assert len(topo.links) == 4 * 4 + 4 * 2 * 2
     assert {h.name: h.rack for h in topo.hosts()} == {"h1": 1, "h2": 1, "h3": 2, "h4": 2}
@@ -91,6 +91,22 @@ def test_clos_overrides() -> None:
     entry = next(e for e in topo.entries if e.src_node == "h1" and e.dst_node == "h6")
     assert [p["name"] for p in entry.paths] == ["t1-0", "t1-1", "t1-2"]
     assert "t0r3p1-t1cp1" in topo.links
+
+
+def test_clos_ecmp_mode_routes_over_every_tier1_at_one_metric() -> None:
+    srv6 = topology.load("clos").nodes["t0r1p0"].routes
+    ecmp = topology.load("clos", {"ecmp": 1}).nodes["t0r1p0"].routes
+    plain = [r.ip_args() for r in srv6 if r.dst == "fd00::/32"]
+    multi = [r.ip_args() for r in ecmp if r.dst == "fd00::/32"]
+    # SRv6 mode: tier-1 a first, b as the fallback; ECMP mode: one route, both next hops.
+    assert plain == [
+        "route replace fd00::/32 via fd01:0:1::2 dev t1ap0 metric 1024",
+        "route replace fd00::/32 via fd01:0:1:1::2 dev t1bp0 metric 1025",
+    ]
+    assert multi == [
+        "route append fd00::/32 via fd01:0:1::2 dev t1ap0 metric 1024",
+        "route append fd00::/32 via fd01:0:1:1::2 dev t1bp0 metric 1024",
+    ]
 
 
 def test_state_round_trip() -> None:

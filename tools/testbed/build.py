@@ -152,6 +152,8 @@ def _sysctls(node: Node) -> list[tuple[str, str]]:
         ]
     if not node.is_host:
         settings.append(("net.ipv4.ip_forward", "1"))
+        # ECMP routes hash on addresses, flow label and protocol (the clos's ecmp mode).
+        settings.append(("net.ipv6.fib_multipath_hash_policy", "0"))
     return settings
 
 

@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("up", parents=[common], help="build a topology")
     s.add_argument("topology", help=f"a name ({', '.join(topology.available())}) or a .toml path")
     s.add_argument("--name", help="testbed name (default tb<random hex>)")
-    for key in ("planes", "hosts", "racks", "tier1"):
+    for key in ("planes", "hosts", "racks", "tier1", "ecmp"):
         s.add_argument(f"--{key}", type=int, help=f"override params.{key}")
 
     s = sub.add_parser("down", parents=[common], help="remove a testbed, or all of them")
@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _up(args: argparse.Namespace, runner: Runner) -> int:
-    overrides = {k: getattr(args, k) for k in ("planes", "hosts", "racks", "tier1")
+    overrides = {k: getattr(args, k) for k in ("planes", "hosts", "racks", "tier1", "ecmp")
                  if getattr(args, k) is not None}
     topo = topology.load(args.topology, overrides)  # validated before anything changes
     if args.name:

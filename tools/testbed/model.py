@@ -34,11 +34,14 @@ class Route:
     via: str | None = None
     metric: int | None = None
     seg6local: str | None = None  # an action such as "End"
+    #: Add as one more next hop of the same destination and metric (an ECMP route) instead of
+    #: replacing what is there.
+    append: bool = False
 
     def ip_args(self) -> str:
         """The arguments of `ip` that install (or re-install) this route (a batch line: the
         family follows from the addresses)."""
-        words = ["route", "replace", self.dst]
+        words = ["route", "append" if self.append else "replace", self.dst]
         if self.seg6local:
             words += ["encap", "seg6local", "action", self.seg6local]
         if self.via:

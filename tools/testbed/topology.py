@@ -15,7 +15,10 @@ A topology file is TOML with a `kind`:
   fc00:<p>:0:<rack>:: (tier-0) and fc00:<p>:1:<k>:: (tier-1), each a `seg6local End` route.
   A path to another rack is the segment list [tier-1 SID] (the destination is appended by the
   SRH builder); plain IPv6 to another rack goes through tier-1 `a`, falling back to the next
-  tier-1 by metric when a link is down.
+  tier-1 by metric when a link is down. With `ecmp = 1` (`up clos --ecmp 1`), plain IPv6 to
+  another rack takes one multipath route over every tier-1 instead, hashed on addresses and
+  the IPv6 flow label (`fib_multipath_hash_policy` 0): a sender that puts its EV in the flow
+  label (`mrc bench --ev-encoding flowlabel`) sprays over the tier-1s without SRv6.
 - `custom`: containerlab-like `[nodes.<name>]` (role = "host" | "switch", optional `sid`,
   `routes = [{dst, via, dev, metric}]`) and `[[links]]` with `endpoints = ["a:if", "b:if"]`,
   `addresses = [[…a…], […b…]]`, optional `name`, `plane`, `mtu`, `rate`. No path table.
@@ -58,6 +61,7 @@ PARAMS: dict[str, dict[str, tuple[int, int, int]]] = {
         "hosts": (4, 1, 256),
         "racks": (2, 1, 64),
         "tier1": (2, 1, 26),
+        "ecmp": (0, 0, 1),
     },
     "custom": {},
 }
@@ -289,7 +293,13 @@ def _clos(name: str, params: dict[str, int]) -> Topology:
                          Endpoint(t1.name, t0.name), p, [f"{lo}/64"], [f"{hi}/64"])
                 assert t1.sid is not None
                 t0.routes.append(Route(f"{t1.sid}/128", t1.name, via=hi))
-                t0.routes += [Route(n, t1.name, via=hi, metric=1024 + k) for n in plane_nets]
+                if params["ecmp"]:
+                    # One multipath route over every tier-1: the kernel hashes each datagram's
+                    # addresses, flow label and protocol to pick one (policy 0).
+                    t0.routes += [Route(n, t1.name, via=hi, metric=1024, append=True)
+                                  for n in plane_nets]  # fmt: skip
+                else:
+                    t0.routes += [Route(n, t1.name, via=hi, metric=1024 + k) for n in plane_nets]
                 for word in (0xFD00, 0xFD01):  # the rack's hosts and its uplinks
                     t1.routes.append(Route(f"{_v6(word, p, r)}/48", t0.name, via=lo))
                 t1.routes.append(Route(f"{t0.sid}/128", t0.name, via=lo))
