@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..wire.ack import Syndrome, syndrome_ok
 from ..wire.bth import Opcode
 from .errors import LocalProtocolError
 
@@ -45,6 +46,21 @@ class OutMessage:
     @property
     def length(self) -> int:
         return len(self.src)
+
+    def settle(self, syndrome: int) -> None:
+        """Take the outcome its AETH carried (docs/WIRE.md §4) as `status`."""
+        self.status = outcome(syndrome, self.failure)
+
+
+def outcome(syndrome: int, failure: int | None) -> int:
+    """A message's completion status from its AETH (docs/WIRE.md §4): 0 for any IBTA ACK
+    (0x00-0x1F); for a remote access error, the NACK reason that named it (BAD_RKEY or
+    OUT_OF_BOUNDS) when one came; else the syndrome itself."""
+    if syndrome_ok(syndrome):
+        return 0
+    if syndrome == Syndrome.NAK_REMOTE_ACCESS and failure is not None:
+        return failure
+    return syndrome
 
 
 def new_message(

@@ -2,12 +2,11 @@
 
 Holds the message queue, the send records (one per transmission, kept by sendlog.py), the
 cumulative scoreboard built from SACKs, per-EV RACK loss inference and the per-plane RFC 6298
-RTO (docs/DESIGN.md §6), and raises
-`WriteCompleted` in MSN order from ACKNOWLEDGE/AETH (docs/DESIGN.md §2 step 7). It turns what it
-learns into EV signals (loss, ECN, trim) for the EV table (evs.py), and into congestion
-signals for its congestion control (cc.py), whose window bounds the payload bytes in flight
-(docs/DESIGN.md §7); it does not decide plane states, send probes or answer the peer: the plane
-monitor and the session do.
+RTO (docs/DESIGN.md §6), and raises `WriteCompleted` in MSN order from ACKNOWLEDGE/AETH
+(docs/DESIGN.md §2 step 7). It turns what it learns into EV signals (loss, ECN, trim) for the
+EV table (evs.py), and into congestion signals for its congestion control (cc.py), whose window
+bounds the payload bytes in flight (docs/DESIGN.md §7); it does not decide plane states, send
+probes or answer the peer: the plane monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
 record in `inflight` (INFLIGHT, or LOST while it waits in the retransmit queue); nothing
@@ -19,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from ..wire.ack import NackReason, SackMark, Syndrome, syndrome_ok
+from ..wire.ack import NackReason, SackMark
 from ..wire.bth import MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket
 from .balance import PlaneBalance
@@ -49,8 +48,6 @@ MSN_MASK = MSN_MOD - 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
 MAX_OUTSTANDING_MESSAGES = 1 << 15
 
-
-_ACCESS = (NackReason.BAD_RKEY, NackReason.OUT_OF_BOUNDS)
 
 class Sender:
     def __init__(
@@ -122,14 +119,8 @@ class Sender:
     ) -> int:
         if len(self.outstanding) >= MAX_OUTSTANDING_MESSAGES:
             raise LocalProtocolError("too many WRITEs outstanding (2^15); wait for completions")
-        msg = new_message(
-            self.next_msn,
-            region.local_slice(offset, length),
-            remote_va,
-            rkey,
-            imm,
-            self.config.payload_mtu,
-        )
+        src = region.local_slice(offset, length)
+        msg = new_message(self.next_msn, src, remote_va, rkey, imm, self.config.payload_mtu)
         self.next_msn = (self.next_msn + 1) & MSN_MASK
         self.pending.append(msg)
         self.outstanding.append(msg)
@@ -398,9 +389,8 @@ class Sender:
             plane.proven_at = now
             if trig_rec.sent_at > plane.answered_sent_at:
                 plane.answered_sent_at = trig_rec.sent_at
-            # CC's delay sample (Karn): a first transmission whose own timestamp came back.
-            # Peers that never set our V bit still echo: a non-zero echo equal to the
-            # packet's own timestamp is plainly valid (docs/WIRE.md §4).
+            # CC's delay sample (Karn): a first transmission whose own timestamp came back
+            # (a non-zero echo counts without our V bit too: docs/WIRE.md §4).
             echo = pkt.cc.tx_timestamp
             if (pkt.cc.valid or echo) and not trig_rec.rtx and trig_rec.tx_ts == echo:
                 rtt = now - trig_rec.sent_at
@@ -456,15 +446,7 @@ class Sender:
             # The AETH says every PSN of the message arrived or was consumed.
             first = msg.first_psn
             self._ack([(first + i) & PSN_MASK for i in range(msg.npkts)], now, touched)
-            # 0 for any IBTA ACK (0x00-0x1F); a remote access error as the NACK named it
-            # (BAD_RKEY or OUT_OF_BOUNDS) if one came; else the syndrome (docs/WIRE.md §4).
-            syndrome = pkt.aeth.syndrome
-            if syndrome_ok(syndrome):
-                msg.status = 0
-            elif syndrome == Syndrome.NAK_REMOTE_ACCESS and msg.failure is not None:
-                msg.status = msg.failure
-            else:
-                msg.status = syndrome
+            msg.settle(pkt.aeth.syndrome)
         self._advance_una()
         self._sample_rtts(now)
         self._acked_evs |= touched
@@ -498,10 +480,8 @@ class Sender:
                 )
         elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
             self._declare_lost(rec, "nack_other", avoid_plane=None)
-        elif reason in _ACCESS and rec is not None:
-            # An early warning only: the outcome arrives in the message's AETH as a remote
-            # access error, and this says which one.
-            rec.msg.failure = reason
+        elif reason in (NackReason.BAD_RKEY, NackReason.OUT_OF_BOUNDS) and rec is not None:
+            rec.msg.failure = reason  # early; the AETH's remote access error is the outcome
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends.
 
     def on_transmit_failed(self, psn: int, count: int, ev: int, plane: int, now: float) -> None:

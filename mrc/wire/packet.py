@@ -145,7 +145,6 @@ class SackPacket:
     cc: CCState
     port_state: int | None
     p_key: int = 0xFFFF
-    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
     evx: bool = True
 
     def encode(self) -> bytes:
@@ -169,7 +168,6 @@ class NackPacket:
     ev: int
     neth: NETH
     p_key: int = 0xFFFF
-    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
     evx: bool = True
 
     def encode(self) -> bytes:
@@ -188,7 +186,6 @@ class AckPacket:
     ev: int
     aeth: AETH
     p_key: int = 0xFFFF
-    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
     evx: bool = True
 
     def encode(self) -> bytes:
@@ -207,7 +204,6 @@ class ProbePacket:
     ev: int
     peth: PETH
     p_key: int = 0xFFFF
-    #: Whether an EVXH follows the BTH (ours always does; others may send none: ev 0).
     evx: bool = True
 
     def encode(self) -> bytes:
