@@ -29,6 +29,9 @@ _MRC_OPCODES = frozenset(op.value for op in Opcode)
 _DATA = frozenset(op.value for op in DATA_OPCODES)
 _CM = frozenset(op.value for op in CM_OPCODES)
 _ENDPOINT = frozenset({Opcode.ENDPOINT_REQUEST.value, Opcode.ENDPOINT_RESPONSE.value})
+# The longest single packet: payload_mtu 8192, every data header, a trailer (docs/WIRE.md §3,
+# §7). A longer datagram in a capture is a UDP GSO batch the kernel had not split yet (§1).
+_MAX_PACKET = 8192 + 44 + _TRAILER
 
 
 class DissectError(Exception):
@@ -173,6 +176,8 @@ def dissect_frame(
     wire_len = int(getattr(udp, "len", 0) or 0) - 8
     if 0 <= len(data) < wire_len:
         out["captured"] = f"{len(data)} of {wire_len} bytes"
+    if wire_len > _MAX_PACKET or (wire_len <= 0 and len(data) > _MAX_PACKET):
+        out["gso"] = True
     on_port = ports is None or udp.sport in ports or udp.dport in ports
     if not on_port or (ports is None and (not data or data[0] not in _MRC_OPCODES)):
         out["not_mrc"] = f"UDP {udp.sport} > {udp.dport}, {len(data)} bytes"
@@ -317,6 +322,8 @@ def summary(pkt: dict[str, Any]) -> str:
                 parts.append(f"{name}={_fmt(name, value)}")
     if pkt.get("trailer"):
         parts.append(f"trailer={pkt['trailer']}")
+    if pkt.get("gso"):
+        parts.append("(a GSO batch of several packets: only the first is dissected)")
     if pkt.get("captured"):
         parts.append(f"(captured {pkt['captured']})")
     if pkt["malformed"] is not None:

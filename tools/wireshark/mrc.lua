@@ -147,9 +147,11 @@ mrc.fields = field_list
 
 local ex_malformed = ProtoExpert.new("mrc.malformed", "Malformed MRC packet",
                                      expert.group.MALFORMED, expert.severity.ERROR)
+local ex_gso = ProtoExpert.new("mrc.gso", "A UDP GSO batch: only its first packet is dissected",
+                               expert.group.PROTOCOL, expert.severity.NOTE)
 local ex_leftover = ProtoExpert.new("mrc.leftover", "Bytes after the MRC headers",
                                     expert.group.MALFORMED, expert.severity.WARN)
-mrc.experts = { ex_malformed, ex_leftover }
+mrc.experts = { ex_malformed, ex_gso, ex_leftover }
 
 mrc.prefs.port = Pref.uint("UDP port", 4791, "The UDP port MRC uses (default 4791, RoCEv2's)")
 mrc.prefs.heuristic = Pref.bool("Heuristic on other UDP ports", true,
@@ -202,6 +204,12 @@ local function dissect_data(tvb, pinfo, tree, off, op, ts)
   end
   local n = tvb:len() - off
   tree:add(F.payload_length, n):set_generated()
+  -- docs/WIRE.md §1: a capture taken before the kernel splits a GSO send holds several
+  -- packets in one datagram; no single packet is longer than 8192 + 44 + 24 bytes.
+  if tvb:reported_length_remaining(0) > 8192 + 44 + 24 then
+    tree:add_proto_expert_info(ex_gso)
+    pinfo.cols.info:append(" [GSO batch]")
+  end
   if n > 0 then
     tree:add(F.payload, tvb(off, n))
   else
