@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("scapy")
 from scapy.layers.inet import IP, UDP
@@ -295,3 +297,47 @@ def test_lua_reads_every_record(pcap: Path) -> None:
         int.from_bytes(bytes(range(8)), "big"))  # the ACK's trailer
     assert "GSO batch" in bad[6][1]
     assert bad[7][2] == f"0x{Opcode.WRITE_FIRST.value:02x}"
+
+
+# --- any bytes at all --------------------------------------------------------------------------
+
+_MRC_FIRST = st.sampled_from([op.value for op in Opcode])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200),
+                 st.tuples(_MRC_FIRST, st.binary(max_size=200)).map(
+                     lambda t: bytes([t[0], 0]) + t[1])))  # fmt: skip
+def test_any_payload_is_a_line_never_a_traceback(data: bytes) -> None:
+    out = dissect.mrc_fields(data)
+    assert (out["malformed"] is None) == ("record" in out)
+    pkt = {"number": 1, "rel": 0.0, "src": "a", "dst": "b", "sport": 1, "dport": 2,
+           "length": len(data), **out}  # fmt: skip
+    assert "\n" not in dissect.summary(pkt)
+    dissect.tree(pkt)
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
+def test_lua_survives_random_payloads(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(18)
+    ops = [op.value for op in Opcode]
+    frames = []
+    for i in range(400):
+        n = rng.randrange(0, 220)
+        body = bytes(rng.randrange(256) for _ in range(n))
+        if i % 2 and n >= 2:  # half start like MRC: a known opcode and TVer 0
+            body = bytes([rng.choice(ops), rng.randrange(256) & 0xF0]) + body[2:]
+        frames.append(frame(body))
+    path = tmp_path / "random.pcap"
+    wrpcap(str(path), frames)
+    proc = subprocess.run(
+        ["tshark", "-n", "-X", f"lua_script:{LUA}", "-r", str(path), "-T", "fields",
+         "-e", "frame.number", "-e", "_ws.expert.message", "-e", "mrc.opcode"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    assert len(rows) == 400
+    assert not [r for r in rows if "Lua Error" in r[1] or "Dissector bug" in r[1]]
