@@ -149,7 +149,7 @@ def dissect_file(
                 number += 1
                 t = float(frame.time)
                 first = t if first is None else first
-                yield dissect_frame(frame, number, t, t - first, ports, text)
+                yield from dissect_frame(frame, number, t, t - first, ports, text)
             if caught.messages:
                 yield {"capture_error": f"damaged after packet {number}: {caught.messages[0]}"}
     finally:
@@ -159,8 +159,9 @@ def dissect_file(
 
 def dissect_frame(
     frame: Any, number: int, t: float, rel: float, ports: set[int] | None, text: bool = False
-) -> dict[str, Any]:
-    """A frame as a dict: where it went, and, for MRC, its record's fields and headers."""
+) -> list[dict[str, Any]]:
+    """A frame as dicts: where it went, and, for MRC, its record's fields and headers. One
+    dict, or one per packet of a GSO batch (`segment` k of `segments`, see `split_gso`)."""
     from scapy.layers.inet import IP, UDP
     from scapy.layers.inet6 import IPv6
 
@@ -169,21 +170,57 @@ def dissect_frame(
     udp = frame.getlayer(UDP)
     if ip is None or udp is None:
         out["not_mrc"] = f"not UDP: {frame.summary()}"
-        return out
+        return [out]
     out.update(src=str(ip.src), dst=str(ip.dst), sport=int(udp.sport), dport=int(udp.dport))
     data = bytes(udp.payload)
     out["length"] = len(data)
     wire_len = int(getattr(udp, "len", 0) or 0) - 8
     if 0 <= len(data) < wire_len:
         out["captured"] = f"{len(data)} of {wire_len} bytes"
-    if wire_len > _MAX_PACKET or (wire_len <= 0 and len(data) > _MAX_PACKET):
-        out["gso"] = True
     on_port = ports is None or udp.sport in ports or udp.dport in ports
     if not on_port or (ports is None and (not data or data[0] not in _MRC_OPCODES)):
         out["not_mrc"] = f"UDP {udp.sport} > {udp.dport}, {len(data)} bytes"
-        return out
-    out.update(mrc_fields(data, text))
-    return out
+        return [out]
+    segments = split_gso(data) if "captured" not in out else [data]
+    if len(segments) == 1 and max(wire_len, len(data)) > _MAX_PACKET:
+        out["gso"] = True  # too long for one packet, and not split: only the first is shown
+    if len(segments) == 1:
+        out.update(mrc_fields(data, text))
+        return [out]
+    packets = []
+    for k, segment in enumerate(segments, 1):
+        one = {**out, "segment": k, "segments": len(segments), "length": len(segment)}
+        one.update(mrc_fields(segment, text))
+        packets.append(one)
+    return packets
+
+
+def split_gso(data: bytes) -> list[bytes]:
+    """The packets of a UDP GSO batch captured before the kernel split it (docs/WIRE.md §1):
+    data packets of one size back to back, the last one possibly shorter.
+
+    The size is where the next data packet starts: the first later offset holding a data
+    opcode with TVer 0 and the first packet's P_Key, EVX bit and DestQP (a flowcell goes to
+    one QP on one EV). Every later start must match the same way, or nothing is split: the
+    datagram comes back whole. tools/wireshark/mrc.lua splits by the same rule."""
+    n = len(data)
+    if n < 2 * 13 or data[0] not in _DATA or data[1] & 0x0F:
+        return [data]
+    key = data[2:8]
+    at = data.find(key, 14)
+    while at != -1:
+        start = at - 2
+        if data[start] in _DATA and not data[start + 1] & 0x0F and n - start >= 12:
+            break
+        at = data.find(key, at + 1)
+    if at == -1:
+        return [data]
+    size = at - 2
+    starts = range(0, n, size)
+    for q in starts[1:]:
+        if n - q < 12 or data[q] not in _DATA or data[q + 1] & 0x0F or data[q + 2 : q + 8] != key:
+            return [data]
+    return [data[q : q + size] for q in starts]
 
 
 def mrc_fields(data: bytes, text: bool = False) -> dict[str, Any]:
@@ -301,7 +338,8 @@ def _fmt(name: str, value: Any) -> str:
 
 def summary(pkt: dict[str, Any]) -> str:
     """One line for a packet, tshark style."""
-    head = f"{pkt['number']:5d} {pkt['rel']:11.6f}"
+    number = str(pkt["number"]) + (f".{pkt['segment']}" if "segment" in pkt else "")
+    head = f"{number:>5} {pkt['rel']:11.6f}"
     if "src" not in pkt:
         return f"{head} {pkt['not_mrc']}"
     head += f" {pkt['src']}:{pkt['sport']} > {pkt['dst']}:{pkt['dport']}"
@@ -324,6 +362,8 @@ def summary(pkt: dict[str, Any]) -> str:
         parts.append(f"trailer={pkt['trailer']}")
     if pkt.get("gso"):
         parts.append("(a GSO batch of several packets: only the first is dissected)")
+    if pkt.get("segment"):
+        parts.append(f"(GSO segment {pkt['segment']} of {pkt['segments']})")
     if pkt.get("captured"):
         parts.append(f"(captured {pkt['captured']})")
     if pkt["malformed"] is not None:

@@ -3,7 +3,8 @@
 The capture holds one packet of every record of test_scapy_mrc.RECORDS (every opcode and header
 variant), then the bad cases: a UDP datagram on another port, an ARP frame, a SACK cut after
 its BTH, a two-byte datagram, an ACK followed by a 24-byte security trailer, a GSO batch of
-three data packets, and one record over IPv6. `mrc dissect` must print one line per packet
+three data packets (split into them), a datagram longer than any packet that is no batch
+(flagged), and one record over IPv6. `mrc dissect` must print one line per packet
 with the record's key fields, `-J` must hold every record field for field, `-V` every header;
 bad files are one line on stderr. tshark with mrc.lua must read the same fields (skipped when
 tshark is missing).
@@ -11,6 +12,7 @@ tshark is missing).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -46,8 +48,14 @@ from mrc.wire import (
 ROOT = Path(__file__).resolve().parent.parent.parent
 LUA = ROOT / "tools" / "wireshark" / "mrc.lua"
 ACK = AckPacket(dest_qp=0x10, psn=0x100, ev=0x01000002, aeth=AETH(0x1F, 7))
-GSO_ONE = next(r for _, r in RECORDS if isinstance(r, DataPacket) and r.opcode.name ==
-               "WRITE_MIDDLE")  # fmt: skip
+MIDDLE = next(r for _, r in RECORDS if isinstance(r, DataPacket) and r.opcode.name ==
+              "WRITE_MIDDLE")  # fmt: skip
+# A flowcell as a capture before GSO splitting holds it: two MIDDLEs and a shorter LAST_IMM.
+GSO = [dataclasses.replace(MIDDLE, psn=10), dataclasses.replace(MIDDLE, psn=11),
+       dataclasses.replace(MIDDLE, psn=12, opcode=Opcode.WRITE_LAST_IMM, imm=5,
+                           payload=b"\1" * 60)]  # fmt: skip
+# Longer than any one packet, and no second packet inside: shown whole, flagged.
+BIG = dataclasses.replace(MIDDLE, opcode=Opcode.WRITE_ONLY, dma_length=9000, payload=b"\2" * 9000)
 N_RECORDS = len(RECORDS)
 
 
@@ -69,7 +77,8 @@ def pcap(tmp_path_factory: pytest.TempPathFactory) -> Path:
         frame(dict(RECORDS)["sack-ps"].encode()[:12]),  # a SACK's BTH (EVX set), nothing after
         frame(b"\xdc\x00"),
         frame(ACK.encode() + bytes(range(24))),
-        frame(GSO_ONE.encode() * 90),  # 90 x 140 bytes: longer than any single packet
+        frame(b"".join(r.encode() for r in GSO)),
+        frame(BIG.encode()),
         ether() / IPv6(src="fd00::1", dst="fd00::2") / UDP(sport=4791, dport=4791)
         / RECORDS[0][1].encode(),
     ]  # fmt: skip
@@ -90,7 +99,7 @@ def test_one_line_per_packet_with_key_fields(
     rc, out, err = run(capsys, str(pcap))
     assert (rc, err) == (0, "")
     lines = out.splitlines()
-    assert len(lines) == N_RECORDS + 7
+    assert len(lines) == N_RECORDS + 10  # 8 frames more, one of them 3 packets
     first = lines[0].split()
     assert first[:2] == ["1", "0.000000"]
     assert first[2:5] == ["192.0.2.1:50000", ">", "192.0.2.2:4791"]
@@ -108,8 +117,13 @@ def test_one_line_per_packet_with_key_fields(
     assert bad[2].endswith("malformed: length: EVXH needs 4 bytes, 0 left")
     assert bad[3].endswith("(no BTH) len=2 malformed: length: BTH needs 12 bytes, datagram has 2")
     assert "ACKNOWLEDGE" in bad[4] and bad[4].endswith("msn=7 trailer=24")
-    assert "WRITE_MIDDLE" in bad[5] and "GSO batch" in bad[5]
-    assert "fd00::1:4791 > fd00::2:4791 WRITE_FIRST" in bad[6]
+    for k, (line, record) in enumerate(zip(bad[5:8], GSO, strict=True), 1):
+        assert line.startswith(f" {N_RECORDS + 6}.{k}    0.")
+        assert f"{record.opcode.name} qp=0x123456 psn={record.psn} " in line
+        assert line.endswith(f"payload_length={len(record.payload)} (GSO segment {k} of 3)")
+    assert "WRITE_ONLY" in bad[8] and "len=9040" in bad[8]
+    assert bad[8].endswith("(a GSO batch of several packets: only the first is dissected)")
+    assert "fd00::1:4791 > fd00::2:4791 WRITE_FIRST" in bad[9]
 
 
 def test_json_holds_every_record_field(pcap: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +131,8 @@ def test_json_holds_every_record_field(pcap: Path, capsys: pytest.CaptureFixture
     assert rc == 0
     doc = json.loads(out)
     packets = doc["packets"]
-    assert [p["number"] for p in packets] == list(range(1, N_RECORDS + 8))
+    assert [p["number"] for p in packets] == [
+        *range(1, N_RECORDS + 7), N_RECORDS + 6, N_RECORDS + 6, N_RECORDS + 7, N_RECORDS + 8]
     for (name, record), pkt in zip(RECORDS, packets, strict=False):
         assert pkt["malformed"] is None, name
         assert pkt["record"] == dissect._plain(record), name
@@ -145,7 +160,11 @@ def test_json_holds_every_record_field(pcap: Path, capsys: pytest.CaptureFixture
     assert bad[0]["not_mrc"] == "UDP 53 > 53, 14 bytes"
     assert (bad[2]["malformed"], bad[3]["malformed"]) == ("length", "length")
     assert bad[4]["trailer"] == 24 and bad[4]["record"]["aeth"] == {"syndrome": 31, "msn": 7}
-    assert bad[5]["gso"] is True
+    for k, (pkt, record) in enumerate(zip(bad[5:8], GSO, strict=True), 1):
+        assert (pkt["segment"], pkt["segments"]) == (k, 3)
+        assert pkt["record"] == dissect._plain(record)
+        assert pkt["length"] == len(record.encode())
+    assert bad[8]["gso"] is True and bad[8]["record"]["payload_length"] == 9000
 
 
 def test_verbose_tree(pcap: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,8 +218,8 @@ def test_truncated_capture_shows_what_it_has(
     cut.write_bytes(pcap.read_bytes()[:-30])
     rc, out, err = run(capsys, str(cut))
     assert rc == 1
-    assert len(out.splitlines()) == N_RECORDS + 6
-    assert err == f"mrc dissect: {cut}: damaged after packet {N_RECORDS + 6}: " \
+    assert len(out.splitlines()) == N_RECORDS + 9
+    assert err == f"mrc dissect: {cut}: damaged after packet {N_RECORDS + 7}: " \
         "Pcap: packet has been truncated\n"
     rc, out, err = run(capsys, "-J", str(cut))
     assert rc == 1 and "damaged" in json.loads(out)["capture_error"]
@@ -285,7 +304,7 @@ def test_lua_reads_every_record(pcap: Path) -> None:
     proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
     rows = [line.split("\t") for line in proc.stdout.splitlines()]
-    assert len(rows) == N_RECORDS + 7
+    assert len(rows) == N_RECORDS + 8
     for (name, record), row in zip(RECORDS, rows, strict=False):
         got = {f: v for f, v in zip(LUA_FIELDS, row[2:], strict=True) if v}
         assert got == lua_expected(record), name
@@ -295,8 +314,11 @@ def test_lua_reads_every_record(pcap: Path) -> None:
     assert "malformed: length (BTH needs 12 bytes)" in bad[4][1]
     assert bad[5][2 + LUA_FIELDS.index("mrc.tx_counter")] == str(
         int.from_bytes(bytes(range(8)), "big"))  # the ACK's trailer
-    assert "GSO batch" in bad[6][1]
-    assert bad[7][2] == f"0x{Opcode.WRITE_FIRST.value:02x}"
+    gso = dict(zip(LUA_FIELDS, bad[6][2:], strict=True))
+    assert gso["mrc.psn"] == "10,11,12" and gso["mrc.opcode"] == "0xc7,0xc7,0xc9"
+    assert gso["mrc.payload_length"] == "100,100,60" and gso["mrc.imm"] == "0x00000005"
+    assert "GSO batch" in bad[7][1]
+    assert bad[8][2] == f"0x{Opcode.WRITE_FIRST.value:02x}"
 
 
 # --- any bytes at all --------------------------------------------------------------------------

@@ -17,6 +17,8 @@
 -- init.lua's run_user_scripts_when_superuser was true); if yours says Lua is disabled, run it
 -- as an ordinary user on a copy of the capture. Bad input never stops the dissector: a short
 -- header is flagged "malformed: <header>" (expert info mrc.malformed) and the rest shown raw.
+-- A UDP GSO batch captured before the kernel split it is dissected packet by packet (one "MRC"
+-- tree each, so -T fields prints comma-separated values for that frame).
 
 local mrc = Proto("mrc", "MRC (Multipath Reliable Connection)")
 
@@ -208,7 +210,7 @@ local function dissect_data(tvb, pinfo, tree, off, op, ts)
   -- packets in one datagram; no single packet is longer than 8192 + 44 + 24 bytes.
   if tvb:reported_length_remaining(0) > 8192 + 44 + 24 then
     tree:add_proto_expert_info(ex_gso)
-    pinfo.cols.info:append(" [GSO batch]")
+    pinfo.cols.info:append(" [too long for one packet: an unsplit GSO batch?]")
   end
   if n > 0 then
     tree:add(F.payload, tvb(off, n))
@@ -379,13 +381,13 @@ local function min_length(op)
   return 12 + (sizes[op] or 64)
 end
 
-function mrc.dissector(tvb, pinfo, tree)
+-- One MRC packet: `tvb` is the whole packet; `sep` starts its part of the info column.
+local function dissect_one(tvb, pinfo, tree, sep)
   local len = tvb:len()
-  pinfo.cols.protocol = "MRC"
   local root = tree:add(mrc, tvb(), "MRC")
   if len < 12 then
     root:add_proto_expert_info(ex_malformed, "malformed: length (BTH needs 12 bytes)")
-    pinfo.cols.info = "MRC [malformed: BTH]"
+    pinfo.cols.info:append(sep .. "MRC [malformed: BTH]")
     return len
   end
   local op = tvb(0, 1):uint()
@@ -411,7 +413,7 @@ function mrc.dissector(tvb, pinfo, tree)
   local psn = bit.band(tvb(8, 4):uint(), 0xFFFFFF)
   local evx = bit.band(tvb(4, 1):uint(), 0x01) ~= 0
   local ts = bit.band(tvb(8, 1):uint(), 0x10) ~= 0
-  pinfo.cols.info = string.format("%s QP=0x%06X PSN=%d", name, qp, psn)
+  pinfo.cols.info:append(sep .. string.format("%s QP=0x%06X PSN=%d", name, qp, psn))
   root:append_text(", " .. name)
   if not OPCODES[op] then
     root:add_proto_expert_info(ex_malformed, "malformed: opcode (unknown)")
@@ -447,6 +449,58 @@ function mrc.dissector(tvb, pinfo, tree)
     root:add(tvb(done, left), "Left over: " .. left .. " bytes")
         :add_proto_expert_info(ex_leftover, left .. " bytes after the headers")
   end
+  return len
+end
+
+-- docs/WIRE.md §1: a capture taken before the kernel splits a UDP GSO send holds several data
+-- packets of one size back to back (the last may be shorter). Their size is where the next one
+-- starts: the first later offset with a data opcode, TVer 0 and the first packet's P_Key, EVX
+-- bit and DestQP; every later start must match too, or the datagram stays whole. `mrc
+-- dissect` (mrc/cli/dissect.py, split_gso) applies the same rule. Returns the start offsets.
+local function split_gso(tvb)
+  local n = tvb:len()
+  if n ~= tvb:reported_len() or n < 26 then return nil end
+  local raw = tvb:raw(0, n)
+  local function starts_data(q) -- q is 0-based
+    return is_data(raw:byte(q + 1)) and bit.band(raw:byte(q + 2), 0x0F) == 0
+  end
+  if not starts_data(0) then return nil end
+  local key = raw:sub(3, 8) -- bytes 2-7: P_Key, EVX and DestQP
+  local at = raw:find(key, 15, true)
+  local size
+  while at do
+    local start = at - 3
+    if starts_data(start) and n - start >= 12 then
+      size = start
+      break
+    end
+    at = raw:find(key, at + 1, true)
+  end
+  if not size then return nil end
+  local starts = {}
+  for q = 0, n - 1, size do
+    if q > 0 and (n - q < 12 or not starts_data(q) or raw:sub(q + 3, q + 8) ~= key) then
+      return nil
+    end
+    starts[#starts + 1] = q
+  end
+  return starts, size
+end
+
+function mrc.dissector(tvb, pinfo, tree)
+  local len = tvb:len()
+  pinfo.cols.protocol = "MRC"
+  pinfo.cols.info = ""
+  local starts, size = split_gso(tvb)
+  if not starts then
+    dissect_one(tvb, pinfo, tree, "")
+    return len
+  end
+  for k, q in ipairs(starts) do
+    local seg = tvb(q, math.min(size, len - q)):tvb()
+    dissect_one(seg, pinfo, tree, k == 1 and "" or " | ")
+  end
+  pinfo.cols.info:prepend(string.format("[GSO batch of %d] ", #starts))
   return len
 end
 
