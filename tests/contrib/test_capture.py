@@ -2,22 +2,25 @@
 
 Root only (capturing on `lo` needs it), and only where dumpcap and tshark are installed. The
 bench runs on the four loopback planes of tests/cli/benchproc.py; dumpcap records only the
-bench's port, 512 bytes of each packet, at most 8 MB. Then, packet for packet: tshark with
+bench's port, at most 16 MB. With one datagram per packet (--flowcell 1, 512 bytes of each
+captured), packet for packet: tshark with
 tools/wireshark/mrc.lua (`-T fields -e mrc.psn -e mrc.opcode -e mrc.ev`) and `mrc dissect -J`
 agree on PSN, opcode and EV; the data and control opcodes a transfer uses all appear; and the
 scapy layers round-trip one packet of every opcode seen (bytes and `decode_packet` record).
+With the default flowcell, whole: both readers split each GSO batch into the same packets, and
+the data packets cover every PSN of the transfer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +40,10 @@ pytestmark = [
 LUA = Path(ROOT) / "tools" / "wireshark" / "mrc.lua"
 
 
-def start_dumpcap(port: int, out: Path) -> subprocess.Popen[str]:
+def start_dumpcap(port: int, out: Path, snaplen: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        ["dumpcap", "-q", "-i", "lo", "-f", f"udp port {port}", "-s", "512",
-         "-a", "filesize:8000", "-a", "duration:60", "-P", "-w", str(out)],
+        ["dumpcap", "-i", "lo", "-f", f"udp port {port}", "-s", str(snaplen), "-B", "64",
+         "-a", "filesize:16000", "-a", "duration:60", "-P", "-w", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     # dumpcap creates the file once it captures; give it a moment to open the interface too.
@@ -54,34 +57,47 @@ def start_dumpcap(port: int, out: Path) -> subprocess.Popen[str]:
     pytest.skip(f"dumpcap did not start: {proc.stderr.read() if proc.stderr else ''}")
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: subprocess.Popen[str]) -> int:
+    """Stop dumpcap; the packets it says the kernel or it dropped (-1: it did not say)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=10)
+        _, err = proc.communicate(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        _, err = proc.communicate()
+    found = re.search(r"received/dropped on interface .*: (\d+)/(\d+)", err or "")
+    return int(found.group(2)) if found else -1
 
 
-@pytest.fixture(scope="module")
-def capture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
-    pcap = tmp_path_factory.mktemp("capture") / "bench.pcap"
+def run_captured(pcap: Path, snaplen: int, *bench: str) -> tuple[Path, int, int]:
+    """Capture one bench transfer into `pcap`: (pcap, the bench's port, packets dropped)."""
     server = Server("-1")
     dumpcap = None
+    dropped = -1
     try:
-        dumpcap = start_dumpcap(server.port, pcap)
-        # --flowcell 1: one datagram per packet (a GSO batch would be one capture record).
-        proc = client(server.port, "-n", "8M", "-l", "1M", "--verify", "--flowcell", "1",
-                      timeout=60)
+        dumpcap = start_dumpcap(server.port, pcap, snaplen)
+        proc = client(server.port, "-n", "4M", "-l", "1M", "--verify", *bench, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert "integrity: ok" in proc.stdout
         time.sleep(0.3)  # the last ACKs and the DISCONNECTs
     finally:
         if dumpcap is not None:
-            stop(dumpcap)
+            dropped = stop(dumpcap)
         server.stop()
-    yield pcap, server.port
+    return pcap, int(server.port), dropped
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
+    """One datagram per packet (--flowcell 1), 512 bytes of each."""
+    return run_captured(tmp_path_factory.mktemp("capture") / "bench.pcap", 512, "--flowcell", "1")
+
+
+@pytest.fixture(scope="module")
+def gso_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
+    """The default flowcell: on lo the capture sees each GSO batch whole, every byte of it."""
+    return run_captured(tmp_path_factory.mktemp("capture") / "gso.pcap", 0)
 
 
 def tshark_rows(pcap: Path, port: int) -> list[tuple[int, int, int, int | None]]:
@@ -111,8 +127,8 @@ def dissect_doc(pcap: Path, port: int) -> dict[str, Any]:
     return doc
 
 
-def test_lua_and_mrc_dissect_agree_packet_for_packet(capture: tuple[Path, int]) -> None:
-    pcap, port = capture
+def test_lua_and_mrc_dissect_agree_packet_for_packet(capture: tuple[Path, int, int]) -> None:
+    pcap, port, _ = capture
     rows = tshark_rows(pcap, port)
     doc = dissect_doc(pcap, port)
     ours = [
@@ -120,7 +136,7 @@ def test_lua_and_mrc_dissect_agree_packet_for_packet(capture: tuple[Path, int]) 
         for p in doc["packets"]
         if "not_mrc" not in p
     ]
-    assert len(rows) > 1000  # 8 MiB in 4 KiB packets, plus their SACKs
+    assert len(rows) > 1024  # 4 MiB in 4 KiB packets, plus their SACKs
     assert rows == ours
     assert all(p["malformed"] is None for p in doc["packets"])
     seen = {Opcode(op) for _, _, op, _ in rows}
@@ -139,13 +155,13 @@ def test_lua_and_mrc_dissect_agree_packet_for_packet(capture: tuple[Path, int]) 
             assert ev is None
 
 
-def test_scapy_round_trips_every_opcode_seen(capture: tuple[Path, int]) -> None:
+def test_scapy_round_trips_every_opcode_seen(capture: tuple[Path, int, int]) -> None:
     from scapy.layers.inet import UDP
     from scapy.utils import rdpcap
 
     from mrc.contrib.scapy_mrc import MRC_BTH
 
-    pcap, port = capture
+    pcap, port, _ = capture
     firsts: dict[int, bytes] = {}
     for frame in rdpcap(str(pcap)):
         udp = frame.getlayer(UDP)
@@ -162,3 +178,41 @@ def test_scapy_round_trips_every_opcode_seen(capture: tuple[Path, int]) -> None:
         assert layers.dest_qp == record.dest_qp
         if op not in {o.value for o in DATA_OPCODES}:  # control packets are captured whole
             assert record.encode() == data, Opcode(op).name
+
+
+def test_gso_batches_split_alike(gso_capture: tuple[Path, int, int]) -> None:
+    pcap, port, dropped = gso_capture
+    lua: dict[int, list[tuple[int, int, int]]] = {}  # frame: its packets' (psn, opcode, qp)
+    proc = subprocess.run(
+        ["tshark", "-n", "-X", f"lua_script:{LUA}", "-d", f"udp.port=={port},mrc", "-r",
+         str(pcap), "-Y", "mrc", "-T", "fields", "-e", "frame.number", "-e", "mrc.psn",
+         "-e", "mrc.opcode", "-e", "mrc.dest_qp"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
+    for line in proc.stdout.splitlines():
+        frame, *columns = line.split("\t")
+        psns, ops, qps = ([int(v, 0) for v in c.split(",")] for c in columns)
+        lua[int(frame)] = list(zip(psns, ops, qps, strict=True))
+    ours: dict[int, list[tuple[int, int, int]]] = {}
+    for p in dissect_doc(pcap, port)["packets"]:
+        assert p["malformed"] is None and not p.get("gso"), p
+        ours.setdefault(p["number"], []).append(
+            (p["psn"], Opcode[p["opcode"]].value, p["dest_qp"]))
+    assert ours == lua
+    assert len([pkts for pkts in lua.values() if len(pkts) > 1]) > 10  # the flowcells
+    # The client's QP gets the transfer: 4 messages of 256 packets (and a short message at the
+    # end), each PSN once, from the initial PSN on (which may lie just below the 2^24 wrap).
+    data_ops = {o.value for o in DATA_OPCODES}
+    by_qp: dict[int, set[int]] = {}
+    for pkts in lua.values():
+        for psn, op, qp in pkts:
+            if op in data_ops:
+                by_qp.setdefault(qp, set()).add(psn)
+    if dropped != 0:  # a busy machine: the capture, not the readers, lost packets
+        pytest.skip(f"dumpcap dropped {dropped} packets: the PSNs cannot all be there")
+    main = max(by_qp.values(), key=len)
+    starts = [psn for psn in main if (psn - 1) % (1 << 24) not in main]
+    assert len(starts) == 1
+    offsets = {(psn - starts[0]) % (1 << 24) for psn in main}
+    assert offsets == set(range(len(main))) and len(main) >= 1024
