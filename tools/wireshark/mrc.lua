@@ -13,9 +13,11 @@
 -- Fields for scripts:
 --   tshark -X lua_script:tools/wireshark/mrc.lua -r capture.pcap -Y mrc \
 --          -T fields -e mrc.psn -e mrc.opcode -e mrc.ev
--- As root, tshark 4.x loads Lua scripts given with -X (older releases refused unless
--- init.lua's run_user_scripts_when_superuser was true); if yours says Lua is disabled, run it
--- as an ordinary user on a copy of the capture. Bad input never stops the dissector: a short
+-- As root: tshark runs -X lua_script only if the global init.lua says
+-- `run_user_scripts_when_superuser = true` (and `enable_lua = true`); Debian's Wireshark 4.0
+-- ships it so (/usr/share/wireshark/init.lua; `tshark -G folders` names the global
+-- configuration folder). Where it is false, set it there, or run tshark as an ordinary user
+-- on a readable copy of the capture. The "Running as user root" line on stderr is harmless. Bad input never stops the dissector: a short
 -- header is flagged "malformed: <header>" (expert info mrc.malformed) and the rest shown raw.
 -- A UDP GSO batch captured before the kernel split it is dissected packet by packet (one "MRC"
 -- tree each, so -T fields prints comma-separated values for that frame).
