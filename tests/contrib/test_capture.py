@@ -31,6 +31,7 @@ from benchproc import ROOT, Server, client, env  # type: ignore[import-not-found
 
 from mrc.wire import DATA_OPCODES, Opcode, decode_packet
 
+pytest.importorskip("scapy")
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root"),
     pytest.mark.skipif(
