@@ -19,9 +19,7 @@ The testbed is private to this module: its own namespace prefix and state direct
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,13 +31,11 @@ from typing import Any
 
 import pytest
 from testbed_support import (
-    ROOT,
-    addr_of,
-    env,
-    ns_of,
+    BenchBed,
     requires_root,
     running_testbed,
     skip_without_features,
+    stop,
     tb,
     unique,
 )
@@ -53,26 +49,12 @@ MIB = 1 << 20
 
 
 @dataclass
-class Bed:
-    doc: dict[str, Any]
-    env: dict[str, str]
-    paths: Path
-
-    @property
-    def name(self) -> str:
-        return str(self.doc["name"])
-
-    def tb(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return tb(*args, extra_env=self.env, check=check)
+class Bed(BenchBed):
+    #: The SRv6 path table the testbed wrote (`paths NAME -o FILE`).
+    paths: Path = Path()
 
     def fault(self, *args: str) -> None:
         self.tb("fault", "--name", self.name, *args)
-
-    def ns(self, node: str) -> str:
-        return ns_of(self.doc, node)
-
-    def addrs(self, node: str) -> str:
-        return ",".join(addr_of(self.doc, node, p) for p in range(PLANES))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +65,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
              "MRC_TESTBED_PREFIX": unique("mb") + "-"}
     try:
         with running_testbed("clos", extra_env=extra, name=unique("bench")) as doc:
-            b = Bed(doc, extra, work / "paths.json")
+            b = Bed(doc, extra, PLANES, work / "paths.json")
             b.tb("paths", b.name, "-o", str(b.paths))
             yield b
     finally:  # the prefix is ours alone: anything left behind by a crash goes too
@@ -139,32 +121,7 @@ class Run:
 
 
 def _bench(bed: Bed, node: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "tools.testbed", "exec", "--name", bed.name, node, "--",
-            sys.executable, "-m", "mrc", "bench", *args, "--paths", str(bed.paths)]
-
-
-def _popen(argv: list[str], bed: Bed) -> subprocess.Popen[str]:
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(**bed.env), cwd=ROOT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-
-
-def _wait_bound(bed: Bed, node: str, port: int, timeout: float = 10) -> None:
-    """Until something in `node` listens on UDP `port` (its /proc/net/udp6)."""
-    needle = f":{port:04X} "
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        table = subprocess.run(["ip", "netns", "exec", bed.ns(node), "cat", "/proc/net/udp6"],
-                               capture_output=True, text=True).stdout
-        if needle in table:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"bench server on {node} never bound port {port}")
+    return bed.bench_argv(node, *args, "--paths", str(bed.paths))
 
 
 def _wait_flowing(bed: Bed, before: int, proc: subprocess.Popen[str],
@@ -184,15 +141,15 @@ def bench(bed: Bed, nbytes: str, port: int, fault: Fault | None = None, delay: f
           timeout: float = 90) -> Run:
     """`mrc bench` server on h3, client on h1 writing `nbytes` with --verify; `fault` runs
     `delay` seconds after h1's data starts to flow (so about 0.5-0.8 s into the transfer)."""
-    server = _popen(_bench(bed, SERVER, "-s", "-1", "-J", "-B", bed.addrs(SERVER), "-p",
-                           str(port)), bed)
+    server = bed.popen(_bench(bed, SERVER, "-s", "-1", "-J", "-B", bed.addrs(SERVER), "-p",
+                              str(port)))
     client = None
     try:
-        _wait_bound(bed, SERVER, port)
+        bed.wait_bound(SERVER, port)
         before = client_tx(bed)
         t0 = time.monotonic()
-        client = _popen(_bench(bed, CLIENT, "-c", bed.addrs(SERVER), "-p", str(port), "-n",
-                               nbytes, "--verify", "-J", "-i", "0.5"), bed)
+        client = bed.popen(_bench(bed, CLIENT, "-c", bed.addrs(SERVER), "-p", str(port), "-n",
+                                  nbytes, "--verify", "-J", "-i", "0.5"))
         if fault is not None:
             _wait_flowing(bed, before, client)
             t1, b1 = time.monotonic(), client_tx(bed)
@@ -203,9 +160,8 @@ def bench(bed: Bed, nbytes: str, port: int, fault: Fault | None = None, delay: f
         seconds = time.monotonic() - t0
         s_out, s_err = server.communicate(timeout=15)
     finally:
-        for proc in (client, server):
-            if proc is not None:
-                _stop(proc)
+        stop(client)
+        stop(server)
     assert client.returncode == 0, c_err
     assert server.returncode == 0, s_err
     run = Run(json.loads(c_out), json.loads(s_out), seconds)
@@ -350,7 +306,7 @@ def test_tier1_egress_carries_the_paths_srh(clean: Bed, tmp_path: Path) -> None:
             assert cap.communicate(timeout=25)[0].strip() == "300"
     finally:
         for cap in caps.values():
-            _stop(cap)
+            stop(cap)
     decoders = [("scapy", _scapy_rows)]
     if shutil.which("tshark"):
         decoders.insert(0, ("tshark", _tshark_rows))

@@ -15,53 +15,32 @@ private to this module and taken down in every case.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from testbed_support import (
-    ROOT,
-    addr_of,
-    env,
-    ns_of,
+    BenchBed,
     requires_root,
     running_testbed,
     skip_without_features,
+    stop,
     tb,
     unique,
 )
 
 pytestmark = requires_root
-PLANES, TIER1 = 4, ("a", "b")
+TIER1 = ("a", "b")
+PLANES = 4
 CLIENT, SERVER = "h1", "h3"
 MIB = 1 << 20
 EVS = "128"  # EVs per plane: enough distinct labels for the hash to split evenly
 
 
-@dataclass
-class Bed:
-    doc: dict[str, Any]
-    env: dict[str, str]
-
-    @property
-    def name(self) -> str:
-        return str(self.doc["name"])
-
-    def ns(self, node: str) -> str:
-        return ns_of(self.doc, node)
-
-    def addrs(self, node: str) -> str:
-        return ",".join(addr_of(self.doc, node, p) for p in range(PLANES))
-
-
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
     skip_without_features()
     work = tmp_path_factory.mktemp("ecmp")
     extra = {"MRC_TESTBED_STATE_DIR": str(work / "state"),
@@ -69,17 +48,17 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     try:
         with running_testbed("clos", "--ecmp", "1", extra_env=extra,
                              name=unique("ecmp")) as doc:  # fmt: skip
-            yield Bed(doc, extra)
+            yield BenchBed(doc, extra)
     finally:
         tb("down", "--all", extra_env=extra, check=False)
 
 
 @pytest.fixture
-def clean(bed: Bed) -> Iterator[Bed]:
+def clean(bed: BenchBed) -> Iterator[BenchBed]:
     try:
         yield bed
     finally:
-        tb("fault", "--name", bed.name, "clear", extra_env=bed.env, check=False)
+        bed.tb("fault", "--name", bed.name, "clear", check=False)
 
 
 def tx_bytes(ns: str, iface: str) -> int:
@@ -88,50 +67,26 @@ def tx_bytes(ns: str, iface: str) -> int:
     return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
 
 
-def toward_rack2(bed: Bed) -> dict[tuple[int, str], int]:
+def toward_rack2(bed: BenchBed) -> dict[tuple[int, str], int]:
     """Bytes each tier-1 has sent toward rack 2's tier-0, by (plane, tier-1 letter)."""
     return {(p, x): tx_bytes(bed.ns(f"t1{x}p{p}"), f"t0r2p{p}")
             for p in range(PLANES) for x in TIER1}  # fmt: skip
 
 
-def _bench(bed: Bed, node: str, *args: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "tools.testbed", "exec", "--name", bed.name, node, "--",
-            sys.executable, "-m", "mrc", "bench", *args, "--ev-per-plane", EVS]  # fmt: skip
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(**bed.env), cwd=ROOT, start_new_session=True)  # fmt: skip
-
-
-def _stop(proc: subprocess.Popen[str] | None) -> None:
-    if proc is not None and proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-
-
-def _wait_bound(bed: Bed, port: int) -> None:
-    needle = f":{port:04X} "
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        table = subprocess.run(["ip", "netns", "exec", bed.ns(SERVER), "cat", "/proc/net/udp6"],
-                               capture_output=True, text=True).stdout  # fmt: skip
-        if needle in table:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"bench server never bound port {port}")
-
-
-def bench(bed: Bed, encoding: str, nbytes: int, port: int,
+def bench(bed: BenchBed, encoding: str, nbytes: int, port: int,
           fault: Callable[[], object] | None = None) -> dict[str, Any]:  # fmt: skip
     """Client h1 → server h3, `nbytes` with --verify and the EV `encoding`; `fault` runs once
     a quarter of the bytes crossed rack 2's tier-1 interfaces. The client's -J document."""
-    server = _bench(bed, SERVER, "-s", "-1", "-J", "-B", bed.addrs(SERVER), "-p", str(port),
-                    "--ev-encoding", encoding)  # fmt: skip
+    common = ("--ev-encoding", encoding, "--ev-per-plane", EVS)
+    server = bed.popen(bed.bench_argv(SERVER, "-s", "-1", "-J", "-B", bed.addrs(SERVER), "-p",
+                                      str(port), *common))  # fmt: skip
     client = None
     try:
-        _wait_bound(bed, port)
+        bed.wait_bound(SERVER, port)
         start = sum(toward_rack2(bed).values())
-        client = _bench(bed, CLIENT, "-c", bed.addrs(SERVER), "-B", bed.addrs(CLIENT), "-p",
-                        str(port), "-n", f"{nbytes // MIB}M", "--verify", "-J",
-                        "--ev-encoding", encoding)  # fmt: skip
+        client = bed.popen(bed.bench_argv(
+            CLIENT, "-c", bed.addrs(SERVER), "-B", bed.addrs(CLIENT), "-p", str(port), "-n",
+            f"{nbytes // MIB}M", "--verify", "-J", *common))  # fmt: skip
         if fault is not None:
             deadline = time.monotonic() + 30
             while sum(toward_rack2(bed).values()) - start < nbytes // 4:
@@ -141,8 +96,8 @@ def bench(bed: Bed, encoding: str, nbytes: int, port: int,
         c_out, c_err = client.communicate(timeout=120)
         s_out, s_err = server.communicate(timeout=15)
     finally:
-        _stop(client)
-        _stop(server)
+        stop(client)
+        stop(server)
     assert client.returncode == 0, c_err
     assert server.returncode == 0, s_err
     doc: dict[str, Any] = json.loads(c_out)
@@ -165,7 +120,7 @@ def shares(before: dict[tuple[int, str], int],
     return out
 
 
-def test_the_flow_label_sprays_every_plane_over_every_tier1(clean: Bed) -> None:
+def test_the_flow_label_sprays_every_plane_over_every_tier1(clean: BenchBed) -> None:
     before = toward_rack2(clean)
     bench(clean, "flowlabel", 256 * MIB, 4901)
     after = toward_rack2(clean)
@@ -175,7 +130,7 @@ def test_the_flow_label_sprays_every_plane_over_every_tier1(clean: Bed) -> None:
     assert all(0.75 <= s <= 1.25 for s in got.values()), got
 
 
-def test_without_the_flow_label_each_plane_takes_one_tier1(clean: Bed) -> None:
+def test_without_the_flow_label_each_plane_takes_one_tier1(clean: BenchBed) -> None:
     before = toward_rack2(clean)
     bench(clean, "evxh", 64 * MIB, 4902)
     got = shares(before, toward_rack2(clean))
@@ -189,7 +144,7 @@ def test_without_the_flow_label_each_plane_takes_one_tier1(clean: Bed) -> None:
     [("blackhole", True), ("link-down", False)],
     ids=["silent-tier1", "tier1-links-down"],
 )
-def test_a_tier1_lost_mid_transfer(clean: Bed, fault: str, retires: bool) -> None:
+def test_a_tier1_lost_mid_transfer(clean: BenchBed, fault: str, retires: bool) -> None:
     """t1bp1 fails a quarter into the transfer. Silently (everything arriving at it dropped):
     the fabric keeps hashing labels onto it, so the sender retires the EVs that land there
     and the plane carries on over t1ap1. With its links down, the tier-0s drop it from the
@@ -197,7 +152,7 @@ def test_a_tier1_lost_mid_transfer(clean: Bed, fault: str, retires: bool) -> Non
 
     def inject() -> None:
         for link in ("t0r1p1-t1bp1", "t0r2p1-t1bp1"):
-            tb("fault", "--name", clean.name, fault, link, extra_env=clean.env)
+            clean.tb("fault", "--name", clean.name, fault, link)
 
     port = 4903 if retires else 4904
     doc = bench(clean, "flowlabel", 256 * MIB, port, inject)

@@ -24,23 +24,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from testbed_support import (
-    ROOT,
-    addr_of,
-    env,
+    BenchBed,
     ns_of,
     requires_root,
     running_testbed,
     skip_without_features,
+    stop,
     tb,
     unique,
 )
@@ -55,71 +51,40 @@ SLOW = 3
 PER_PACKET = os.environ.get("MRC_FLOWCELL", "").strip() == "1"
 
 
-@dataclass
-class Bed:
-    doc: dict[str, Any]
-    env: dict[str, str]
-
-    @property
-    def name(self) -> str:
-        return str(self.doc["name"])
-
-    def tb(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return tb(*args, extra_env=self.env, check=check)
-
-    def addrs(self, node: str) -> str:
-        return ",".join(addr_of(self.doc, node, p) for p in range(PLANES))
-
-
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
     skip_without_features()
     work = tmp_path_factory.mktemp("shaped")
     extra = {"MRC_TESTBED_STATE_DIR": str(work / "state"),
              "MRC_TESTBED_PREFIX": unique("ms") + "-"}
     try:
         with running_testbed("pair", extra_env=extra, name=unique("shaped")) as doc:
-            yield Bed(doc, extra)
+            yield BenchBed(doc, extra, PLANES)
     finally:
         tb("down", "--all", extra_env=extra, check=False)
 
 
-def _bench(bed: Bed, node: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "tools.testbed", "exec", "--name", bed.name, node, "--",
-            sys.executable, "-m", "mrc", "bench", *args]
-
-
-def _popen(argv: list[str], bed: Bed) -> subprocess.Popen[str]:
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(**bed.env), cwd=ROOT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[str] | None) -> None:
-    if proc is not None and proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-
-
-def tbf_drops(bed: Bed, node: str, iface: str) -> int:
+def tbf_drops(bed: BenchBed, node: str, iface: str) -> int:
     out = subprocess.run(["ip", "netns", "exec", ns_of(bed.doc, node), "tc", "-s", "-j",
                           "qdisc", "show", "dev", iface], capture_output=True, text=True,
                          check=True).stdout
     return sum(int(q.get("drops", 0)) for q in json.loads(out or "[]"))
 
 
-def bench(bed: Bed, port: int, *args: str, nbytes: str = "256M") -> dict[str, Any]:
-    server = _popen(_bench(bed, "h2", "-s", "-1", "-J", "-B", bed.addrs("h2"), "-p", str(port)),
-                    bed)
+def bench(bed: BenchBed, port: int, *args: str, nbytes: str = "256M") -> dict[str, Any]:
+    server = bed.popen(bed.bench_argv("h2", "-s", "-1", "-J", "-B", bed.addrs("h2"), "-p",
+                                      str(port)))  # fmt: skip
     client = None
     try:
         time.sleep(0.7)
-        client = _popen(_bench(bed, "h1", "-c", bed.addrs("h2"), "-B", bed.addrs("h1"), "-p",
-                               str(port), "-n", nbytes, "--verify", "-J", *args), bed)
+        client = bed.popen(bed.bench_argv("h1", "-c", bed.addrs("h2"), "-B", bed.addrs("h1"),
+                                          "-p", str(port), "-n", nbytes, "--verify", "-J",
+                                          *args))  # fmt: skip
         c_out, c_err = client.communicate(timeout=120)
         s_out, s_err = server.communicate(timeout=20)
     finally:
-        _stop(client)
-        _stop(server)
+        stop(client)
+        stop(server)
     assert client.returncode == 0, c_err
     assert server.returncode == 0, s_err
     doc: dict[str, Any] = json.loads(c_out)
@@ -129,14 +94,14 @@ def bench(bed: Bed, port: int, *args: str, nbytes: str = "256M") -> dict[str, An
 
 
 @pytest.fixture(scope="module")
-def unshaped(bed: Bed) -> float:
+def unshaped(bed: BenchBed) -> float:
     """What the bench moves on this machine with no shaping, measured before shaping."""
     doc = bench(bed, 4841, "--plane-balance", "equal", nbytes="128M")
     return float(doc["end"]["sum_received"]["bits_per_second"])
 
 
 @pytest.fixture(scope="module")
-def shaped(bed: Bed, unshaped: float) -> Iterator[Bed]:
+def shaped(bed: BenchBed, unshaped: float) -> Iterator[BenchBed]:
     try:
         for p, rate in RATES.items():
             bed.tb("fault", "--name", bed.name, "rate", f"h1-p{p}", rate, "--latency", "5ms")
@@ -145,7 +110,7 @@ def shaped(bed: Bed, unshaped: float) -> Iterator[Bed]:
         bed.tb("fault", "--name", bed.name, "clear", check=False)
 
 
-def _check_slow_plane(bed: Bed, doc: dict[str, Any], drops: int) -> dict[str, Any]:
+def _check_slow_plane(bed: BenchBed, doc: dict[str, Any], drops: int) -> dict[str, Any]:
     m = doc["end"]["mrc"]
     slow = next(p for p in m["planes"] if p["plane"] == SLOW)
     sent = slow["packets_sent"]
@@ -162,7 +127,7 @@ def _check_slow_plane(bed: Bed, doc: dict[str, Any], drops: int) -> dict[str, An
     return report
 
 
-def test_equal_balance_keeps_the_slow_plane_lossless(shaped: Bed) -> None:
+def test_equal_balance_keeps_the_slow_plane_lossless(shaped: BenchBed) -> None:
     before = tbf_drops(shaped, "h1", f"p{SLOW}")
     doc = bench(shaped, 4842, "--plane-balance", "equal")
     report = _check_slow_plane(shaped, doc, tbf_drops(shaped, "h1", f"p{SLOW}") - before)
@@ -170,7 +135,7 @@ def test_equal_balance_keeps_the_slow_plane_lossless(shaped: Bed) -> None:
         assert report["goodput_gbps"] >= 0.9 * PLANES * RATE_BPS[SLOW] / 1e9, report
 
 
-def test_adaptive_balance_follows_each_planes_rate(shaped: Bed, unshaped: float) -> None:
+def test_adaptive_balance_follows_each_planes_rate(shaped: BenchBed, unshaped: float) -> None:
     before = tbf_drops(shaped, "h1", f"p{SLOW}")
     doc = bench(shaped, 4843, "--plane-balance", "adaptive")
     report = _check_slow_plane(shaped, doc, tbf_drops(shaped, "h1", f"p{SLOW}") - before)

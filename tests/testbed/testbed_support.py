@@ -9,9 +9,12 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -172,3 +175,58 @@ def nft_ruleset(ns: str) -> str:
 def qdiscs(ns: str, iface: str) -> str:
     return subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", iface],
                           capture_output=True, text=True, check=True).stdout
+
+
+# -- bench processes inside a testbed ----------------------------------------------------------
+
+
+@dataclass
+class BenchBed:
+    """A running testbed as the bench tests use it: its `status -J` document, the environment
+    of its private prefix and state directory, and its plane count."""
+
+    doc: dict[str, Any]
+    env: dict[str, str]
+    planes: int = 4
+
+    @property
+    def name(self) -> str:
+        return str(self.doc["name"])
+
+    def tb(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return tb(*args, extra_env=self.env, check=check)
+
+    def ns(self, node: str) -> str:
+        return ns_of(self.doc, node)
+
+    def addrs(self, node: str) -> str:
+        return ",".join(addr_of(self.doc, node, p) for p in range(self.planes))
+
+    def bench_argv(self, node: str, *args: str) -> list[str]:
+        """`mrc bench ARGS` run inside `node`."""
+        return [sys.executable, "-m", "tools.testbed", "exec", "--name", self.name, node, "--",
+                sys.executable, "-m", "mrc", "bench", *args]  # fmt: skip
+
+    def popen(self, argv: list[str]) -> subprocess.Popen[str]:
+        """Start `argv` in its own process group (`stop` kills the whole group)."""
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env(**self.env), cwd=ROOT, start_new_session=True)  # fmt: skip
+
+    def wait_bound(self, node: str, port: int, timeout: float = 10) -> None:
+        """Until something in `node` listens on UDP `port` (its /proc/net/udp6)."""
+        needle = f":{port:04X} "
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            table = subprocess.run(["ip", "netns", "exec", self.ns(node), "cat",
+                                    "/proc/net/udp6"], capture_output=True, text=True).stdout
+            if needle in table:
+                return
+            time.sleep(0.05)
+        pytest.fail(f"bench server on {node} never bound port {port}")
+
+
+def stop(proc: subprocess.Popen[str] | None) -> None:
+    """Kill `proc`'s process group if it still runs, and reap it."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
