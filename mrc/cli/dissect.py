@@ -172,6 +172,10 @@ def dissect_frame(
         out["not_mrc"] = f"not UDP: {frame.summary()}"
         return [out]
     out.update(src=str(ip.src), dst=str(ip.dst), sport=int(udp.sport), dport=int(udp.dport))
+    if isinstance(ip, IPv6):
+        # Where an ECMP fabric hashes, and where `--ev-encoding flowlabel` puts an EV's low
+        # 20 bits (docs/WIRE.md, revision note item 6).
+        out["flow_label"] = int(ip.fl)
     data = bytes(udp.payload)
     out["length"] = len(data)
     wire_len = int(getattr(udp, "len", 0) or 0) - 8
@@ -350,6 +354,8 @@ def summary(pkt: dict[str, Any]) -> str:
         parts.append(f"qp=0x{pkt['dest_qp']:06X} psn={pkt['psn']}")
     if pkt.get("ev") is not None:
         parts.append(f"ev=0x{pkt['ev']:08X}")
+    if pkt.get("flow_label"):
+        parts.append(f"flow_label=0x{pkt['flow_label']:05X}")
     parts.append(f"len={pkt['length']}")
     record = pkt.get("record")
     if record is not None:

@@ -79,7 +79,7 @@ def pcap(tmp_path_factory: pytest.TempPathFactory) -> Path:
         frame(ACK.encode() + bytes(range(24))),
         frame(b"".join(r.encode() for r in GSO)),
         frame(BIG.encode()),
-        ether() / IPv6(src="fd00::1", dst="fd00::2") / UDP(sport=4791, dport=4791)
+        ether() / IPv6(src="fd00::1", dst="fd00::2", fl=0x12345) / UDP(sport=4791, dport=4791)
         / RECORDS[0][1].encode(),
     ]  # fmt: skip
     path = tmp_path_factory.mktemp("dissect") / "records.pcap"
@@ -124,6 +124,7 @@ def test_one_line_per_packet_with_key_fields(
     assert "WRITE_ONLY" in bad[8] and "len=9040" in bad[8]
     assert bad[8].endswith("(a GSO batch of several packets: only the first is dissected)")
     assert "fd00::1:4791 > fd00::2:4791 WRITE_FIRST" in bad[9]
+    assert "ev=0x01000007 flow_label=0x12345 len=140" in bad[9]
 
 
 def test_json_holds_every_record_field(pcap: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,6 +166,7 @@ def test_json_holds_every_record_field(pcap: Path, capsys: pytest.CaptureFixture
         assert pkt["record"] == dissect._plain(record)
         assert pkt["length"] == len(record.encode())
     assert bad[8]["gso"] is True and bad[8]["record"]["payload_length"] == 9000
+    assert bad[9]["flow_label"] == 0x12345 and "flow_label" not in bad[8]
 
 
 def test_verbose_tree(pcap: Path, capsys: pytest.CaptureFixture[str]) -> None:
