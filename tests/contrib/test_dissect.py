@@ -252,7 +252,8 @@ LUA_FIELDS = ("mrc.opcode", "mrc.dest_qp", "mrc.psn", "mrc.ev", "mrc.msn", "mrc.
               "mrc.sack_bitmap", "mrc.port_state_mask", "mrc.nack_reason", "mrc.nack_psn",
               "mrc.probe_id", "mrc.syndrome", "mrc.port_status_mask", "mrc.rkey", "mrc.va",
               "mrc.dma_length", "mrc.imm", "mrc.cm.local_qpn", "mrc.cm.security",
-              "mrc.cm.private_data_len", "mrc.payload_length", "mrc.tx_counter")  # fmt: skip
+              "mrc.cm.private_data_len", "mrc.payload_length", "mrc.tx_counter",
+              "mrc.flow_label")  # fmt: skip
 
 
 def lua_expected(record: Any) -> dict[str, str]:
@@ -321,6 +322,7 @@ def test_lua_reads_every_record(pcap: Path) -> None:
     assert gso["mrc.payload_length"] == "100,100,60" and gso["mrc.imm"] == "0x00000005"
     assert "GSO batch" in bad[7][1]
     assert bad[8][2] == f"0x{Opcode.WRITE_FIRST.value:02x}"
+    assert bad[8][2 + LUA_FIELDS.index("mrc.flow_label")] == "0x00012345"
 
 
 # --- any bytes at all --------------------------------------------------------------------------

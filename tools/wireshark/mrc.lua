@@ -142,12 +142,17 @@ add("cm_connection_id", ProtoField.uint64("mrc.cm.connection_id", "connection_id
 add("cm_ephemeral", ProtoField.bytes("mrc.cm.ephemeral", "ephemeral public key"))
 add("cm_static", ProtoField.bytes("mrc.cm.static", "static public key"))
 add("cm_private_data", ProtoField.bytes("mrc.cm.private_data", "private data"))
+add("flow_label", ProtoField.uint32("mrc.flow_label", "IPv6 flow label", base.HEX))
 add("tx_counter", ProtoField.uint64("mrc.tx_counter", "tx_counter", base.DEC))
 add("tag", ProtoField.bytes("mrc.tag", "tag"))
 
 local field_list = {}
 for _, f in pairs(F) do field_list[#field_list + 1] = f end
 mrc.fields = field_list
+
+-- The IPv6 flow label: where --ev-encoding flowlabel puts an EV's low 20 bits (docs/WIRE.md,
+-- revision note item 6), shown next to the EVXH.
+local ipv6_flow = Field.new("ipv6.flow")
 
 local ex_malformed = ProtoExpert.new("mrc.malformed", "Malformed MRC packet",
                                      expert.group.MALFORMED, expert.severity.ERROR)
@@ -423,6 +428,10 @@ local function dissect_one(tvb, pinfo, tree, sep)
   end
   if bit.band(tvb(1, 1):uint(), 0x0F) ~= 0 then
     root:add_proto_expert_info(ex_malformed, "malformed: tver (transport version not 0)")
+  end
+  local fl = ipv6_flow()
+  if fl and fl.value ~= 0 then
+    root:add(F.flow_label, fl.value):set_generated()
   end
   local off = 12
   if evx and not is_cm(op) then
