@@ -3,12 +3,13 @@ dissecting.
 
 Holds one `Packet` class per header (`MRC_BTH`, `MRC_EVXH`, `MRC_METH`, `MRC_TSETH`, `MRC_RETH`,
 `MRC_ImmDt`, `MRC_SETH`, `MRC_CCState`, `MRC_PortState`, `MRC_NETH`, `MRC_PETH`, `MRC_AETH`,
-`MRC_ERTH`, `MRC_EETH`, `MRC_CMH`, `MRC_KeyBlock`, and `MRC_Trailer`, which is never chosen by
-dissection because nothing in a packet says it is there), the chaining of docs/WIRE.md §2 (by
-opcode and the BTH's EVX and TS bits, SETH's PS bit and CMH's security), the binding to UDP port
-4791, and `layer_fields`, the flat view `mrc dissect` prints. It checks nothing: strict decoding
-(`DecodeError`) stays with `mrc.wire.decode_packet`, and a malformed packet dissects as far as
-its bytes go, the rest `Raw`. This is the only module of `mrc` that imports scapy.
+`MRC_ERTH`, `MRC_EETH`, `MRC_CMH`, `MRC_KeyBlock`, and `MRC_Trailer`, which dissection picks
+only when exactly 24 bytes follow a control packet's last header: nothing in a packet says it
+is secured), the chaining of docs/WIRE.md §2 (by opcode and the BTH's EVX and TS bits, SETH's
+PS bit and CMH's security), the binding to UDP port 4791, and `layer_fields`, the flat view
+`mrc dissect` prints. It checks nothing: strict decoding (`DecodeError`) stays with
+`mrc.wire.decode_packet`, and a malformed packet dissects as far as its bytes go, the rest
+`Raw`. This is the only module of `mrc` that imports scapy.
 
 Building: `UDP()/MRC_BTH(dest_qp=…, psn=…)/MRC_EVXH(ev=…)/MRC_SETH(…)/MRC_CCState(…)` fills
 in what the layers imply when it is left unset: UDP ports 4791, the opcode (for an unambiguous
@@ -302,7 +303,9 @@ class MRC_CCState(Packet):
 
     def guess_payload_class(self, payload: bytes) -> Any:
         seth = self.underlayer
-        return MRC_PortState if isinstance(seth, MRC_SETH) and seth.ps else Raw
+        if isinstance(seth, MRC_SETH) and seth.ps:
+            return MRC_PortState
+        return _trailer_or_raw(payload)
 
 
 class MRC_PortState(Packet):
@@ -312,7 +315,7 @@ class MRC_PortState(Packet):
     fields_desc = [XIntField("port_state_mask", 0)]  # noqa: RUF012
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        return _trailer_or_raw(payload)
 
 
 class MRC_NETH(Packet):
@@ -337,7 +340,7 @@ class MRC_NETH(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        return _trailer_or_raw(payload)
 
 
 class MRC_PETH(Packet):
@@ -361,7 +364,7 @@ class MRC_PETH(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        return _trailer_or_raw(payload)
 
 
 class MRC_AETH(Packet):
@@ -374,7 +377,7 @@ class MRC_AETH(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        return _trailer_or_raw(payload)
 
 
 class MRC_ERTH(Packet):
@@ -397,7 +400,7 @@ class MRC_ERTH(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        return _trailer_or_raw(payload)
 
 
 class MRC_EETH(Packet):
@@ -418,7 +421,7 @@ class MRC_EETH(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        return _trailer_or_raw(payload)
 
 
 class MRC_CMH(Packet):
@@ -457,7 +460,16 @@ class MRC_CMH(Packet):
         return bytes(pkt) + pay
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return MRC_KeyBlock if self.security else Raw
+        if self.security:
+            return MRC_KeyBlock
+        return Raw if self.private_data_len else _trailer_or_raw(payload)
+
+
+def _trailer_or_raw(payload: bytes) -> Any:
+    """What follows the last header of a control packet: exactly 24 bytes are taken for the
+    security trailer of a secured connection (docs/WIRE.md §7), anything else stays Raw. Only
+    a guess, as for mrc dissect and mrc.lua: nothing in the packet says it is secured."""
+    return MRC_Trailer if len(payload) == MRC_Trailer.SIZE else Raw
 
 
 class MRC_KeyBlock(Packet):
@@ -471,13 +483,17 @@ class MRC_KeyBlock(Packet):
     ]
 
     def guess_payload_class(self, payload: bytes) -> Any:
-        return Raw
+        cmh = self.underlayer
+        if isinstance(cmh, MRC_CMH) and cmh.private_data_len:
+            return Raw  # private data (and a trailer, if any, after it)
+        return _trailer_or_raw(payload)
 
 
 class MRC_Trailer(Packet):
     """Security trailer, 24 bytes (docs/WIRE.md §7). Dissection never picks it (a packet does
     not say it has one); build with it, or apply it to the last 24 bytes yourself."""
 
+    SIZE = 24
     name = "MRC trailer"
     fields_desc = [  # noqa: RUF012
         XLongField("tx_counter", 0),

@@ -449,3 +449,15 @@ def test_golden_vectors_both_ways(record: Packet, wire: bytes) -> None:
     # Bytes written from the published layouts (tests/wire), not by any encoder here.
     check_dissected(wire, expected(record))
     assert bytes(build(expected(record))) == wire
+
+
+def test_a_control_packet_with_24_bytes_more_ends_in_a_trailer() -> None:
+    ack = AckPacket(dest_qp=0x10, psn=0x100, ev=2, aeth=AETH(0x1F, 7)).encode()
+    pkt = L.MRC_BTH(ack + bytes(range(24)))
+    assert pkt[L.MRC_Trailer].tx_counter == 0x0001020304050607
+    assert pkt[L.MRC_Trailer].tag == bytes(range(8, 24))
+    disconnect = dict(RECORDS)["CM_DISCONNECT-0"].encode()
+    assert L.MRC_BTH(disconnect + bytes(24)).haslayer(L.MRC_Trailer)
+    reply = dict(RECORDS)["CM_REPLY-2"].encode()  # private data, then the trailer: left Raw
+    assert not L.MRC_BTH(reply + bytes(24)).haslayer(L.MRC_Trailer)
+    assert not L.MRC_BTH(ack + bytes(23)).haslayer(L.MRC_Trailer)
