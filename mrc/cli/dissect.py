@@ -70,26 +70,29 @@ def _ports(values: list[str] | None) -> set[int] | None:
 
 
 def run(ns: argparse.Namespace) -> int:
+    damaged: str | None = None
+    shown: list[dict[str, Any]] = []
     try:
         ports = _ports(ns.port)
-        packets = list(dissect_file(ns.file, ports, text=not ns.json))
+        # Lines go out as the capture is read (a long capture piped into head); -J is one
+        # document, so it waits for the end.
+        for pkt in dissect_file(ns.file, ports, text=not ns.json):
+            if "capture_error" in pkt:
+                damaged = pkt["capture_error"]
+            elif ns.json:
+                shown.append(pkt)
+            else:
+                sys.stdout.write(summary(pkt) + "\n" + (tree(pkt) if ns.verbose else ""))
     except DissectError as exc:
         sys.stderr.write(f"{exc}\n")
         return 1
-    damaged = [p for p in packets if "capture_error" in p]
-    shown = [p for p in packets if "capture_error" not in p]
     if ns.json:
-        doc = {"file": ns.file, "packets": shown}
+        doc: dict[str, Any] = {"file": ns.file, "packets": shown}
         if damaged:
-            doc["capture_error"] = damaged[0]["capture_error"]
+            doc["capture_error"] = damaged
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-    else:
-        for pkt in shown:
-            sys.stdout.write(summary(pkt) + "\n")
-            if ns.verbose:
-                sys.stdout.write(tree(pkt))
     if damaged:
-        sys.stderr.write(f"mrc dissect: {ns.file}: {damaged[0]['capture_error']}\n")
+        sys.stderr.write(f"mrc dissect: {ns.file}: {damaged}\n")
         return 1
     return 0
 
