@@ -21,7 +21,15 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from mrc.wire import CM_OPCODES, DATA_OPCODES, ROCE_PORT, DecodeError, Opcode, decode_packet
+from mrc.wire import (
+    CM_OPCODES,
+    DATA_OPCODES,
+    ROCE_PORT,
+    CmPacket,
+    DecodeError,
+    Opcode,
+    decode_packet,
+)
 
 _NEEDS_SCAPY = "mrc dissect: needs scapy (pip install 'mrc[dissect]')"
 _TRAILER = 24  # docs/WIRE.md §7: a secured connection's packets end with it
@@ -29,6 +37,7 @@ _MRC_OPCODES = frozenset(op.value for op in Opcode)
 _DATA = frozenset(op.value for op in DATA_OPCODES)
 _CM = frozenset(op.value for op in CM_OPCODES)
 _ENDPOINT = frozenset({Opcode.ENDPOINT_REQUEST.value, Opcode.ENDPOINT_RESPONSE.value})
+_NO_TRAILER = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value})  # docs/WIRE.md §7
 # The longest single packet: payload_mtu 8192, every data header, a trailer (docs/WIRE.md §3,
 # §7). A longer datagram in a capture is a UDP GSO batch the kernel had not split yet (§1).
 _MAX_PACKET = 8192 + 44 + _TRAILER
@@ -136,6 +145,7 @@ def dissect_file(
             msg = f"mrc dissect: {path}: not a pcap or pcapng capture ({exc})"
             raise DissectError(msg) from None
         first: float | None = None
+        secured: set[int] = set()  # QPNs of secured connections seen in CM: their trailers
         with reader:
             number = 0
             while True:
@@ -152,7 +162,7 @@ def dissect_file(
                 number += 1
                 t = float(frame.time)
                 first = t if first is None else first
-                yield from dissect_frame(frame, number, t, t - first, ports, text)
+                yield from dissect_frame(frame, number, t, t - first, ports, text, secured)
             if caught.messages:
                 yield {"capture_error": f"damaged after packet {number}: {caught.messages[0]}"}
     finally:
@@ -161,7 +171,13 @@ def dissect_file(
 
 
 def dissect_frame(
-    frame: Any, number: int, t: float, rel: float, ports: set[int] | None, text: bool = False
+    frame: Any,
+    number: int,
+    t: float,
+    rel: float,
+    ports: set[int] | None,
+    text: bool = False,
+    secured: set[int] | None = None,
 ) -> list[dict[str, Any]]:
     """A frame as dicts: where it went, and, for MRC, its record's fields and headers. One
     dict, or one per packet of a GSO batch (`segment` k of `segments`, see `split_gso`)."""
@@ -192,12 +208,12 @@ def dissect_frame(
     if len(segments) == 1 and max(wire_len, len(data)) > _MAX_PACKET:
         out["gso"] = True  # too long for one packet, and not split: only the first is shown
     if len(segments) == 1:
-        out.update(mrc_fields(data, text))
+        out.update(mrc_fields(data, text, secured))
         return [out]
     packets = []
     for k, segment in enumerate(segments, 1):
         one = {**out, "segment": k, "segments": len(segments), "length": len(segment)}
-        one.update(mrc_fields(segment, text))
+        one.update(mrc_fields(segment, text, secured))
         packets.append(one)
     return packets
 
@@ -230,9 +246,13 @@ def split_gso(data: bytes) -> list[bytes]:
     return [data[q : q + size] for q in starts]
 
 
-def mrc_fields(data: bytes, text: bool = False) -> dict[str, Any]:
+def mrc_fields(data: bytes, text: bool = False, secured: set[int] | None = None) -> dict[str, Any]:
     """The BTH summary, the record (or the malformed field) and the header tree of one MRC
-    datagram's bytes."""
+    datagram's bytes.
+
+    `secured` holds the QPNs of secured connections whose CM packets the capture showed: a
+    packet to one of them (but a CM_REQUEST or CM_REJECT) ends in a 24-byte trailer
+    (docs/WIRE.md §7), cut off before decoding. A secured CM packet adds its QPNs to it."""
     from mrc.contrib.scapy_mrc import MRC_BTH, layer_fields
 
     out: dict[str, Any] = {"opcode": None, "malformed": None}
@@ -243,11 +263,16 @@ def mrc_fields(data: bytes, text: bool = False) -> dict[str, Any]:
         out["psn"] = int.from_bytes(data[9:12], "big")
         evx = bool(data[4] & 1) and op not in _CM
         out["ev"] = int.from_bytes(data[12:16], "big") if evx and len(data) >= 16 else None
+    body = data
+    if (secured and out.get("dest_qp") in secured and len(data) > 12 + _TRAILER
+            and data[0] not in _NO_TRAILER):  # fmt: skip
+        body = data[:-_TRAILER]
+        out["trailer"] = _TRAILER
     record: Any = None
     try:
-        record = decode_packet(data)
+        record = decode_packet(body)
     except DecodeError as exc:
-        record = _with_trailer(data, exc)
+        record = _with_trailer(body, exc) if body is data else None
         if record is None:
             out["malformed"] = exc.field
             out["error"] = str(exc)
@@ -255,6 +280,10 @@ def mrc_fields(data: bytes, text: bool = False) -> dict[str, Any]:
             out["trailer"] = _TRAILER
     if record is not None:
         out["record"] = _plain(record)
+        if secured is not None and isinstance(record, CmPacket) and record.cmh.security:
+            # Packets to the requester (its QPN is local in a REQUEST, remote in a REPLY) and
+            # to the responder (local in a REPLY) carry trailers from now on.
+            secured.update(q for q in (record.cmh.local_qpn, record.cmh.remote_qpn) if q)
     try:
         layers = MRC_BTH(data) if len(data) >= 12 else None
     except Exception:  # scapy refuses the bytes: the record (or the malformed note) says it
@@ -269,7 +298,8 @@ def _with_trailer(data: bytes, exc: DecodeError) -> Any:
 
     A control packet of a secured connection (docs/WIRE.md §7) has 24 bytes the codec calls
     left over; a data packet's trailer is inside what the codec calls payload."""
-    if exc.field != "length" or len(data) <= 12 + _TRAILER or data[0] in _DATA:
+    if exc.field not in ("length", "private_data_len") or len(data) <= 12 + _TRAILER or (
+            data[0] in _DATA or data[0] in _NO_TRAILER):  # fmt: skip
         return None
     try:
         return decode_packet(data[:-_TRAILER])

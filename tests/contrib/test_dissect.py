@@ -367,3 +367,30 @@ def test_lua_survives_random_payloads(tmp_path: Path) -> None:
     rows = [line.split("\t") for line in proc.stdout.splitlines()]
     assert len(rows) == 400
     assert not [r for r in rows if "Lua Error" in r[1] or "Dissector bug" in r[1]]
+
+
+def test_trailers_of_a_secured_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/WIRE.md §7: after a secured CM exchange, every packet but a REQUEST or REJECT ends in
+    # a 24-byte trailer; a data packet's would otherwise count as payload.
+    named = dict(RECORDS)
+    request, reply = named["CM_REQUEST-2"], named["CM_REPLY-2"]
+    assert isinstance(request, CmPacket) and isinstance(reply, CmPacket)
+    request = dataclasses.replace(
+        request, dest_qp=0x1, cmh=dataclasses.replace(request.cmh, local_qpn=0x20, remote_qpn=0))
+    reply = dataclasses.replace(
+        reply, dest_qp=0x20, cmh=dataclasses.replace(reply.cmh, local_qpn=0x30, remote_qpn=0x20))
+    data = dataclasses.replace(named["WRITE_ONLY-ts"], dest_qp=0x30)
+    sack = dataclasses.replace(named["sack-ps"], dest_qp=0x20)
+    trailer = bytes(range(24))
+    path = tmp_path / "secured.pcap"
+    wrpcap(str(path), [frame(request.encode()), frame(reply.encode() + trailer),
+                       frame(data.encode() + trailer), frame(sack.encode() + trailer)])  # fmt: skip
+    rc, out, _ = run(capsys, "-J", str(path))
+    packets = json.loads(out)["packets"]
+    assert rc == 0 and [p["malformed"] for p in packets] == [None] * 4
+    assert [p.get("trailer") for p in packets] == [None, 24, 24, 24]
+    assert packets[2]["record"]["payload_length"] == 100
+    for p, record in zip(packets, (request, reply, data, sack), strict=True):
+        assert p["record"] == dissect._plain(record)
