@@ -394,3 +394,11 @@ def test_trailers_of_a_secured_connection(
     assert packets[2]["record"]["payload_length"] == 100
     for p, record in zip(packets, (request, reply, data, sack), strict=True):
         assert p["record"] == dissect._plain(record)
+    if shutil.which("tshark"):  # mrc.lua keeps the same list of secured QPNs
+        proc = subprocess.run(
+            ["tshark", "-n", "-X", f"lua_script:{LUA}", "-r", str(path), "-T", "fields",
+             "-e", "mrc.payload_length", "-e", "mrc.tx_counter"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        counter = int.from_bytes(trailer[:8], "big")
+        assert proc.stdout.splitlines() == ["\t", f"\t{counter}", f"100\t{counter}", f"\t{counter}"]

@@ -184,7 +184,20 @@ local function prefix(t, tvb, off)
   t:add(F.hdr_next, tvb(off, 2))
 end
 
-local function dissect_data(tvb, pinfo, tree, off, op, ts)
+-- QPNs of the secured connections whose CM packets were seen (docs/WIRE.md §7): a data packet
+-- to one ends in a 24-byte trailer, not payload. Filled on the first, in-order pass.
+local secured = {}
+function mrc.init()
+  secured = {}
+end
+
+local function add_trailer(tvb, tree, off)
+  local t = tree:add(mrc, tvb(off, 24), "Security trailer")
+  t:add(F.tx_counter, tvb(off, 8))
+  t:add(F.tag, tvb(off + 8, 16))
+end
+
+local function dissect_data(tvb, pinfo, tree, off, op, ts, trailer)
   local t = header(tvb, pinfo, tree, off, 4, "METH")
   if not t then return end
   t:add(F.rqmsn, tvb(off, 2))
@@ -212,6 +225,10 @@ local function dissect_data(tvb, pinfo, tree, off, op, ts)
     off = off + 4
   end
   local n = tvb:len() - off
+  if trailer and n > 24 then
+    n = n - 24
+    add_trailer(tvb, tree, off + n)
+  end
   tree:add(F.payload_length, n):set_generated()
   -- docs/WIRE.md §1: a capture taken before the kernel splits a GSO send holds several
   -- packets in one datagram; no single packet is longer than 8192 + 44 + 24 bytes.
@@ -356,6 +373,13 @@ local function dissect_cm(tvb, pinfo, tree, off)
   t:add(F.cm_connection_id, tvb(off + 48, 8))
   local security = tvb(off + 26, 1):uint()
   local private = tvb(off + 46, 2):uint()
+  if security ~= 0 then
+    -- From now on packets to either QPN carry trailers (a REQUEST names the requester as
+    -- local_qpn; a REPLY names the responder as local_qpn and the requester as remote_qpn).
+    for _, q in ipairs({ tvb(off + 4, 3):uint(), tvb(off + 8, 3):uint() }) do
+      if q ~= 0 then secured[q] = true end
+    end
+  end
   pinfo.cols.info:append(string.format(" local_qpn=0x%06X remote_qpn=0x%06X",
                                        tvb(off + 4, 3):uint(), tvb(off + 8, 3):uint()))
   off = off + 64
@@ -446,16 +470,14 @@ local function dissect_one(tvb, pinfo, tree, sep)
     root:add_proto_expert_info(ex_malformed, "malformed: evx (CM packets carry no EVXH)")
   end
   if is_data(op) then
-    dissect_data(tvb, pinfo, root, off, op, ts)
+    dissect_data(tvb, pinfo, root, off, op, ts, secured[qp] == true)
     return len
   end
   local done, ok = CONTROL[op](tvb, pinfo, root, off)
   local left = len - done
   if ok and left == 24 and not (op == 0xE0 or op == 0xE2) then
     -- docs/WIRE.md §7: a secured connection ends every packet but a REQUEST/REJECT with it.
-    local t = root:add(mrc, tvb(done, 24), "Security trailer")
-    t:add(F.tx_counter, tvb(done, 8))
-    t:add(F.tag, tvb(done + 8, 16))
+    add_trailer(tvb, root, done)
   elseif ok and left > 0 then
     root:add(tvb(done, left), "Left over: " .. left .. " bytes")
         :add_proto_expert_info(ex_leftover, left .. " bytes after the headers")
