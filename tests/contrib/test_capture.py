@@ -71,14 +71,18 @@ def stop(proc: subprocess.Popen[str]) -> int:
     return int(found.group(2)) if found else -1
 
 
-def run_captured(pcap: Path, snaplen: int, *bench: str) -> tuple[Path, int, int]:
-    """Capture one bench transfer into `pcap`: (pcap, the bench's port, packets dropped)."""
-    server = Server("-1")
+def run_captured(
+    pcap: Path, snaplen: int, *bench: str, both: tuple[str, ...] = ()
+) -> tuple[Path, int, int]:
+    """Capture one bench transfer into `pcap`: (pcap, the bench's port, packets dropped).
+    `bench` goes to the client, `both` to the client and the server."""
+    server = Server("-1", *both)
     dumpcap = None
     dropped = -1
     try:
         dumpcap = start_dumpcap(server.port, pcap, snaplen)
-        proc = client(server.port, "-n", "4M", "-l", "1M", "--verify", *bench, timeout=60)
+        proc = client(server.port, "-n", "4M", "-l", "1M", "--verify", *bench, *both,
+                      timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert "integrity: ok" in proc.stdout
         time.sleep(0.3)  # the last ACKs and the DISCONNECTs
@@ -217,3 +221,39 @@ def test_gso_batches_split_alike(gso_capture: tuple[Path, int, int]) -> None:
     assert len(starts) == 1
     offsets = {(psn - starts[0]) % (1 << 24) for psn in main}
     assert offsets == set(range(len(main))) and len(main) >= 1024
+
+
+@pytest.fixture(scope="module")
+def secured_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
+    """`--security auth`: every packet after the handshake ends in a 24-byte trailer."""
+    pcap = tmp_path_factory.mktemp("capture") / "secured.pcap"
+    return run_captured(pcap, 0, "--flowcell", "1", both=("--security", "auth"))
+
+
+def test_secured_transfer_payloads_exclude_trailers(
+    secured_capture: tuple[Path, int, int],
+) -> None:
+    pcap, port, _ = secured_capture
+    proc = subprocess.run(
+        ["tshark", "-n", "-X", f"lua_script:{LUA}", "-d", f"udp.port=={port},mrc", "-r",
+         str(pcap), "-Y", "mrc", "-T", "fields", "-e", "frame.number", "-e", "mrc.opcode",
+         "-e", "mrc.payload_length", "-e", "mrc.tx_counter", "-e", "_ws.expert.message"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
+    rows = [line.split("\t") for line in proc.stdout.splitlines()]
+    lua = {int(f): (int(op, 16), length, counter, expert) for f, op, length, counter, expert in
+           rows}  # fmt: skip
+    packets = [p for p in dissect_doc(pcap, port)["packets"] if "not_mrc" not in p]
+    assert [p["number"] for p in packets] == sorted(lua)
+    middles = 0
+    for p in packets:
+        op, length, counter, expert = lua[p["number"]]
+        assert p["malformed"] is None and expert == "", p
+        assert Opcode[p["opcode"]].value == op
+        no_trailer = op in (Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value)
+        assert (p.get("trailer") is None) == no_trailer == (counter == ""), p
+        if op == Opcode.WRITE_MIDDLE.value:
+            middles += 1
+            assert p["record"]["payload_length"] == 4096 and length == "4096"
+    assert middles > 900
