@@ -8,7 +8,8 @@ tools/wireshark/mrc.lua (`-T fields -e mrc.psn -e mrc.opcode -e mrc.ev`) and `mr
 agree on PSN, opcode and EV; the data and control opcodes a transfer uses all appear; and the
 scapy layers round-trip one packet of every opcode seen (bytes and `decode_packet` record).
 With the default flowcell, whole: both readers split each GSO batch into the same packets, and
-the data packets cover every PSN of the transfer.
+the data packets cover every PSN of the transfer. With `--security auth`: both find the
+trailer of every packet but the REQUEST, so payloads are exact.
 """
 
 from __future__ import annotations
