@@ -9,7 +9,8 @@ agree on PSN, opcode and EV; the data and control opcodes a transfer uses all ap
 scapy layers round-trip one packet of every opcode seen (bytes and `decode_packet` record).
 With the default flowcell, whole: both readers split each GSO batch into the same packets, and
 the data packets cover every PSN of the transfer. With `--security auth`: both find the
-trailer of every packet but the REQUEST, so payloads are exact.
+trailer of every packet but the REQUEST, so payloads are exact. With `--ev-encoding flowlabel`
+on ::1: both show each packet's flow label, its EV's low 20 bits.
 """
 
 from __future__ import annotations
@@ -73,17 +74,18 @@ def stop(proc: subprocess.Popen[str]) -> int:
 
 
 def run_captured(
-    pcap: Path, snaplen: int, *bench: str, both: tuple[str, ...] = ()
+    pcap: Path, snaplen: int, *bench: str, both: tuple[str, ...] = (), ipv6: bool = False
 ) -> tuple[Path, int, int]:
     """Capture one bench transfer into `pcap`: (pcap, the bench's port, packets dropped).
-    `bench` goes to the client, `both` to the client and the server."""
-    server = Server("-1", *both)
+    `bench` goes to the client, `both` to the client and the server; `ipv6`: one plane, ::1."""
+    addrs = ["::1"] if ipv6 else None
+    server = Server("-1", *both, addrs=addrs)
     dumpcap = None
     dropped = -1
     try:
         dumpcap = start_dumpcap(server.port, pcap, snaplen)
         proc = client(server.port, "-n", "4M", "-l", "1M", "--verify", *bench, *both,
-                      timeout=60)
+                      addrs=addrs, binds=addrs, timeout=60)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert "integrity: ok" in proc.stdout
         time.sleep(0.3)  # the last ACKs and the DISCONNECTs
@@ -258,3 +260,36 @@ def test_secured_transfer_payloads_exclude_trailers(
             middles += 1
             assert p["record"]["payload_length"] == 4096 and length == "4096"
     assert middles > 900
+
+
+@pytest.fixture(scope="module")
+def flowlabel_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
+    """`--ev-encoding flowlabel` on ::1: each datagram's flow label is its EV's low 20 bits."""
+    pcap = tmp_path_factory.mktemp("capture") / "flowlabel.pcap"
+    try:
+        return run_captured(pcap, 256, "--flowcell", "1", both=("--ev-encoding", "flowlabel"),
+                            ipv6=True)  # fmt: skip
+    except RuntimeError as exc:  # no IPv6 loopback
+        pytest.skip(str(exc))
+
+
+def test_flow_labels_carry_the_evs(flowlabel_capture: tuple[Path, int, int]) -> None:
+    pcap, port, _ = flowlabel_capture
+    proc = subprocess.run(
+        ["tshark", "-n", "-X", f"lua_script:{LUA}", "-d", f"udp.port=={port},mrc", "-r",
+         str(pcap), "-Y", "mrc", "-T", "fields", "-e", "frame.number", "-e", "mrc.ev",
+         "-e", "mrc.flow_label"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
+    lua = {int(f): (ev, label) for f, ev, label in (line.split("\t")
+                                                    for line in proc.stdout.splitlines())}
+    checked = 0
+    for p in dissect_doc(pcap, port)["packets"]:
+        ev, label = lua[p["number"]]
+        assert (int(ev, 16) if ev else None) == p["ev"]
+        assert (int(label, 16) if label else 0) == p["flow_label"]
+        if p["ev"] is not None:  # every packet with an EV (CM packets have none) labels it
+            assert p["flow_label"] == p["ev"] & 0xFFFFF, p
+            checked += 1
+    assert checked > 1000
