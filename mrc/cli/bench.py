@@ -29,7 +29,8 @@ from mrc.core.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
 from mrc.node.host import EV_ENCODINGS
 
-from . import bench_daemon, bench_run
+from . import bench_daemon, bench_modes, bench_run
+from .bench_latency import DEFAULT_ITERATIONS, DEFAULT_LATENCY_SIZE
 from .bench_options import (
     DEFAULT_CC,
     DEFAULT_FLOWCELL,
@@ -37,8 +38,9 @@ from .bench_options import (
     DEFAULT_PORT,
     BenchOptions,
 )
-from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE
+from .bench_proto import MAX_INJECTS, MAX_MESSAGE_SIZE, MAX_MESSAGES
 from .bench_setup import BenchError
+from .bench_sweep import DEFAULT_SWEEP, SWEEP_SECONDS, sweep_sizes
 from .bench_trace import TraceFile
 
 DEFAULT_DURATION = 10.0
@@ -101,6 +103,17 @@ def parse_inject(text: str) -> tuple[int, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad time in --inject {text!r}") from None
     return int(m.group(1)), at
+
+
+def parse_sweep_sizes(text: str) -> tuple[int, ...]:
+    """'4K-16M' → (4096, 8192, …, 16777216): the powers of two from A to B."""
+    lo, sep, hi = text.partition("-")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--sweep-sizes wants A-B (e.g. 4K-16M), got {text!r}")
+    try:
+        return sweep_sizes(parse_size(lo), parse_size(hi))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _addr_list(text: str) -> list[str]:
@@ -179,8 +192,32 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "--length",
         type=parse_size,
         metavar="BYTES",
-        default=DEFAULT_MSG_SIZE,
-        help="message (WRITE) size (default 1M)",
+        default=None,
+        help=f"message (WRITE) size (default 1M; {DEFAULT_LATENCY_SIZE} with --latency)",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="client: one test per message size, 4K..16M in powers of two (ib_write_bw -a "
+        f"style), -t (default {SWEEP_SECONDS:g} s) or -n per size; one table row each",
+    )
+    p.add_argument(
+        "--sweep-sizes",
+        type=parse_sweep_sizes,
+        metavar="A-B",
+        help="with --sweep: the sizes from A to B (powers of two, e.g. 64K-1M)",
+    )
+    p.add_argument(
+        "--latency",
+        action="store_true",
+        help="client: WRITE_WITH_IMM ping-pong (the server writes each message back as its "
+        "immediate arrives); round-trip min/p50/p99/p99.9/max in microseconds",
+    )
+    p.add_argument(
+        "--iterations",
+        type=_int_range(1, MAX_MESSAGES, "iterations"),
+        metavar="N",
+        help=f"with --latency: round trips to time (default {DEFAULT_ITERATIONS}; or -t SEC)",
     )
     p.add_argument(
         "-i",
@@ -324,6 +361,31 @@ def default_flowcell() -> int:
     return int(raw)
 
 
+def _check_modes(ns: argparse.Namespace, role: str) -> None:
+    """--sweep and --latency: client modes, each with the flags that make sense for it."""
+    if ns.sweep_sizes is not None and not ns.sweep:
+        raise UsageError("--sweep-sizes needs --sweep")
+    if ns.iterations is not None and not ns.latency:
+        raise UsageError("--iterations needs --latency")
+    if not (ns.sweep or ns.latency):
+        return
+    mode = "--sweep" if ns.sweep else "--latency"
+    if ns.sweep and ns.latency:
+        raise UsageError("--sweep and --latency are separate tests; choose one")
+    if role != "client":
+        raise UsageError(f"{mode} is a client flag (the server serves it as it is)")
+    clashes = [("-R", ns.reverse), ("--trace", ns.trace is not None), ("--inject", ns.inject)]
+    if ns.sweep:
+        clashes.append(("-l", ns.length is not None))
+    else:
+        clashes += [("--verify", ns.verify), ("-n", ns.bytes is not None)]
+        if ns.time is not None and ns.iterations is not None:
+            raise UsageError("--latency runs -t SEC or --iterations N, not both")
+    for flag, on in clashes:
+        if on:
+            raise UsageError(f"{flag} does not apply with {mode}")
+
+
 def options_from(ns: argparse.Namespace) -> BenchOptions:
     """Check the flag combination; raises UsageError with a one-line message."""
     roles = [name for name, on in (("-s", ns.server), ("-c", ns.client), ("--demo", ns.demo)) if on]
@@ -340,6 +402,9 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         raise UsageError(f"-i must be 0 or at least 0.01, got {ns.interval:g}")
     if ns.time is not None and ns.time <= 0:
         raise UsageError("-t must be more than 0 seconds")
+    _check_modes(ns, role)
+    if ns.length is None:
+        ns.length = DEFAULT_LATENCY_SIZE if ns.latency else DEFAULT_MSG_SIZE
     if not 1 <= ns.length <= MAX_MESSAGE_SIZE:
         raise UsageError(f"-l must be 1..{MAX_MESSAGE_SIZE} bytes, got {ns.length}")
     if len(ns.inject) > MAX_INJECTS:
@@ -371,7 +436,15 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         key=ns.key,
         peer_key=ns.peer_key,
         trace=ns.trace,
+        latency=ns.latency,
+        iterations=ns.iterations or 0,
+        sweep=ns.sweep,
+        sweep_sizes=(ns.sweep_sizes or sweep_sizes(*DEFAULT_SWEEP)) if ns.sweep else (),
     )
+    if opts.latency and not opts.duration and not opts.iterations:
+        opts.iterations = DEFAULT_ITERATIONS
+    if opts.sweep and not opts.duration and not opts.total_bytes:
+        opts.duration = SWEEP_SECONDS
     if opts.security == "none" and (opts.key or opts.peer_key):
         raise UsageError("--key and --peer-key need --security auth or encrypt")
     if role == "demo" and (opts.key or opts.peer_key):
@@ -402,7 +475,7 @@ def options_from(ns: argparse.Namespace) -> BenchOptions:
         if not opts.total_bytes and not opts.duration:
             opts.total_bytes = DEMO_BYTES
         opts.verify = True
-    if role != "server" and not opts.duration and not opts.total_bytes:
+    if role != "server" and not opts.duration and not opts.total_bytes and not opts.iterations:
         opts.duration = DEFAULT_DURATION
     if planes > 32:
         raise UsageError(f"at most 32 planes, got {planes}")
@@ -429,6 +502,11 @@ def run(ns: argparse.Namespace) -> int:
         sys.stderr.write("mrc bench: error: --trace does not apply with --daemon\n")
         return 2
     if ns.daemon is not None:
+        if ns.sweep or ns.latency:
+            sys.stderr.write("mrc bench: error: --sweep/--latency do not apply with --daemon\n")
+            return 2
+        if ns.length is None:
+            ns.length = DEFAULT_MSG_SIZE
         if ns.ev_encoding != "evxh":
             sys.stderr.write("mrc bench: error: --ev-encoding does not apply with --daemon\n")
             return 2
@@ -450,8 +528,13 @@ def run(ns: argparse.Namespace) -> int:
         except BenchError as exc:
             sys.stderr.write(f"mrc bench: {exc}\n")
             return 1
+    client = None
+    if opts.sweep:
+        client = bench_modes.sweep_client
+    elif opts.latency:
+        client = bench_modes.latency_client
     try:
-        return bench_run.run(opts)
+        return bench_run.run(opts, client)
     finally:
         if opts.trace_file is not None:
             opts.trace_file.close()

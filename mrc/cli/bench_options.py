@@ -63,6 +63,12 @@ class BenchOptions:
     #: --trace FILE: its name, and the file once opened (before connecting).
     trace: str | None = None
     trace_file: TraceFile | None = None
+    #: --latency: a WRITE_WITH_IMM ping-pong of `iterations` round trips (0 = for `duration`).
+    latency: bool = False
+    iterations: int = 0
+    #: --sweep: one test per message size in `sweep_sizes` (`duration`/`total_bytes` each).
+    sweep: bool = False
+    sweep_sizes: tuple[int, ...] = ()
 
     def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
         counts = plane_paths or {}

@@ -6,14 +6,15 @@ and nothing that touches sockets, the loop or the terminal (`bench_roles` runs a
 
 Handshake (CM private data, at most 256 bytes, big-endian, version byte first):
 
-- REQUEST (client → server), `BenchRequest`: version 1, flags (bit 0 reverse, bit 1 verify),
-  a random 64-bit cookie naming the test, the message size, the duration in ms (0 = by bytes),
+- REQUEST (client → server), `BenchRequest`: version, flags (bit 0 reverse, bit 1 verify),
+  the test kind (16 bits, version 2 only; version 1 leaves it 0), a random 64-bit cookie naming
+  the test, the message size, the duration in ms (0 = by bytes),
   the byte count (0 = by time), the pattern seed, then two region references (base VA 64, R_Key
   32, length 32): the client's RESULTS inbox and, with -R, the client's DATA region; then up to 8
   injected faults (plane 8, at_ms 32) for the writer to apply (used with -R, where the server
   writes).
-- REPLY (server → client), `BenchReply`: version 1, status 0, the cookie, the server's RESULTS
-  inbox and, without -R, the server's DATA region.
+- REPLY (server → client), `BenchReply`: the request's version, status 0, the cookie, the
+  server's RESULTS inbox and, without -R, the server's DATA region.
 
 A DATA region is `slots` × message size (`slot_count`: enough for 4 windows, at least 2, at
 most 256 MiB). Message n goes to slot n mod slots; the writer reuses a slot only after the
@@ -28,6 +29,18 @@ JSON) into the receiver's RESULTS inbox with imm `IMM_END`; the receiver answers
 into the writer's inbox with imm `IMM_RESULTS`. With -R the client first sends `IMM_GO` (a tiny
 WRITE into the server's inbox) so the server starts writing only once the client is connected.
 Then the client closes.
+
+Test kinds: version 1 knows only the stream test above, and a client still sends its stream
+tests as version 1 so that older servers serve them. Version 2 names the kind: 0 stream, 1
+latency. A server refuses (rejects the connection) a version or kind it does not know, so a
+client asking an older server for a latency test gets one clear refusal, not a stream test.
+
+Latency (`bench_latency`): a WRITE_WITH_IMM ping-pong. The REQUEST carries the client's DATA
+region (the server's echoes land there), the iteration count in the byte-count field (0 = by
+time) and no flags; the REPLY the server's DATA region. The client writes message k (imm k)
+into the server's region; the server, on `ImmediateReceived(imm=k)`, writes the same number of
+bytes with imm k back. One message is in flight at a time, so one slot each way is enough.
+When done the client simply closes the connection.
 """
 
 from __future__ import annotations
@@ -39,6 +52,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 VERSION = 1
+#: The first version that names a test kind.
+VERSION_KINDS = 2
+KIND_STREAM = 0
+KIND_LATENCY = 1
+KIND_NAMES = {KIND_STREAM: "stream", KIND_LATENCY: "latency"}
 IMM_END = 0xFFFF_FFFF
 IMM_RESULTS = 0xFFFF_FFFE
 IMM_GO = 0xFFFF_FFFD
@@ -96,17 +114,24 @@ class BenchRequest:
     data: RegionRef = field(default_factory=RegionRef)
     #: (plane, seconds after the test start) faults the writer's io applies.
     injects: tuple[tuple[int, float], ...] = ()
+    kind: int = KIND_STREAM
+    #: Latency tests: round trips to run (0 = for `duration`); travels in the byte-count field.
+    iterations: int = 0
+
+    @property
+    def version(self) -> int:
+        return VERSION if self.kind == KIND_STREAM else VERSION_KINDS
 
     def encode(self) -> bytes:
         flags = (FLAG_REVERSE if self.reverse else 0) | (FLAG_VERIFY if self.verify else 0)
         head = _REQ_HEAD.pack(
-            VERSION,
+            self.version,
             flags,
-            0,
+            self.kind,
             self.cookie,
             self.msg_size,
             round(self.duration * 1000),
-            self.total_bytes,
+            self.iterations if self.kind == KIND_LATENCY else self.total_bytes,
             self.seed,
         )
         injects = self.injects[:MAX_INJECTS]
@@ -120,9 +145,15 @@ class BenchRequest:
         need = _REQ_HEAD.size + 2 * _REF.size + 1
         if len(data) < need:
             raise BenchProtocolError(f"request private data too short ({len(data)} bytes)")
-        version, flags, _, cookie, msg_size, dur_ms, total, seed = _REQ_HEAD.unpack_from(data)
-        if version != VERSION:
-            raise BenchProtocolError(f"bench protocol version {version}, expected {VERSION}")
+        version, flags, kind, cookie, msg_size, dur_ms, total, seed = _REQ_HEAD.unpack_from(data)
+        if version not in (VERSION, VERSION_KINDS):
+            raise BenchProtocolError(
+                f"bench protocol version {version}, expected {VERSION} or {VERSION_KINDS}"
+            )
+        # Version 1 peers wrote 0 in the kind's place; whatever is there, it is a stream test.
+        kind = kind if version == VERSION_KINDS else KIND_STREAM
+        if kind not in KIND_NAMES:
+            raise BenchProtocolError(f"unknown test kind {kind}")
         if flags & ~(FLAG_REVERSE | FLAG_VERIFY):
             raise BenchProtocolError(f"unknown flags {flags:#x}")
         off = _REQ_HEAD.size
@@ -141,13 +172,15 @@ class BenchRequest:
             cookie=cookie,
             msg_size=msg_size,
             duration=dur_ms / 1000,
-            total_bytes=total,
+            total_bytes=total if kind == KIND_STREAM else 0,
+            iterations=total if kind == KIND_LATENCY else 0,
             reverse=bool(flags & FLAG_REVERSE),
             verify=bool(flags & FLAG_VERIFY),
             seed=seed,
             results=results,
             data=data_ref,
             injects=injects,
+            kind=kind,
         )
         req.check()
         return req
@@ -155,6 +188,9 @@ class BenchRequest:
     def check(self) -> None:
         if not 1 <= self.msg_size <= MAX_MESSAGE_SIZE:
             raise BenchProtocolError(f"message size {self.msg_size} out of range")
+        if self.kind == KIND_LATENCY:
+            self._check_latency()
+            return
         if (self.duration > 0) == (self.total_bytes > 0):
             raise BenchProtocolError("exactly one of duration and byte count must be set")
         if self.results.length < 4:
@@ -164,28 +200,41 @@ class BenchRequest:
         if self.total_bytes and -(-self.total_bytes // self.msg_size) > MAX_MESSAGES:
             raise BenchProtocolError("too many messages")
 
+    def _check_latency(self) -> None:
+        if (self.duration > 0) == (self.iterations > 0):
+            raise BenchProtocolError("exactly one of duration and iterations must be set")
+        if self.iterations > MAX_MESSAGES:
+            raise BenchProtocolError("too many iterations")
+        if self.reverse or self.verify or self.injects or self.total_bytes:
+            raise BenchProtocolError("a latency test takes no flags, faults or byte count")
+        if self.data.length < self.msg_size:
+            raise BenchProtocolError("latency test without a region for the echoes")
+        if self.results.length < 4:
+            raise BenchProtocolError("no results region")
+
 
 @dataclass(frozen=True, slots=True)
 class BenchReply:
     cookie: int
     results: RegionRef
     data: RegionRef = field(default_factory=RegionRef)
+    #: The request's version, echoed (a version 1 client accepts only 1).
+    version: int = VERSION
 
     def encode(self) -> bytes:
-        return (
-            _REP_HEAD.pack(VERSION, 0, 0, self.cookie) + self.results.encode() + self.data.encode()
-        )
+        head = _REP_HEAD.pack(self.version, 0, 0, self.cookie)
+        return head + self.results.encode() + self.data.encode()
 
     @classmethod
     def decode(cls, data: bytes) -> BenchReply:
         if len(data) != _REP_HEAD.size + 2 * _REF.size:
             raise BenchProtocolError(f"reply private data of {len(data)} bytes")
         version, status, _, cookie = _REP_HEAD.unpack_from(data)
-        if version != VERSION or status != 0:
+        if version not in (VERSION, VERSION_KINDS) or status != 0:
             raise BenchProtocolError(f"bench reply version {version} status {status}")
         results = RegionRef.decode(data, _REP_HEAD.size)
         data_ref = RegionRef.decode(data, _REP_HEAD.size + _REF.size)
-        return cls(cookie, results, data_ref)
+        return cls(cookie, results, data_ref, version)
 
 
 def slot_count(msg_size: int, payload_mtu: int, mpr: int) -> int:

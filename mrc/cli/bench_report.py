@@ -14,10 +14,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import mrc
 from mrc.core.events import ConnectionEstablished
+from mrc.core.session import Session
+from mrc.io.endpoint import IoEndpoint
 from mrc.node.keys import encode_key
 
 from .bench_events import event_lines
@@ -75,7 +77,14 @@ def interval_printer(out: Output) -> Callable[[BenchTest, IntervalSample], None]
     return show
 
 
-def connected_rows(test: BenchTest) -> list[dict[str, Any]]:
+class Connected(Protocol):
+    """What `connected_rows` reads: a test of any kind on its session."""
+
+    io: IoEndpoint[Session]
+    session: Session
+
+
+def connected_rows(test: Connected) -> list[dict[str, Any]]:
     rows = []
     for p, sock in sorted(test.io.planes.items()):
         lh, lp = host_port(sock.local_addr)

@@ -16,7 +16,7 @@ import random
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from mrc.core.endpoint import Endpoint
@@ -53,7 +53,7 @@ from .bench_setup import (
     record_paths,
 )
 
-__all__ = ["BenchClient", "BenchError", "run", "run_demo"]
+__all__ = ["BenchClient", "BenchError", "client_node", "run", "run_demo"]
 
 
 class BenchClient:
@@ -356,8 +356,11 @@ async def _serve(opts: BenchOptions) -> int:
     return 1 if opts.one_off and server.failures else 0
 
 
-async def _client(opts: BenchOptions) -> int:
-    loop = asyncio.get_running_loop()
+def client_node(
+    loop: asyncio.AbstractEventLoop, opts: BenchOptions
+) -> tuple[Node, dict[int, SockAddr], dict[int, int]]:
+    """A client's node on fresh sockets, the server's address on each plane, and the SRv6
+    paths per plane (--paths; empty without). The caller closes the node."""
     peers, binds = _resolve_peers(opts)
     table = opts.path_table
     if table is not None and opts.bind is None:
@@ -372,6 +375,12 @@ async def _client(opts: BenchOptions) -> int:
     except BaseException:
         node.close()
         raise
+    return node, peers, counts
+
+
+async def _client(opts: BenchOptions) -> int:
+    loop = asyncio.get_running_loop()
+    node, peers, counts = client_node(loop, opts)
     client = BenchClient(
         loop, opts, Output(json_mode=opts.json), node, peers, plane_paths=counts
     )
@@ -466,8 +475,12 @@ def _fields(opts: BenchOptions) -> dict[str, Any]:
     return {name: getattr(opts, name) for name in opts.__slots__}
 
 
-def run(opts: BenchOptions) -> int:
-    """Run the chosen role on a fresh event loop; expected failures become one stderr line."""
+ClientMain = Callable[[BenchOptions], Coroutine[Any, Any, int]]
+
+
+def run(opts: BenchOptions, client: ClientMain | None = None) -> int:
+    """Run the chosen role on a fresh event loop; expected failures become one stderr line.
+    `client` replaces the stream test's client (--sweep and --latency bring their own)."""
     coro: Coroutine[Any, Any, int]
     try:
         secure(opts)
@@ -477,7 +490,7 @@ def run(opts: BenchOptions) -> int:
     if opts.role == "server":
         coro = _serve(opts)
     elif opts.role == "client":
-        coro = _client(opts)
+        coro = (client or _client)(opts)
     else:
         coro = run_demo(opts)
     loop = new_event_loop()

@@ -2,7 +2,8 @@
 
 Holds `BenchServer`: it listens on every plane, accepts a test when the REQUEST's private data
 parses (`bench_proto`) and it has room (at most `max_tests` at once), registers that test's
-regions, runs it (`bench_roles`), reports it (`bench_report`), and survives any input: junk is
+regions, runs it (`bench_roles`; a latency test is `bench_latency.LatencyEcho`, which answers
+each message), reports it (`bench_report`), and survives any input: junk is
 counted by the core, stray connections that never run a test are closed after a few seconds and
 their drops folded into the next report. Sockets come in from the caller (`bench_run`).
 """
@@ -19,8 +20,9 @@ from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name
 from mrc.node import Node
 
+from .bench_latency import LatencyEcho, allocate
 from .bench_options import BenchOptions
-from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, slot_count
+from .bench_proto import KIND_LATENCY, BenchProtocolError, BenchReply, BenchRequest, slot_count
 from .bench_report import (
     Output,
     StartInfo,
@@ -74,6 +76,8 @@ class BenchServer:
         self.start_timeout = start_timeout
         self.pending: dict[int, tuple[TestSetup, BenchRequest, float]] = {}
         self.tests: dict[int, BenchTest] = {}
+        #: --latency tests being served: their sessions just echo (`bench_latency`).
+        self.echoes: dict[int, LatencyEcho] = {}
         self.starts: dict[int, StartInfo] = {}
         self.stopped: asyncio.Future[None] = loop.create_future()
         self.failures = 0
@@ -112,6 +116,12 @@ class BenchServer:
                 test.session.close(self.io.now())
                 self.io.flush(test.session)
             test.setup.release()
+        for echo in list(self.echoes.values()):
+            if not echo.session.is_closed:
+                echo.session.close(self.io.now())
+                self.io.flush(echo.session)
+            echo.setup.release()
+        self.echoes.clear()
         for setup, _, _ in list(self.pending.values()):
             setup.release()
         self.tests.clear()
@@ -145,6 +155,14 @@ class BenchServer:
             return None
         if req.cookie in self.pending or len(self.tests) + len(self.pending) >= self.max_tests:
             return None
+        if req.kind == KIND_LATENCY:
+            try:
+                setup = allocate(self.core.regions, req.msg_size)
+            except MemoryError:
+                return None
+            self.pending[req.cookie] = (setup, req, now)
+            refs = (setup.ref(setup.inbox), setup.ref(setup.data))
+            return BenchReply(req.cookie, *refs, version=req.version).encode()
         role = WRITER if req.reverse else RECEIVER
         params = TestParams(
             msg_size=req.msg_size,
@@ -163,13 +181,21 @@ class BenchServer:
             setup = TestSetup.allocate(self.core.regions, role, params, slots)
         except MemoryError:
             return None
-        reply = BenchReply(req.cookie, setup.ref(setup.inbox), setup.ref(setup.data))
+        reply = BenchReply(
+            req.cookie, setup.ref(setup.inbox), setup.ref(setup.data), version=req.version
+        )
         self.pending[req.cookie] = (setup, req, now)
         return reply.encode()
 
     # -- events ------------------------------------------------------------------------------
 
     def _on_event(self, session: Session, event: Event) -> None:
+        echo = self.echoes.get(id(session))
+        if echo is not None:
+            echo.on_event(event)
+            if isinstance(event, ConnectionClosed):
+                self._echo_closed(session, echo)
+            return
         test = self.tests.get(id(session))
         if test is not None:
             test.on_event(event)
@@ -190,6 +216,9 @@ class BenchServer:
             self.io.flush(session)
             return
         setup, req, _ = entry
+        if req.kind == KIND_LATENCY:
+            self.echoes[id(session)] = LatencyEcho(self.io, session, setup, req.data)
+            return
         test = BenchTest(
             self.io,
             session,
@@ -271,6 +300,21 @@ class BenchServer:
             self._internal_mark = self.io.internal_errors
             self.failures += 1
         elif test.error or test.integrity() == "mismatch" or test.write_errors:
+            self.failures += 1
+        self.completed += 1
+        if self.opts.one_off:
+            self.loop.call_later(0.2, self.stop)
+
+    def _echo_closed(self, session: Session, echo: LatencyEcho) -> None:
+        """A latency test ends when its client hangs up: one line (or -J document) for it."""
+        self.echoes.pop(id(session), None)
+        echo.setup.release()
+        if self.out.json_mode:
+            self.out.doc(echo.document())
+        else:
+            self.out.line(echo.line())
+            self._banner()
+        if echo.error or echo.write_errors:
             self.failures += 1
         self.completed += 1
         if self.opts.one_off:
