@@ -1,10 +1,12 @@
 """`python -m tools.compare`: build the testbed, run every comparison, print, write JSON, tear down.
 
 The order is fixed: iperf3, MPTCP, aioquic, raw UDP, mrc (throughput), then the MPTCP and mrc
-failover runs. A run that fails is recorded as `{"error": …}` with a one-line reason on stderr
-and the others go on; the exit status is then 1. Whatever happens (an error, Ctrl-C, SIGTERM,
-SIGHUP), every child process is stopped and the testbed is removed with `tools.testbed`'s
-`down` before the command returns. Not root: one line on stderr, exit 2.
+failover runs, then the round trips (UDP and TCP ping-pong, `mrc bench --latency`) and the
+`mrc bench --sweep` of message sizes (`latency`). A run that fails is recorded as
+`{"error": …}` with a one-line reason on stderr and the others go on; the exit status is then
+1. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is stopped and the
+testbed is removed with `tools.testbed`'s `down` before the command returns. Not root: one
+line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
-from tools.compare import failover, procs, report, runs
+from tools.compare import failover, latency, procs, report, runs
 from tools.compare.procs import ProcError
 from tools.testbed import build, topology
 from tools.testbed.model import TestbedError
@@ -56,7 +58,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 RUNS = ("iperf3", "mptcp", "aioquic", "raw_udp", "mrc", "mrc_auth", "mrc_encrypt",
-        "failover-mptcp", "failover-mrc")
+        "failover-mptcp", "failover-mrc", "latency-udp", "latency-tcp", "latency-mrc",
+        "sweep-mrc")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -169,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "fault_after": args.fault_after,
                                       "fail_plane": args.fail_plane, "fault": args.fault,
                                       "mrc_args": args.mrc_args, "runs": sorted(only)},
-                           "throughput": {}, "failover": {}, "errors": []}
+                           "throughput": {}, "failover": {}, "latency": {}, "sweep": {},
+                           "errors": []}
     rc = 0
     state = None
     try:
@@ -201,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("failover-mrc", "failover", lambda: failover.run_mrc(
                 bed, args.failover_seconds, args.fail_plane, args.fault, args.fault_after,
                 state, runner, extra)),
+            ("latency-udp", "latency", lambda: latency.run_pingpong(bed, "udp")),
+            ("latency-tcp", "latency", lambda: latency.run_pingpong(bed, "tcp")),
+            ("latency-mrc", "latency", lambda: latency.run_mrc_latency(bed, extra)),
+            ("sweep-mrc", "sweep", lambda: latency.run_mrc_sweep(bed, extra)),
         ]
         if only & {"mptcp", "failover-mptcp"}:
             runs.mptcp_setup(bed)
@@ -209,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"[{i}/{len(todo)}] {key} …")
             t0 = time.monotonic()
             busy0 = _busy()
-            short = key.removeprefix("failover-")
+            short = key.split("-", 1)[1] if "-" in key else key
             try:
                 result = fn()
             except (ProcError, TestbedError, OSError) as e:
@@ -231,6 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif section == "throughput":
                 _say(f"[{i}/{len(todo)}] {key}: {report.rate(result['goodput_bps'])}, "
                      f"{result['cpu_s_per_gb']} CPU s/GB ({result['wall_seconds']} s)")
+            elif section == "latency":
+                _say(f"[{i}/{len(todo)}] {key}: p50 {result['p50']} us, p99 {result['p99']} us "
+                     f"({result['wall_seconds']} s)")
+            elif section == "sweep":
+                _say(f"[{i}/{len(todo)}] {key}: 4 KiB {result['writes_per_s_4k']} WRITEs/s, "
+                     f"64K/1M goodput {result['goodput_64k_over_1m']} "
+                     f"({result['wall_seconds']} s)")
             else:
                 _say(f"[{i}/{len(todo)}] {key}: gap {result['longest_gap_s'] * 1e3:.1f} ms, "
                      f"post {report.rate(result['post_bps'])} ({result['wall_seconds']} s)")
@@ -264,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         _say(f"cannot write {args.output}: {e.strerror}")
         rc = rc or 1
-    if doc["throughput"] or doc["failover"]:
+    if any(doc[k] for k in ("throughput", "failover", "latency", "sweep")):
         print(report.text(doc))
     _say(f"wrote {args.output} ({doc['seconds_total']} s in all)")
     return rc

@@ -27,7 +27,12 @@ GOALS = (
     ("mrc failover: longest gap <= 10 ms", "failover.mrc.longest_gap_s", "<=", 0.010),
     ("mrc failover: post-failure goodput >= 0.9 x 3-plane share",
      "failover.mrc.post_vs_3_of_4", ">=", 0.9),
+    # Issue 19: small messages, read from the --sweep.
+    ("mrc 4 KiB WRITEs >= 150,000 per second", "sweep.mrc.writes_per_s_4k", ">=", 150_000),
+    ("mrc 64 KiB goodput >= 0.8 x 1 MiB goodput", "sweep.mrc.goodput_64k_over_1m", ">=", 0.8),
 )
+LATENCY_LABELS = {"udp": "UDP ping-pong, 1 plane", "tcp": "TCP ping-pong, 1 plane",
+                  "mrc": "mrc bench --latency"}
 
 
 def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -52,9 +57,9 @@ def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def goals(doc: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for text, key, op, limit in GOALS:
-        if key.startswith("failover."):
-            _, who, field = key.split(".")
-            value = doc.get("failover", {}).get(who, {}).get(field)
+        if key.startswith(("failover.", "sweep.")):
+            section, who, field = key.split(".")
+            value = doc.get(section, {}).get(who, {}).get(field)
         else:
             value = doc.get("ratios", {}).get(key)
         met = None if value is None else (value >= limit if op == ">=" else value <= limit)
@@ -104,12 +109,51 @@ def _note(key: str, r: dict[str, Any]) -> str:
     return "; ".join(bits)
 
 
+def latency_lines(doc: dict[str, Any]) -> list[str]:
+    """The round-trip table (microseconds) and the sweep's rows, when they ran."""
+    lines: list[str] = []
+    lat = doc.get("latency", {})
+    if lat:
+        lines += ["", "round trips of 64-byte messages, microseconds (one in flight)",
+                  f"{'transport':<26}{'samples':>8}{'min':>9}{'p50':>9}{'p99':>9}"
+                  f"{'p99.9':>9}{'max':>10}{'p50/mrc':>9}"]
+        mrc_p50 = lat.get("mrc", {}).get("p50")
+        for key, label in LATENCY_LABELS.items():
+            r = lat.get(key)
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"{label:<26}FAILED: {r['error']}")
+                continue
+            rel = f"{r['p50'] / mrc_p50:.2f}" if mrc_p50 and key != "mrc" else "-"
+            lines.append(f"{label:<26}{r['samples']:>8}{r['min']:>9.1f}{r['p50']:>9.1f}"
+                         f"{r['p99']:>9.1f}{r['p99_9']:>9.1f}{r['max']:>10.1f}{rel:>9}")
+    sw = doc.get("sweep", {}).get("mrc")
+    if sw:
+        lines += ["", "mrc bench --sweep --verify (one connection per size)"]
+        if "error" in sw:
+            lines.append(f"  FAILED: {sw['error']}")
+            return lines
+        lines.append(f"{'bytes':>10}{'Gbit/s':>9}{'WRITEs/s':>11}{'CPU% cli':>10}"
+                     f"{'CPU% srv':>10}{'retrans':>9}  integrity")
+        for r in sw.get("rows", []):
+            srv = r.get("cpu_server_percent")
+            lines.append(f"{r['bytes']:>10}{r['bits_per_second'] / 1e9:>9.3f}"
+                         f"{r['messages_per_second']:>11.0f}{r['cpu_client_percent']:>10.1f}"
+                         f"{('-' if srv is None else f'{srv:.1f}'):>10}{r['retransmits']:>9}"
+                         f"  {r['integrity']}")
+        if sw.get("warning"):
+            lines.append(f"  WARNING {sw['warning']}")
+    return lines
+
+
 def text(doc: dict[str, Any]) -> str:
     lines = []
     tp = doc.get("throughput", {})
     rt = doc.get("ratios", {})
-    lines.append(f"{'transport':<32}{'goodput':>14}{'GB':>7}{'s':>7}{'CPU s/GB':>10}"
-                 f"{'mrc/this':>10}  notes (secured mrc rows: this/mrc)")
+    if tp:
+        lines.append(f"{'transport':<32}{'goodput':>14}{'GB':>7}{'s':>7}{'CPU s/GB':>10}"
+                     f"{'mrc/this':>10}  notes (secured mrc rows: this/mrc)")
     for key, label in LABELS.items():
         if key not in tp:
             continue
@@ -157,6 +201,7 @@ def text(doc: dict[str, Any]) -> str:
                      "exact, mrc 1 ms interface counters).\n"
                      "  lost 1st s: progress missing in the first second after the fault, in "
                      "seconds at the pre-fault rate.")
+    lines.extend(latency_lines(doc))
     gl = doc.get("goals", [])
     if gl:
         lines.append("")
