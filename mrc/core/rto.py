@@ -2,9 +2,11 @@
 
 Pure functions over the sender's send records and plane table. A plane is one FIFO at the peer
 (one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane
-silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer. The
-sender (`sender.py`) decides what to resend and which EVs to signal; this module only weighs
-the evidence, and arms each plane's RETRANSMIT timer (`arm_rtos`).
+silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer, probed
+with one resend for the whole connection (`probe_plane`); an RTO that fires long after it was
+due with nothing read since is a stall of this process, not of the network (`fired_late`).
+The sender (`sender.py`) decides what to resend and which EVs to signal; this module only
+weighs the evidence, and arms each plane's RETRANSMIT timer (`arm_rtos`).
 """
 
 from __future__ import annotations
@@ -80,20 +82,48 @@ def peer_alive(
     return True if due_at is None else due_at
 
 
+def fired_late(due: float | None, planes: Mapping[int, Plane], now: float, rto: float) -> bool:
+    """The RTO armed for `due` runs more than half an RTO after it, and nothing arrived from
+    the peer on any plane since `due`: this process was not running (descheduled, stopped,
+    a long garbage collection) while its acknowledgements may wait unread in its sockets. The
+    silence is ours, not the network's; judge only after the driver has read them."""
+    if due is None or now - due <= rto / 2:
+        return False
+    return all(pl.heard_at < due for pl in planes.values())
+
+
+def probe_plane(fifos: Mapping[int, deque[SentPacket]]) -> int | None:
+    """The plane holding the connection's oldest packet in flight (lowest send seq): when
+    nothing sent later was acknowledged anywhere, only its RTO resends (RFC 6298 §5.4 for one
+    connection, and the tail probe of RFC 8985 §7); the other planes back off. A resend per
+    plane would only queue copies behind originals a stalled peer has not read yet."""
+    best: SentPacket | None = None
+    best_plane: int | None = None
+    for plane, fifo in fifos.items():
+        rec = next((r for r in fifo if r.state == INFLIGHT), None)
+        if rec is not None and (best is None or rec.seq < best.seq):
+            best, best_plane = rec, plane
+    return best_plane
+
+
 def arm_rtos(
     timers: TimerTable,
     fifos: Mapping[int, deque[SentPacket]],
     planes: Mapping[int, Plane],
     holds: Mapping[int, float],
+    armed: dict[int, float],
 ) -> None:
     """Each plane's RETRANSMIT is due an RTO after its oldest packet in flight (never before
-    the plane's hold), and cancelled when it has none. Records that left the network are
-    dropped from the front of each plane's FIFO here."""
+    the plane's hold), and cancelled when it has none; `armed` keeps each plane's deadline,
+    for `fired_late`. Records that left the network are dropped from the front of each
+    plane's FIFO here."""
     for plane, fifo in fifos.items():
         while fifo and fifo[0].state != INFLIGHT:
             fifo.popleft()
         if fifo:
-            due = fifo[0].sent_at + planes[plane].rtt.current
-            timers.set(Timer.RETRANSMIT, max(due, holds.get(plane, 0.0)), plane)
+            due = max(fifo[0].sent_at + planes[plane].rtt.current, holds.get(plane, 0.0))
+            timers.set(Timer.RETRANSMIT, due, plane)
+            armed[plane] = due
         else:
             timers.cancel(Timer.RETRANSMIT, plane)
+            armed.pop(plane, None)

@@ -33,7 +33,7 @@ from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
-from .rto import acked_later, acked_on_plane, arm_rtos, peer_alive
+from .rto import acked_later, acked_on_plane, arm_rtos, fired_late, peer_alive, probe_plane
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
@@ -95,6 +95,8 @@ class Sender:
         self._acked_bytes: dict[int, int] = {}
         #: Per plane, no RTO before this: its acknowledgements were still flowing.
         self._rto_hold: dict[int, float] = {}
+        #: Per plane, the deadline its RETRANSMIT timer was last armed for.
+        self._rto_due: dict[int, float] = {}
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
         self.scoreboard = SackScoreboard()
@@ -288,7 +290,7 @@ class Sender:
             due = self.timers.get(Timer.REORDER)
             if due is None or due > now + self.config.reorder_min:
                 self.timers.set(Timer.REORDER, now + self.config.reorder_min)
-        arm_rtos(self.timers, self.log.by_plane, self.paths.planes, self._rto_hold)
+        arm_rtos(self.timers, self.log.by_plane, self.paths.planes, self._rto_hold, self._rto_due)
         deadline = self.awaiting_aeth.deadline()
         if deadline is None:
             self.timers.cancel(Timer.COMPLETION)
@@ -306,6 +308,10 @@ class Sender:
         oldest = next((r for r in fifo if r.state == INFLIGHT), None)
         if oldest is None:
             return False
+        if fired_late(self._rto_due.get(plane), self.paths.planes, now, est.rto):
+            # A stall of ours: read what waits before judging (docs/DESIGN.md §6).
+            self._rto_hold[plane] = now + self.config.reorder_min
+            return False
         # A plane is one FIFO at the peer (one socket), so a later packet on this plane
         # acknowledged says the old ones are not merely queued: they are lost, and so are
         # their paths. Later packets acknowledged only on other planes say that only once
@@ -313,7 +319,7 @@ class Sender:
         # while this plane's acknowledgements still flow it lags (the peer drains its
         # planes' sockets in turn, and one can fall behind by more than an RTO), so wait.
         # Nothing sent later acknowledged: the peer stalled, or our window did; resend
-        # only the oldest, as RFC 6298 §5.4 does, back off, and blame no path (§6).
+        # only the connection's oldest, as RFC 6298 §5.4 does, back off, and blame no path.
         here = acked_on_plane(fifo, oldest.seq)
         later_elsewhere = self.rack.top_seq > oldest.seq
         # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
@@ -344,7 +350,8 @@ class Sender:
             self._rto_hold[plane] = self.last_progress + est.rto  # the window, not the peer
             return False
         else:
-            self._declare_lost(oldest, "rto", avoid_plane=plane)
+            if probe_plane(self.log.by_plane) == plane:
+                self._declare_lost(oldest, "rto", avoid_plane=plane)  # the one probe
             est.backoff = min(est.backoff + 1, 16)
         self.rto_expiries += 1
         return (
