@@ -299,6 +299,12 @@ def document(
                 **stats,
             },
             "retransmits": ping.session.stats.retransmits,
+            # Every datagram this side sent (data, ACKs, probes) per round trip: what a round
+            # trip costs beyond its one message.
+            "datagrams_sent_per_round_trip": round(
+                sum(s.packets_sent for s in ping.io.planes.values()) / max(1, len(ping.samples)),
+                2,
+            ),
             "error": ping.error,
         },
     }
