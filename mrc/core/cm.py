@@ -15,7 +15,14 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..wire.bth import CM_LISTEN_QPN, Opcode
-from ..wire.cm import CMH, MAX_PRIVATE_DATA, KeyBlock, RejectReason, SecurityLevel
+from ..wire.cm import (
+    CM_FLAG_EV_FLOWLABEL,
+    CMH,
+    MAX_PRIVATE_DATA,
+    KeyBlock,
+    RejectReason,
+    SecurityLevel,
+)
 from ..wire.packet import CmPacket
 from .config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from .errors import LocalProtocolError
@@ -69,7 +76,8 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
     """The responder's view of a REQUEST: the agreed config, or why to refuse it.
 
     Negotiated values are the smaller of the two sides' and the intersection of the plane
-    masks (docs/WIRE.md §6); the security level must match.
+    masks (docs/WIRE.md §6); the security level must match; EVs ride in the flow label only
+    when both sides want it.
     """
     if cmh.version != CM_VERSION:
         return RejectReason.VERSION
@@ -91,7 +99,13 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
         mpr=min(local.mpr, cmh.mpr),
         ev_per_plane=min(local.ev_per_plane, cmh.ev_per_plane),
         max_imm=min(local.max_imm, cmh.max_imm),
+        ev_encoding=_agreed_encoding(local, cmh),
     )
+
+
+def _agreed_encoding(local: SessionConfig, cmh: CMH) -> str:
+    offered = cmh.flags & CM_FLAG_EV_FLOWLABEL
+    return "flowlabel" if offered and local.ev_encoding == "flowlabel" else "evxh"
 
 
 def adopt_reply(local: SessionConfig, cmh: CMH) -> SessionConfig | None:
@@ -106,6 +120,7 @@ def adopt_reply(local: SessionConfig, cmh: CMH) -> SessionConfig | None:
         or not 1 <= cmh.max_imm <= local.max_imm
         or cmh.plane_mask == 0
         or cmh.plane_mask & ~local.plane_mask
+        or (cmh.flags & CM_FLAG_EV_FLOWLABEL and local.ev_encoding != "flowlabel")
     ):
         return None
     return replace(
@@ -115,6 +130,7 @@ def adopt_reply(local: SessionConfig, cmh: CMH) -> SessionConfig | None:
         mpr=cmh.mpr,
         ev_per_plane=cmh.ev_per_plane,
         max_imm=cmh.max_imm,
+        ev_encoding=_agreed_encoding(local, cmh),
     )
 
 
@@ -148,6 +164,7 @@ def _cmh(
         reject_reason=reject_reason,
         private_data_len=len(private_data),
         version=CM_VERSION,
+        flags=CM_FLAG_EV_FLOWLABEL if config.ev_encoding == "flowlabel" else 0,
     )
 
 

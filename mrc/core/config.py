@@ -21,6 +21,9 @@ MAX_PLANE_PATHS = 1 << 16
 SECURITY_LEVELS = ("none", "auth", "encrypt")
 
 
+#: Where a connection's datagrams carry their EV (`SessionConfig.ev_encoding`).
+EV_ENCODINGS = ("evxh", "flowlabel")
+
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
     """Settings of one connection (a QP). Times are seconds."""
@@ -102,6 +105,10 @@ class SessionConfig:
     #: cannot see (EVs in the flow label), so that one EV hashed through a dead switch does
     #: not make the whole plane look dead. Planes with SRv6 paths take one per path.
     reverse_evs: int = 1
+    #: Where this side wants the EV carried (docs/WIRE.md §3): "evxh" (our header) or
+    #: "flowlabel" (the IPv6 flow label, EVXH left out; IPv6 planes only). Offered in the CM
+    #: REQUEST and agreed only when both sides want it; the agreed config says what is used.
+    ev_encoding: str = "evxh"
     p_key: int = 0xFFFF
     #: First PSN of our sending direction; None = random (tests start near 2^24 to wrap).
     initial_psn: int | None = None
@@ -132,6 +139,8 @@ class SessionConfig:
             raise LocalProtocolError("ev_backup_per_plane must be 0..4096")
         if self.ev_min_active is not None and not 1 <= self.ev_min_active <= 255:
             raise LocalProtocolError("ev_min_active must be 1..255")
+        if self.ev_encoding not in EV_ENCODINGS:
+            raise LocalProtocolError(f"ev_encoding must be one of {EV_ENCODINGS}")
         if not 1 <= self.reverse_evs <= 255:
             raise LocalProtocolError(f"reverse_evs must be 1..255, got {self.reverse_evs}")
         if any(not 1 <= n <= MAX_PLANE_PATHS for n in self.plane_paths):

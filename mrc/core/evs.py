@@ -28,6 +28,8 @@ from .events import Event, PathRestored, PathRetired
 if TYPE_CHECKING:
     from .trace import TraceCollector
 
+#: Bits of an EV's selector that a flow label carries (the plane comes from the socket).
+FLOW_LABEL_BITS = 20
 #: UEC's skip counter ceiling (docs/DESIGN.md §4): a timeout sets it.
 PENALTY_MAX = 15
 PENALTY = {"ecn": 1, "trimmed": 4}
@@ -149,11 +151,13 @@ class EvTable:
         self.trace: TraceCollector | None = None
         per_plane = config.ev_per_plane
         total = per_plane + config.backups_per_plane
+        # A flow label holds 20 bits of the EV: selectors must fit (docs/WIRE.md §3).
+        bits = FLOW_LABEL_BITS if config.ev_encoding == "flowlabel" else 24
         for p in config.planes:
             n = max(1, (npaths or {}).get(p, config.paths_of(p)))
             records = [
                 EvRecord(ev=make_ev(p, sel), plane=p, path=sel % n)
-                for sel in _selectors(rng, n, total)
+                for sel in _selectors(rng, n, total, bits)
             ]
             for r in records[:per_plane]:
                 r.active = True
@@ -404,12 +408,12 @@ class EvTable:
         rec.probe_due = rec.probe_id = None
 
 
-def _selectors(rng: random.Random, npaths: int, count: int) -> list[int]:
-    """`count` distinct random 24-bit selectors, the i-th on path i mod `npaths`, so every path
-    gets an equal share (docs/DESIGN.md §4)."""
+def _selectors(rng: random.Random, npaths: int, count: int, bits: int = 24) -> list[int]:
+    """`count` distinct random selectors of `bits` bits, the i-th on path i mod `npaths`, so
+    every path gets an equal share (docs/DESIGN.md §4)."""
     out: list[int] = []
     seen: set[int] = set()
-    top = ((1 << 24) - npaths) // npaths
+    top = ((1 << bits) - npaths) // npaths
     for i in range(count):
         while True:
             sel = rng.randint(0, top) * npaths + i % npaths

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
 from ..wire.data import MAX_DMA_LENGTH
+from ..wire.fast import DATA_HEADER, DATA_HEADER_NOEVX
 from ..wire.packet import (
-    DATA_HEADER,
     AckPacket,
     DataPacket,
     NackPacket,
@@ -54,8 +54,11 @@ _Note = tuple[int, int, int, "int | None", bool]
 
 
 _ZERO, _ONE = ord("0"), ord("1")
-#: `on_data_bytes` takes packets framed like the sender's: BTH EVXH METH TSETH RETH.
+#: `on_data_bytes` takes packets framed like the sender's: BTH EVXH METH TSETH RETH, or the
+#: same without EVXH when the EV rides in the flow label (bits 8-27 of the traffic word).
 _HDR = DATA_HEADER.size
+_HDR_NOEVX = DATA_HEADER_NOEVX.size
+_LABEL = 0xFFFFF
 _A_TS = A_BIT | TS_BIT
 
 
@@ -114,6 +117,8 @@ class Receiver:
         self._blocks: dict[int, _Note] = {}
         self._immediate: list[_Trigger] = []
         self.out: list[Transmit] = []
+        #: The EV rides in the flow label (agreed in CM), not in an EVXH.
+        self._noevx = config.ev_encoding == "flowlabel"
 
     # -- data -------------------------------------------------------------------------------
 
@@ -206,7 +211,7 @@ class Receiver:
             self.stats.drops_by_reason["trimmed_stale"] += 1
             return
         self.stats.trimmed_received += 1
-        lasthop = tos >> 2 == DSCP_TRIMMED_LASTHOP
+        lasthop = (tos & 0xFF) >> 2 == DSCP_TRIMMED_LASTHOP
         reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
         self._nack(reason, pkt, plane)
 
@@ -217,9 +222,20 @@ class Receiver:
         False, having changed nothing, for every other packet, which then takes
         `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
         mtu = self.config.payload_mtu
-        if len(data) != _HDR + mtu:
-            return False
-        op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(data)
+        if self._noevx:
+            hdr = _HDR_NOEVX
+            if len(data) != hdr + mtu:
+                return False
+            op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER_NOEVX.unpack_from(
+                data
+            )
+            ev = plane << 24 | tos >> 8 & _LABEL
+            w4 ^= EVX_BIT  # expected clear: the checks below read it set
+        else:
+            hdr = _HDR
+            if len(data) != hdr + mtu:
+                return False
+            op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(data)
         if (
             (op != _MIDDLE_V and op != _FIRST_V)
             or b1 & 0x0F  # TVer (docs/WIRE.md §2)
@@ -242,7 +258,7 @@ class Receiver:
             return False
         start = va - region.base_va
         mv = data if isinstance(data, memoryview) else memoryview(data)
-        region.view[start : start + mtu] = mv[_HDR:]
+        region.view[start : start + mtu] = mv[hdr:]
         self._placed(mtu, now)
         self._ring[slot] = _ONE
         self._held += 1

@@ -4,9 +4,10 @@ A flowcell is a run of consecutive new packets that goes out on one EV as one UD
 (docs/DESIGN.md §11): every segment is `segment_size` bytes except possibly a shorter last one, and
 there are at most `flowcell_limit(flowcell, segment_size)` of them. This module holds the size
 rules (`packet_size`, `flowcell_limit`) and `Framer`, which writes each packet's headers with
-the precompiled layouts of `mrc.wire.packet` (every packet carries the flowcell's EV in its
-EVXH), slices its payload from the message's source, joins the lot once per `Transmit`, and
-counts it in the plane's stats.
+the precompiled layouts of `mrc.wire.fast` (every packet carries the flowcell's EV in its
+EVXH, or, on a connection that agreed on flow labels, no EVXH: io puts the EV in each
+datagram's flow label), slices its payload from the message's source, joins the lot once per
+`Transmit`, and counts it in the plane's stats.
 
 On a secured connection (`protection` set) a `Transmit`'s packets are framed into one buffer
 the framer keeps (allocated once, not zeroed per batch), sealed there in place (aead.py: every
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT, Opcode
-from ..wire.packet import DATA_HEADER, DATA_HEADER_IMM
+from ..wire.fast import DATA_HEADER, DATA_HEADER_IMM, DATA_HEADER_IMM_NOEVX, DATA_HEADER_NOEVX
 from .aead import TRAILER, PacketProtection
 from .config import SessionConfig
 from .paths import ev_plane
@@ -44,6 +45,41 @@ _LAST = int(Opcode.WRITE_LAST)
 _LAST_IMM = int(Opcode.WRITE_LAST_IMM)
 _ONLY = int(Opcode.WRITE_ONLY)
 _ONLY_IMM = int(Opcode.WRITE_ONLY_IMM)
+
+#: Bytes an EVXH adds; left out when the EV rides in the flow label.
+EVXH_SIZE = 4
+_NO_EVX = ~EVX_BIT
+_PACK_NOEVX = DATA_HEADER_NOEVX.pack
+_PACK_IMM_NOEVX = DATA_HEADER_IMM_NOEVX.pack
+_PACK_INTO_NOEVX = DATA_HEADER_NOEVX.pack_into
+_PACK_INTO_IMM_NOEVX = DATA_HEADER_IMM_NOEVX.pack_into
+
+
+# The layouts without EVXH, called like the ones with it (the EV argument is dropped and
+# BTH.EVX cleared), so one framing loop serves both.
+def _pack_noevx(op: int, b1: int, p_key: int, w4: int, w8: int, ev: int, rqmsn: int, msn: int,
+                ts: int, va: int, rkey: int, dma: int) -> bytes:  # fmt: skip
+    return _PACK_NOEVX(op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey, dma)
+
+
+def _pack_imm_noevx(op: int, b1: int, p_key: int, w4: int, w8: int, ev: int, rqmsn: int,
+                    msn: int, ts: int, va: int, rkey: int, dma: int,
+                    imm: int) -> bytes:  # fmt: skip
+    return _PACK_IMM_NOEVX(op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey, dma, imm)
+
+
+def _pack_into_noevx(buf: bytearray, off: int, op: int, b1: int, p_key: int, w4: int, w8: int,
+                     ev: int, rqmsn: int, msn: int, ts: int, va: int, rkey: int,
+                     dma: int) -> None:  # fmt: skip
+    _PACK_INTO_NOEVX(buf, off, op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey, dma)
+
+
+def _pack_into_imm_noevx(buf: bytearray, off: int, op: int, b1: int, p_key: int, w4: int,
+                         w8: int, ev: int, rqmsn: int, msn: int, ts: int, va: int, rkey: int,
+                         dma: int, imm: int) -> None:  # fmt: skip
+    _PACK_INTO_IMM_NOEVX(buf, off, op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey,
+                         dma, imm)  # fmt: skip
+
 
 #: One packet of a flowcell: its message, its index in the message, its PSN.
 CellPacket = tuple[OutMessage, int, int]
@@ -77,11 +113,20 @@ class Framer:
         self.protection: PacketProtection | None = None
         #: The buffer secured packets are framed and sealed in (`_frame_sealed`).
         self._stage = bytearray(0)
+        # EVs in the flow label (agreed in CM): headers without EVXH, 4 bytes shorter.
+        noevx = config.ev_encoding == "flowlabel"
+        self._pack = _pack_noevx if noevx else DATA_HEADER.pack
+        self._pack_imm = _pack_imm_noevx if noevx else DATA_HEADER_IMM.pack
+        self._pack_into = _pack_into_noevx if noevx else DATA_HEADER.pack_into
+        self._pack_into_imm = _pack_into_imm_noevx if noevx else DATA_HEADER_IMM.pack_into
+        #: Bytes each packet is shorter than `packet_size` says (no EVXH).
+        self.shrink = EVXH_SIZE if noevx else 0
 
     @property
     def overhead(self) -> int:
-        """Bytes every packet carries beyond `packet_size`: the trailer when secured."""
-        return 0 if self.protection is None else TRAILER
+        """Bytes every packet carries beyond `packet_size`: the trailer when secured, less the
+        EVXH when the EV rides in the flow label."""
+        return (0 if self.protection is None else TRAILER) - self.shrink
 
     def frame(
         self,
@@ -106,7 +151,8 @@ class Framer:
         w4 = EVX_BIT | dest_qp
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
         ts = tx_timestamp(now)
-        pack = DATA_HEADER.pack
+        pack = self._pack
+        pack_imm = self._pack_imm
         parts: list[bytes | memoryview] = []
         append = parts.append
         cur: OutMessage | None = None
@@ -131,11 +177,8 @@ class Framer:
                     append(pack(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey, dma))
                 else:
                     op = _LAST_IMM if index else _ONLY_IMM
-                    append(
-                        DATA_HEADER_IMM.pack(
-                            op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey, dma, imm
-                        )
-                    )
+                    va = base_va + off
+                    append(pack_imm(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm))
                 append(src[off:])
             else:
                 op = _MIDDLE if index else _FIRST
@@ -172,13 +215,16 @@ class Framer:
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
         ts = tx_timestamp(now)
         # Every packet but a message's last is a full one: its size needs no lookup.
-        full = HEADER + mtu + TRAILER
+        shrink = self.shrink
+        full = HEADER - shrink + mtu + TRAILER
+        hdr, hdr_imm = HEADER - shrink, HEADER_IMM - shrink
         # Framed in a buffer kept from call to call (no allocation and zeroing per batch);
         # every byte up to `start` is written below, so nothing of an earlier batch is sent.
         buf = self._stage
         packets: list[tuple[int, int, memoryview]] = []
         append = packets.append
-        pack = DATA_HEADER.pack_into
+        pack = self._pack_into
+        pack_imm = self._pack_into_imm
         start = 0
         cur: OutMessage | None = None
         src: memoryview  # set with the message's other fields, on the first packet
@@ -194,7 +240,7 @@ class Framer:
                 rkey = msg.rkey
                 last = msg.npkts - 1
             off = index * mtu
-            size = full if index < last else packet_size(msg, index, mtu) + TRAILER
+            size = full if index < last else packet_size(msg, index, mtu) + TRAILER - shrink
             if start + size > len(buf):
                 buf = self._grow(start, start + size)
             if index == last:
@@ -204,19 +250,19 @@ class Framer:
                     op = _LAST if index else _ONLY
                     pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
                          dma)  # fmt: skip
-                    append((start, start + HEADER, src[off:]))
+                    append((start, start + hdr, src[off:]))
                 else:
                     op = _LAST_IMM if index else _ONLY_IMM
-                    DATA_HEADER_IMM.pack_into(
+                    pack_imm(
                         buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
                         dma, imm,
                     )  # fmt: skip
-                    append((start, start + HEADER_IMM, src[off:]))
+                    append((start, start + hdr_imm, src[off:]))
             else:
                 op = _MIDDLE if index else _FIRST
                 pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, base_va + off,
                      rkey, dma)  # fmt: skip
-                append((start, start + HEADER, src[off : off + mtu]))
+                append((start, start + hdr, src[off : off + mtu]))
             start += size
         mv = memoryview(buf)
         protection.seal_into(mv, packets)

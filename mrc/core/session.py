@@ -57,6 +57,7 @@ from .events import (
     ConnectionClosed,
     Event,
 )
+from .evlabel import restore_ev, strip_control
 from .handshake import HEAD, Identity, Requester
 from .memory import Region, RegionTable
 from .paths import PathTable, PlaneState
@@ -120,6 +121,7 @@ class Session:
         self._cm_interval = config.cm_retry
         self._reply = b""
         self._data_seen = False
+        self.noevx = False
         #: Secured connections: the requester's handshake half until the REPLY verifies, the
         #: REQUEST head the transcript hashes, then the gate (secure.py).
         self._requester: Requester | None = None
@@ -231,6 +233,7 @@ class Session:
 
     def _establish(self, *, peer_initial_psn: int, now: float) -> None:
         self.state = SessionState.ESTABLISHED
+        self.noevx = self.config.ev_encoding == "flowlabel"  # agreed in CM (evlabel.py)
         self.paths = PathTable(self.config, self.rng, self._events)
         self.spray = make_spray(self.config.spray, self.paths, self.rng)
         self.balance = make_balance(self.config.plane_balance, self.paths)
@@ -401,6 +404,8 @@ class Session:
             if pkt.p_key != self.config.p_key:
                 drops["p_key"] += 1
                 continue
+            if self.noevx:
+                restore_ev(pkt, data, plane, tos)
             if type(pkt) is DataPacket and receiver is not None and not self.half_open:
                 self._data_seen = True
                 receiver.on_data(pkt, plane, tos, now)
@@ -468,6 +473,8 @@ class Session:
                 # An EV was retired: its probes need the timer (docs/DESIGN.md §4).
                 self.paths.evs.probes_changed = False
                 self.planes.arm_ev_timer()
+        if self.noevx:
+            strip_control(out)
         if self.channel is not None:
             self.channel.seal_control(out)
         return out

@@ -235,6 +235,9 @@ class Host:
         self.on_event: EventHook | None = None
         #: Sees every receive batch before the endpoint does: (host, plane, datagrams).
         self.on_receive: ReceiveHook | None = None
+        #: Its sockets read flow labels (io's `flowlabel`): each arrival's EV label goes to the
+        #: core in bits 8-27 of the traffic word, as io passes it (docs/WIRE.md §3).
+        self.flowlabel = False
         #: While set, arrivals wait here until the host resumes (a stalled receiver).
         self.paused_until: float | None = None
         self._backlog: list[tuple[int, Datagram]] = []
@@ -500,7 +503,8 @@ class Network:
                     if planes is None:
                         planes = batches[dst.name] = {}
                         hosts[dst.name] = dst
-                    planes.setdefault(link.plane, []).append((pkt[0], pkt[1], pkt[4]))
+                    tos = pkt[4] | (pkt[3] & 0xFFFFF) << 8 if dst.flowlabel else pkt[4]
+                    planes.setdefault(link.plane, []).append((pkt[0], pkt[1], tos))
                 else:
                     dst.receive(self, link, pkt)
             elif kind == "port":

@@ -76,11 +76,13 @@ class Outcome:
 
 
 class Transfer:
-    """`size` bytes from `a` to `b` in WRITEs of `msg` bytes, posted once connected."""
+    """`size` bytes from `a` to `b` in WRITEs of `msg` bytes, posted once connected; `b`
+    listens with `listen` (default: `config`)."""
 
     def __init__(
-        self, net: Network, a: Host, b: Host, config: SessionConfig, size: int, msg: int
-    ) -> None:
+        self, net: Network, a: Host, b: Host, config: SessionConfig, size: int, msg: int,
+        listen: SessionConfig | None = None,
+    ) -> None:  # fmt: skip
         self.net, self.a, self.b, self.size = net, a, b, size
         self.src = pattern(size)
         self.dst = bytearray(size)
@@ -92,7 +94,8 @@ class Transfer:
         self.started_at = net.now
         #: (time, bytes placed at b) every `sample` seconds while the transfer runs.
         self.progress: list[tuple[float, int]] = []
-        b.listen(config, accept=lambda _pd: _REPLY.pack(dst_region.base_va, dst_region.rkey))
+        b.listen(listen or config,
+                 accept=lambda _pd: _REPLY.pack(dst_region.base_va, dst_region.rkey))  # fmt: skip
 
         def on_event(host: Host, session: Session, event: Event) -> None:
             if isinstance(event, ConnectionEstablished):
@@ -352,7 +355,7 @@ def congested_tier1(
             if len(data) < 12 or not 0xC6 <= data[0] <= 0xCB:
                 continue
             psn = int.from_bytes(data[_PSN : _PSN + 3], "big")
-            if tos >> 2 in (11, 21):
+            if (tos & 0xFF) >> 2 in (11, 21):
                 arrivals[psn] = net.now
             elif data[_BTH_FLAGS] & 0x20 and psn in arrivals:
                 trim_to_rtx.append(net.now - arrivals.pop(psn))

@@ -46,6 +46,10 @@ class RejectReason(IntEnum):
     BAD_PARAMETERS = 6
 
 
+#: CMH `flags` bit: EVs in the IPv6 flow label, no EVXH (docs/WIRE.md §3, §6).
+CM_FLAG_EV_FLOWLABEL = 0x0001
+
+
 @dataclass(frozen=True, slots=True)
 class CMH(FixedHeader):
     """Connection-management header, 64 bytes.
@@ -53,7 +57,8 @@ class CMH(FixedHeader):
     `plane` is informational (REQUEST: the plane this copy went out on; otherwise 0xFF).
     `security` is a SecurityLevel value; `reject_reason` a RejectReason value (0 outside a
     REJECT). A 64-byte key block follows when `security` is not 0, then `private_data_len` bytes
-    of private data. `flags` is sent as 0.
+    of private data. `flags` [ours]: bit 0 (`CM_FLAG_EV_FLOWLABEL`) = the EV rides in the IPv6
+    flow label instead of EVXH (offered in a REQUEST, agreed in a REPLY); the rest sent as 0.
     """
 
     local_qpn: int

@@ -1,10 +1,10 @@
 """Whole packets: one flat record per packet kind, and strict whole-datagram decoding.
 
 Holds `DataPacket`, `SackPacket`, `NackPacket`, `AckPacket`, `ProbePacket`, `EndpointPacket`
-and `CmPacket` (the `Packet` union), `decode_packet`, the sender's fast path
-`encode_data_header` / `data_header_size` (and its raw layouts `DATA_HEADER` /
-`DATA_HEADER_IMM` for framing flowcells), the responder's fast path `encode_sack`, and the
-routing peeks `peek_dest_qp` / `peek_opcode`.
+and `CmPacket` (the `Packet` union), `decode_packet` and the routing peeks `peek_dest_qp` /
+`peek_opcode`. The raw layouts and one-call encoders of the fast paths live in `mrc.wire.fast`
+(re-exported here: `DATA_HEADER`, `DATA_HEADER_IMM`, `encode_data_header`, `data_header_size`,
+`encode_sack`).
 The per-header dataclasses live in the sibling modules; this module only chains them in the order
 of docs/WIRE.md §2 and checks that the datagram holds exactly what the headers claim.
 
@@ -40,46 +40,22 @@ from mrc.wire.bth import (
     MASK24,
     OPCODE_BY_VALUE,
     RTX_BIT,
-    TS_BIT,
     Opcode,
 )
 from mrc.wire.cm import CMH, KeyBlock
 from mrc.wire.data import MAX_DMA_LENGTH
 from mrc.wire.errors import DecodeError
+from mrc.wire.fast import (
+    _BTH_EVXH,
+    _DATA_STRUCTS,
+    DATA_HEADER,
+    DATA_HEADER_IMM,
+    data_header_size,
+    encode_data_header,
+    encode_sack,
+)
 from mrc.wire.probe import EETH, ERTH, PETH
 
-# Data layouts (§2 table): BTH [EVXH] METH [TSETH] RETH [ImmDt], indexed by
-# EVX | TS << 1 | IMM << 2. TSETH's TSR/ftype half is sent as 0 and skipped ("2x").
-_BTH = ">BBHII"
-
-
-def _data_layout(key: int) -> struct.Struct:
-    fmt = _BTH
-    fmt += "I" if key & 1 else ""  # EVXH
-    fmt += "HH"  # METH
-    fmt += "H2x" if key & 2 else ""  # TSETH
-    fmt += "QII"  # RETH
-    fmt += "I" if key & 4 else ""  # ImmDt
-    return struct.Struct(fmt)
-
-
-_DATA_STRUCTS: tuple[struct.Struct, ...] = tuple(_data_layout(key) for key in range(8))
-_HDR_PLAIN = _DATA_STRUCTS[1]  # BTH EVXH METH RETH, 36 bytes
-_HDR_TS = _DATA_STRUCTS[3]  # BTH EVXH METH TSETH RETH, 40 bytes
-_HDR_IMM = _DATA_STRUCTS[5]
-_HDR_TS_IMM = _DATA_STRUCTS[7]  # 44 bytes, every data header
-#: The two layouts the sender frames every data packet with, for callers that frame many
-#: packets at once (a flowcell): BTH EVXH METH TSETH RETH (40 bytes), and the same plus ImmDt
-#: (44 bytes, `*_IMM` opcodes). Values in wire order: opcode, 0, P_Key, EVX_BIT | DestQP,
-#: A/RTX/TS bits | PSN, EV, RQMSN, MSN, tx_timestamp, VA, R_Key, DMA_length[, ImmDt]. They
-#: write the same bytes as `encode_data_header` with a `tx_timestamp`, without its checks.
-DATA_HEADER = _HDR_TS
-DATA_HEADER_IMM = _HDR_TS_IMM
-_BTH_EVXH = struct.Struct(">BBHIII")
-# A whole RELIABILITY_SACK in one pack: BTH EVXH SETH CC_STATE [PORTSTATE] (docs/WIRE.md §4).
-_SACK = struct.Struct(">BBHIIIHhIHHIBBhQHHI")
-_SACK_PS = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
-_SACK_OP = Opcode.RELIABILITY_SACK.value
 _PEEK_QP = struct.Struct(">4xI")
 
 _DATA_VALUES = frozenset(op.value for op in DATA_OPCODES)
@@ -305,126 +281,6 @@ def _bth_evxh(
         raise ValueError(str(exc)) from None
 
 
-def encode_sack(
-    *,
-    dest_qp: int,
-    cack_psn: int,
-    ev: int,
-    ack_psn_offset: int,
-    entropy: int,
-    sack_offset: int,
-    sack_bitmap: int,
-    m: int = 0,
-    pr: bool = False,
-    mpr: int = 8,
-    tx_timestamp: int = 0,
-    valid: bool = False,
-    ooo_count: int = 0,
-    rcvd_bytes: int = 0,
-    port_state: int | None = None,
-    p_key: int = 0xFFFF,
-) -> bytes:
-    """The bytes of `SackPacket(...).encode()` for a SACK with these fields, in one pack call.
-
-    SETH's cc_type and CC_STATE's restore_cwnd / rcv_cwnd_pen are 0; PS is set iff
-    `port_state` is given. Raises ValueError for a field that does not fit, as the records do.
-    """
-    if (
-        (dest_qp | cack_psn | rcvd_bytes) >> 24
-        or ooo_count >> 15
-        or m >> 2
-        or min(dest_qp, cack_psn, rcvd_bytes, ooo_count, m) < 0
-    ):
-        raise ValueError(
-            f"SACK field out of range: dest_qp={dest_qp} cack_psn={cack_psn} m={m} "
-            f"ooo_count={ooo_count} rcvd_bytes={rcvd_bytes}"
-        )
-    first = (m << 5) | (0x02 if pr else 0)  # SETH type 0, next 0 | m | PR | PS
-    half = (0x8000 if valid else 0) | ooo_count
-    try:
-        if port_state is None:
-            return _SACK.pack(
-                _SACK_OP, 0, p_key, EVX_BIT | dest_qp, cack_psn, ev,
-                first, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset, sack_bitmap,
-                tx_timestamp, half, rcvd_bytes,
-            )  # fmt: skip
-        return _SACK_PS.pack(
-            _SACK_OP, 0, p_key, EVX_BIT | dest_qp, cack_psn, ev,
-            first | 0x01, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset,
-            sack_bitmap, tx_timestamp, half, rcvd_bytes, port_state,
-        )  # fmt: skip
-    except struct.error as exc:
-        raise ValueError(str(exc)) from None
-
-
-def data_header_size(opcode: Opcode, ts: bool) -> int:
-    """Bytes of header (BTH through ImmDt, with EVXH) before a data packet's payload."""
-    return 36 + (4 if ts else 0) + (4 if opcode in IMM_OPCODES else 0)
-
-
-def encode_data_header(
-    *,
-    opcode: Opcode,
-    dest_qp: int,
-    psn: int,
-    ev: int,
-    a: bool,
-    rtx: bool,
-    rqmsn: int,
-    msn: int,
-    va: int,
-    rkey: int,
-    dma_length: int,
-    tx_timestamp: int | None = None,
-    imm: int | None = None,
-    p_key: int = 0xFFFF,
-) -> bytes:
-    """Every header of a data packet, BTH through ImmDt, in one pack call (the sender's fast path).
-
-    Writes EVXH always, TSETH iff `tx_timestamp` is not None and ImmDt iff `opcode` is `*_IMM`
-    (then `imm` is required). Raises ValueError for a field that does not fit.
-    """
-    if opcode not in DATA_OPCODES:
-        raise ValueError(f"{opcode!r} is not a data opcode")
-    if (dest_qp | psn) >> 24 or dest_qp < 0 or psn < 0:
-        raise ValueError(f"dest_qp={dest_qp} or psn={psn} does not fit in 24 bits")
-    if not 1 <= dma_length <= MAX_DMA_LENGTH:
-        raise ValueError(f"dma_length={dma_length} outside 1 … 2^31")
-    w4 = EVX_BIT | dest_qp
-    w8 = (A_BIT if a else 0) | (RTX_BIT if rtx else 0) | psn
-    try:
-        if opcode in IMM_OPCODES:
-            if imm is None:
-                raise ValueError(f"{opcode.name} needs imm")
-            if tx_timestamp is None:
-                return _HDR_IMM.pack(
-                    opcode, 0, p_key, w4, w8, ev, rqmsn, msn, va, rkey, dma_length, imm
-                )
-            return _HDR_TS_IMM.pack(
-                opcode,
-                0,
-                p_key,
-                w4,
-                w8 | TS_BIT,
-                ev,
-                rqmsn,
-                msn,
-                tx_timestamp,
-                va,
-                rkey,
-                dma_length,
-                imm,
-            )
-        if imm is not None:
-            raise ValueError(f"{opcode.name} cannot carry imm")
-        if tx_timestamp is None:
-            return _HDR_PLAIN.pack(opcode, 0, p_key, w4, w8, ev, rqmsn, msn, va, rkey, dma_length)
-        return _HDR_TS.pack(
-            opcode, 0, p_key, w4, w8 | TS_BIT, ev, rqmsn, msn, tx_timestamp, va, rkey, dma_length
-        )
-    except struct.error as exc:
-        raise ValueError(str(exc)) from None
-
 
 # --- decoding ------------------------------------------------------------------------------
 
@@ -607,3 +463,23 @@ _CONTROL_DECODERS: dict[int, Callable[[memoryview, int], Packet]] = {
     Opcode.RELIABILITY_PROBE.value: _decode_probe,
     **{op.value: _decode_cm for op in CM_OPCODES},
 }
+
+
+__all__ = [
+    "DATA_HEADER",
+    "DATA_HEADER_IMM",
+    "AckPacket",
+    "CmPacket",
+    "DataPacket",
+    "EndpointPacket",
+    "NackPacket",
+    "Packet",
+    "ProbePacket",
+    "SackPacket",
+    "data_header_size",
+    "decode_packet",
+    "encode_data_header",
+    "encode_sack",
+    "peek_dest_qp",
+    "peek_opcode",
+]

@@ -29,8 +29,9 @@ SACKS = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("evx", [True, False])
 @pytest.mark.parametrize("row", SACKS)
-def test_encode_sack_writes_the_records_bytes(row: tuple) -> None:  # type: ignore[type-arg]
+def test_encode_sack_writes_the_records_bytes(row: tuple, evx: bool) -> None:  # type: ignore[type-arg]
     (qp, cack, ev, off, entropy, soff, bitmap, m, pr, mpr, ts, valid, ooo, rcvd, ps) = row
     record = SackPacket(
         dest_qp=qp,
@@ -50,7 +51,10 @@ def test_encode_sack_writes_the_records_bytes(row: tuple) -> None:  # type: igno
         cc=CCState(tx_timestamp=ts, valid=valid, ooo_count=ooo, rcvd_bytes=rcvd),
         port_state=ps,
         p_key=0x8001,
+        evx=evx,
     )
+    if not evx:
+        record.ev = 0  # the EV rides outside the packet (the flow label)
     fast = encode_sack(
         dest_qp=qp,
         cack_psn=cack,
@@ -68,6 +72,7 @@ def test_encode_sack_writes_the_records_bytes(row: tuple) -> None:  # type: igno
         rcvd_bytes=rcvd,
         port_state=ps,
         p_key=0x8001,
+        evx=evx,
     )
     assert fast == record.encode()
     assert decode_packet(fast) == record

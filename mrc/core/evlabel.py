@@ -1,0 +1,42 @@
+"""EVs in the IPv6 flow label (docs/WIRE.md §3): what a connection that agreed on it in CM does
+to its packets on the way out and on the way in.
+
+Data packets are framed without EVXH (sendpath.py) and the receiver's fast path places them
+with the EV taken from the label (receiver.py). This module holds the rest: control packets,
+built with an EVXH like everywhere else, lose it on the way out (`strip_control`), and a packet
+that arrived without one gets its EV back from its datagram's label (`restore_ev`): the plane
+in the EV's top byte is the plane it arrived on, the selector is the label.
+
+The label itself is io's business: it sets every datagram's flow label from its `Transmit`'s
+EV, and hands a received label to the core in bits 8-27 of the traffic word that carries the
+TOS byte in bits 0-7 (`LABEL_SHIFT`).
+"""
+
+from __future__ import annotations
+
+from ..wire.bth import CM_OPCODES
+from ..wire.packet import Packet
+from .transmit import Transmit
+
+#: A received flow label sits above the TOS byte in the traffic word io passes in.
+LABEL_SHIFT = 8
+LABEL_MASK = 0xFFFFF
+_EVX = 0x01  # BTH.EVX as a bit of byte 4
+_CM = frozenset(op.value for op in CM_OPCODES)
+
+
+def strip_control(out: list[Transmit]) -> None:
+    """Take the EVXH out of every single-packet transmit of `out` that has one, in place (its
+    EV still rides along in the `Transmit`, for io's flow label)."""
+    for i, tx in enumerate(out):
+        data = tx.data
+        if tx.segment_size is None and len(data) >= 16 and data[4] & _EVX:
+            head = bytes((data[0], data[1], data[2], data[3], data[4] & ~_EVX))
+            out[i] = Transmit(tx.plane, tx.addr, head + data[5:12] + data[16:], tx.ev)
+
+
+def restore_ev(pkt: Packet, data: bytes | memoryview, plane: int, word: int) -> None:
+    """Give `pkt`, decoded from `data` that arrived on `plane` without an EVXH, the EV its
+    datagram's flow label names (`word` is the traffic word io passed in)."""
+    if not data[4] & _EVX and data[0] not in _CM:
+        pkt.ev = plane << 24 | word >> LABEL_SHIFT & LABEL_MASK  # type: ignore[union-attr]

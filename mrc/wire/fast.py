@@ -1,0 +1,190 @@
+"""The sender's and responder's fast paths: raw data-header layouts and one-call encoders.
+
+Holds the data-packet layouts of docs/WIRE.md §2-§3 (BTH [EVXH] METH [TSETH] RETH [ImmDt]) as
+precompiled structs, the two the framer packs every data packet with (`DATA_HEADER`,
+`DATA_HEADER_IMM`, and their variants without EVXH), `encode_data_header` and
+`data_header_size`, and `encode_sack`, which writes a whole SACK in one call. They write the
+same bytes as the records of `mrc.wire.packet` (tests hold them to it), without building one;
+decoding is `mrc.wire.packet`'s job.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from mrc.wire.bth import A_BIT, DATA_OPCODES, EVX_BIT, IMM_OPCODES, RTX_BIT, TS_BIT, Opcode
+from mrc.wire.data import MAX_DMA_LENGTH
+
+# Data layouts (§2 table): BTH [EVXH] METH [TSETH] RETH [ImmDt], indexed by
+# EVX | TS << 1 | IMM << 2. TSETH's TSR/ftype half is sent as 0 and skipped ("2x").
+_BTH = ">BBHII"
+
+
+def _data_layout(key: int) -> struct.Struct:
+    fmt = _BTH
+    fmt += "I" if key & 1 else ""  # EVXH
+    fmt += "HH"  # METH
+    fmt += "H2x" if key & 2 else ""  # TSETH
+    fmt += "QII"  # RETH
+    fmt += "I" if key & 4 else ""  # ImmDt
+    return struct.Struct(fmt)
+
+
+_DATA_STRUCTS: tuple[struct.Struct, ...] = tuple(_data_layout(key) for key in range(8))
+_HDR_PLAIN = _DATA_STRUCTS[1]  # BTH EVXH METH RETH, 36 bytes
+_HDR_TS = _DATA_STRUCTS[3]  # BTH EVXH METH TSETH RETH, 40 bytes
+_HDR_IMM = _DATA_STRUCTS[5]
+_HDR_TS_IMM = _DATA_STRUCTS[7]  # 44 bytes, every data header
+#: The two layouts the sender frames every data packet with, for callers that frame many
+#: packets at once (a flowcell): BTH EVXH METH TSETH RETH (40 bytes), and the same plus ImmDt
+#: (44 bytes, `*_IMM` opcodes). Values in wire order: opcode, 0, P_Key, EVX_BIT | DestQP,
+#: A/RTX/TS bits | PSN, EV, RQMSN, MSN, tx_timestamp, VA, R_Key, DMA_length[, ImmDt]. They
+#: write the same bytes as `encode_data_header` with a `tx_timestamp`, without its checks.
+DATA_HEADER = _HDR_TS
+DATA_HEADER_IMM = _HDR_TS_IMM
+#: The same without EVXH (36 and 40 bytes), for connections that carry the EV in the IPv6 flow
+#: label (docs/WIRE.md §3): values as above without EV, and BTH.EVX clear.
+DATA_HEADER_NOEVX = _DATA_STRUCTS[2]
+DATA_HEADER_IMM_NOEVX = _DATA_STRUCTS[6]
+_BTH_EVXH = struct.Struct(">BBHIII")
+# A whole RELIABILITY_SACK in one pack: BTH [EVXH] SETH CC_STATE [PORTSTATE] (docs/WIRE.md §4).
+_SACK = struct.Struct(">BBHIIIHhIHHIBBhQHHI")
+_SACK_PS = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
+_SACK_NOEVX = struct.Struct(">BBHIIHhIHHIBBhQHHI")
+_SACK_PS_NOEVX = struct.Struct(">BBHIIHhIHHIBBhQHHII")
+_SACK_OP = Opcode.RELIABILITY_SACK.value
+
+
+def encode_sack(
+    *,
+    dest_qp: int,
+    cack_psn: int,
+    ev: int,
+    ack_psn_offset: int,
+    entropy: int,
+    sack_offset: int,
+    sack_bitmap: int,
+    m: int = 0,
+    pr: bool = False,
+    mpr: int = 8,
+    tx_timestamp: int = 0,
+    valid: bool = False,
+    ooo_count: int = 0,
+    rcvd_bytes: int = 0,
+    port_state: int | None = None,
+    p_key: int = 0xFFFF,
+    evx: bool = True,
+) -> bytes:
+    """The bytes of `SackPacket(...).encode()` for a SACK with these fields, in one pack call.
+
+    SETH's cc_type and CC_STATE's restore_cwnd / rcv_cwnd_pen are 0; PS is set iff
+    `port_state` is given; without `evx` there is no EVXH (`ev` then rides in the flow label).
+    Raises ValueError for a field that does not fit, as the records do.
+    """
+    if (
+        (dest_qp | cack_psn | rcvd_bytes) >> 24
+        or ooo_count >> 15
+        or m >> 2
+        or min(dest_qp, cack_psn, rcvd_bytes, ooo_count, m) < 0
+    ):
+        raise ValueError(
+            f"SACK field out of range: dest_qp={dest_qp} cack_psn={cack_psn} m={m} "
+            f"ooo_count={ooo_count} rcvd_bytes={rcvd_bytes}"
+        )
+    first = (m << 5) | (0x02 if pr else 0)  # SETH type 0, next 0 | m | PR | PS
+    half = (0x8000 if valid else 0) | ooo_count
+    try:
+        if not evx:
+            if port_state is None:
+                return _SACK_NOEVX.pack(
+                    _SACK_OP, 0, p_key, dest_qp, cack_psn,
+                    first, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset,
+                    sack_bitmap, tx_timestamp, half, rcvd_bytes,
+                )  # fmt: skip
+            return _SACK_PS_NOEVX.pack(
+                _SACK_OP, 0, p_key, dest_qp, cack_psn,
+                first | 0x01, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset,
+                sack_bitmap, tx_timestamp, half, rcvd_bytes, port_state,
+            )  # fmt: skip
+        if port_state is None:
+            return _SACK.pack(
+                _SACK_OP, 0, p_key, EVX_BIT | dest_qp, cack_psn, ev,
+                first, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset, sack_bitmap,
+                tx_timestamp, half, rcvd_bytes,
+            )  # fmt: skip
+        return _SACK_PS.pack(
+            _SACK_OP, 0, p_key, EVX_BIT | dest_qp, cack_psn, ev,
+            first | 0x01, ack_psn_offset, entropy, 0, 0, cack_psn, 0, mpr, sack_offset,
+            sack_bitmap, tx_timestamp, half, rcvd_bytes, port_state,
+        )  # fmt: skip
+    except struct.error as exc:
+        raise ValueError(str(exc)) from None
+
+
+def data_header_size(opcode: Opcode, ts: bool) -> int:
+    """Bytes of header (BTH through ImmDt, with EVXH) before a data packet's payload."""
+    return 36 + (4 if ts else 0) + (4 if opcode in IMM_OPCODES else 0)
+
+
+def encode_data_header(
+    *,
+    opcode: Opcode,
+    dest_qp: int,
+    psn: int,
+    ev: int,
+    a: bool,
+    rtx: bool,
+    rqmsn: int,
+    msn: int,
+    va: int,
+    rkey: int,
+    dma_length: int,
+    tx_timestamp: int | None = None,
+    imm: int | None = None,
+    p_key: int = 0xFFFF,
+) -> bytes:
+    """Every header of a data packet, BTH through ImmDt, in one pack call (the sender's fast path).
+
+    Writes EVXH always, TSETH iff `tx_timestamp` is not None and ImmDt iff `opcode` is `*_IMM`
+    (then `imm` is required). Raises ValueError for a field that does not fit.
+    """
+    if opcode not in DATA_OPCODES:
+        raise ValueError(f"{opcode!r} is not a data opcode")
+    if (dest_qp | psn) >> 24 or dest_qp < 0 or psn < 0:
+        raise ValueError(f"dest_qp={dest_qp} or psn={psn} does not fit in 24 bits")
+    if not 1 <= dma_length <= MAX_DMA_LENGTH:
+        raise ValueError(f"dma_length={dma_length} outside 1 … 2^31")
+    w4 = EVX_BIT | dest_qp
+    w8 = (A_BIT if a else 0) | (RTX_BIT if rtx else 0) | psn
+    try:
+        if opcode in IMM_OPCODES:
+            if imm is None:
+                raise ValueError(f"{opcode.name} needs imm")
+            if tx_timestamp is None:
+                return _HDR_IMM.pack(
+                    opcode, 0, p_key, w4, w8, ev, rqmsn, msn, va, rkey, dma_length, imm
+                )
+            return _HDR_TS_IMM.pack(
+                opcode,
+                0,
+                p_key,
+                w4,
+                w8 | TS_BIT,
+                ev,
+                rqmsn,
+                msn,
+                tx_timestamp,
+                va,
+                rkey,
+                dma_length,
+                imm,
+            )
+        if imm is not None:
+            raise ValueError(f"{opcode.name} cannot carry imm")
+        if tx_timestamp is None:
+            return _HDR_PLAIN.pack(opcode, 0, p_key, w4, w8, ev, rqmsn, msn, va, rkey, dma_length)
+        return _HDR_TS.pack(
+            opcode, 0, p_key, w4, w8 | TS_BIT, ev, rqmsn, msn, tx_timestamp, va, rkey, dma_length
+        )
+    except struct.error as exc:
+        raise ValueError(str(exc)) from None
