@@ -86,6 +86,7 @@ class BenchOptions:
             # A fabric that hashes the flow label spreads a plane's reverse path over paths
             # we cannot see: validate several reverse EVs, not one (docs/DESIGN.md §4).
             reverse_evs=FLOWLABEL_REVERSE_EVS if self.ev_encoding == "flowlabel" else 1,
+            ev_encoding=self.ev_encoding,
         ).validate()
 
     def inject_specs(self) -> list[str]:

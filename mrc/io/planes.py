@@ -63,6 +63,7 @@ _ANC_SIZE = socket.CMSG_SPACE(4) * 2
 _MSG_TRUNC = int(socket.MSG_TRUNC)
 _U16 = struct.Struct("=H")
 _INT = struct.Struct("=i")
+_FLOWINFO = struct.Struct("!I")
 
 #: Send errors that mean the local link of the plane is gone (reported to the core).
 PLANE_DOWN_ERRNOS = frozenset({errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH})
@@ -76,6 +77,7 @@ _ICMP_ERRNOS = PLANE_DOWN_ERRNOS | {errno.ECONNREFUSED}
 _IP_RECVERR = 11
 _IPV6_RECVERR = 25
 #: IPv6 flow labels set per datagram (`send(label=…)`): the socket option and the lease request.
+IPV6_FLOWINFO = 11
 IPV6_FLOWLABEL_MGR = 32
 IPV6_FLOWINFO_SEND = 33
 FLOW_LABEL_MASK = 0xFFFFF
@@ -152,6 +154,8 @@ class PlaneSocket:
                 if self.family != socket.AF_INET6:
                     raise OSError(errno.EAFNOSUPPORT, "a flow label needs an IPv6 plane")
                 sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+                # ...and reads each arrival's label (a control message, `drain`).
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO, 1)
             self._leased: set[tuple[str, int]] = set()
             self.gro = False
             if gro:
@@ -179,6 +183,7 @@ class PlaneSocket:
         self._ring = [bytearray(RECV_BUFFER_BYTES) for _ in range(max(1, ring_size))]
         self._views = [memoryview(b) for b in self._ring]
         self._iov = [[b] for b in self._ring]
+        self._anc = _ANC_SIZE + (socket.CMSG_SPACE(4) if flowlabel else 0)
         self._next = 0
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -219,9 +224,10 @@ class PlaneSocket:
         ring = len(iovs)
         calls = min(limit, ring)
         idx = self._next
+        anc_size = self._anc
         for _ in range(calls):
             try:
-                nbytes, anc, flags, addr = recv(iovs[idx], _ANC_SIZE)
+                nbytes, anc, flags, addr = recv(iovs[idx], anc_size)
             except (BlockingIOError, InterruptedError):
                 break
             except ConnectionRefusedError:
@@ -239,6 +245,7 @@ class PlaneSocket:
                 continue
             tos = 0
             seg = 0
+            label = 0
             for level, kind, cdata in anc:
                 if level == socket.IPPROTO_IP and kind == socket.IP_TOS:
                     tos = cdata[0] if cdata else 0
@@ -246,6 +253,10 @@ class PlaneSocket:
                     tos = _INT.unpack_from(cdata)[0] & 0xFF if len(cdata) >= 4 else 0
                 elif level == SOL_UDP and kind == UDP_GRO:
                     seg = _INT.unpack_from(cdata)[0] if len(cdata) >= 4 else _U16.unpack(cdata)[0]
+                elif level == socket.IPPROTO_IPV6 and kind == IPV6_FLOWINFO and len(cdata) >= 4:
+                    label = _FLOWINFO.unpack_from(cdata)[0] & FLOW_LABEL_MASK
+            if label:
+                tos |= label << 8  # the EV's label for the core, above the TOS byte (evlabel.py)
             self.packets_received += 1
             self.bytes_received += nbytes
             if seg and seg < nbytes:

@@ -450,3 +450,17 @@ def test_a_forged_disconnect_is_ignored_and_a_genuine_one_closes() -> None:
     p.a.flush(p.session)
     p.drive(0.001)
     assert p.b.events_of(ConnectionClosed) == [ConnectionClosed(reason="disconnect")]
+
+
+@pytest.mark.parametrize("level", ["auth", "encrypt"])
+def test_a_secured_connection_with_evs_in_the_flow_label(level: str) -> None:
+    # Agreed in CM like the rest (the flags are in the transcript); control packets lose their
+    # EVXH before they are sealed, data is framed without it: every tag still verifies.
+    p = secured(level, ev_encoding="flowlabel", size=8 << 20)
+    p.a.flowlabel = p.b.flowlabel = True  # the hosts' sockets pass labels on
+    assert p.session.config.ev_encoding == p.responder.config.ev_encoding == "flowlabel"
+    for k in range(8):
+        write(p, k << 20, 1 << 20)
+    finish(p, 8)
+    assert bytes(p.dst.view) == bytes(p.src.view)
+    assert not p.session.stats.drops_by_reason and not p.responder.stats.drops_by_reason

@@ -16,11 +16,13 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, Event, WriteCompleted
 from mrc.io.loop import new_event_loop
-from mrc.io.planes import PlaneSocket
+from mrc.io.planes import IPV6_FLOWINFO_SEND, PlaneSocket
 from mrc.node import Node, NodeError, resolve_peer
-from mrc.wire.packet import peek_opcode
+from mrc.wire.bth import Opcode
+from mrc.wire.packet import SackPacket, decode_packet, peek_opcode
 
 IPV6_FLOWINFO = 11
+SACK = Opcode.RELIABILITY_SACK.value
 
 
 def _ipv6_loopback() -> bool:
@@ -81,15 +83,20 @@ def test_ipv4_planes_cannot_carry_a_flow_label() -> None:
 
 
 class LabelTap:
-    """A relay on ::1 between a client and a server that notes (flow label, EVXH EV) of every
-    non-CM datagram the client sends (CM packets, opcodes 0xE0 and up, carry no EV)."""
+    """A relay on ::1 between a client and a server that forwards each datagram with the flow
+    label it came with, and notes (flow label, EVXH EV or None) of every non-CM datagram the
+    client sends (CM packets, opcodes 0xE0 and up, carry no EV) and the entropy of every SACK
+    the server sends."""
 
     def __init__(self, server: tuple[str, int]) -> None:
         self.front = listener()
-        self.back = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        self.back.bind(("::1", 0))
+        self.back = listener()
+        for sock in (self.front, self.back):
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
         self.server = server
-        self.seen: list[tuple[int | None, int]] = []
+        self.seen: list[tuple[int | None, int | None]] = []
+        self.sack_entropy: list[int] = []
+        self.ops: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -100,13 +107,19 @@ class LabelTap:
             ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
             for sock in ready:
                 data, anc, _, addr = sock.recvmsg(70000, 256)
+                label = label_of(anc) or 0
                 if sock is self.front:
                     client = addr
-                    if len(data) >= 16 and data[4] & 0x01 and peek_opcode(data) < 0xE0:
-                        self.seen.append((label_of(anc), struct.unpack_from("!I", data, 12)[0]))
-                    self.back.sendto(data, self.server)
+                    if len(data) >= 16 and peek_opcode(data) < 0xE0:
+                        ev = struct.unpack_from("!I", data, 12)[0] if data[4] & 0x01 else None
+                        self.seen.append((label_of(anc), ev))
+                        self.ops.append(data[0])
+                    self.back.sendto(data, (*self.server, label, 0))
                 elif client is not None:
-                    self.front.sendto(data, client)
+                    pkt = decode_packet(data) if peek_opcode(data) == SACK else None
+                    if isinstance(pkt, SackPacket) and not pkt.seth.pr:
+                        self.sack_entropy.append(pkt.seth.entropy)
+                    self.front.sendto(data, (client[0], client[1], label, 0))
 
     def close(self) -> None:
         self._stop.set()
@@ -157,5 +170,52 @@ def test_a_flowlabel_node_puts_every_datagrams_ev_in_its_label(
         tap.close()
     # Every data and control datagram of the client named its EV in the flow label too.
     assert len(tap.seen) >= 1024
-    assert all(label == ev & 0xFFFFF for label, ev in tap.seen), tap.seen[:5]
+    assert all(ev is not None and label == ev & 0xFFFFF for label, ev in tap.seen), tap.seen[:5]
     assert len({ev for _, ev in tap.seen}) >= 16  # sprayed over the plane's EVs
+
+
+def test_two_flowlabel_nodes_agree_and_leave_the_evxh_out(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Both sides want EVs in the flow label: they agree in CM, no datagram but CM carries an
+    EVXH, every label is its EV's, and the server, reading labels with IPV6_FLOWINFO, echoes
+    the client's EVs in its SACKs."""
+    events: list[Event] = []
+    config = SessionConfig(plane_mask=0b1, ev_encoding="flowlabel")
+    a = Node(loop, ["::1"], 0, serve=True, ev_encoding="flowlabel")
+    b = Node(loop, ["::1"], 0, ev_encoding="flowlabel")
+    tap = LabelTap(("::1", a.port))
+    try:
+        b.on_event = lambda s, e: events.append(e)
+        dst = a.regions.register(bytearray(4 << 20))
+        src = b.regions.register(bytearray(bytes(range(256)) * (4 << 12)))
+        a.listen(config, lambda private: b"ok")
+        a.start()
+        b.start()
+        session = b.connect(config, resolve_peer(["::1"], tap.front.getsockname()[1]), b"")
+
+        async def until(cond: object, timeout: float = 10.0) -> None:
+            end = loop.time() + timeout
+            while not cond():  # type: ignore[operator]
+                assert loop.time() < end, "timed out"
+                await asyncio.sleep(0.002)
+
+        loop.run_until_complete(until(lambda: any(isinstance(e, ConnectionEstablished)
+                                                  for e in events)))  # fmt: skip
+        assert session.config.ev_encoding == "flowlabel"
+        session.post_write(src, 0, 4 << 20, dst.base_va, dst.rkey)
+        b.flush(session)
+        loop.run_until_complete(until(lambda: any(isinstance(e, WriteCompleted) for e in events)))
+        assert bytes(dst.view) == bytes(src.view)
+        ours = set(session.paths.evs.by_ev)
+    finally:
+        b.close()
+        a.close()
+        tap.close()
+    assert len(tap.seen) >= 1024
+    assert all(ev is None for _, ev in tap.seen)  # no EVXH after the handshake
+    assert all(label is not None for label, _ in tap.seen)
+    # Data goes out on our EVs; answers to the server's probes take the probed (its) EV.
+    labels = {lab for op, (lab, _) in zip(tap.ops, tap.seen, strict=True) if op < 0xD0}
+    assert len(labels) >= 16 and labels <= {ev & 0xFFFFF for ev in ours}
+    assert tap.sack_entropy and set(tap.sack_entropy) <= ours
