@@ -118,7 +118,7 @@ def test_start_info(
         "plane_balance": opts.plane_balance,
         "cc": opts.cc,
         "flowcell": opts.flowcell,
-        "ev_encoding": opts.ev_encoding,
+        "ev_encoding": test.session.config.ev_encoding,  # as agreed in CM
         "plane_mask": est.plane_mask,
         "inject": (
             [f"plane-down={pl}@{at:g}" for pl, at in p.injects]
