@@ -264,7 +264,8 @@ def test_secured_transfer_payloads_exclude_trailers(
 
 @pytest.fixture(scope="module")
 def flowlabel_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, int]:
-    """`--ev-encoding flowlabel` on ::1: each datagram's flow label is its EV's low 20 bits."""
+    """`--ev-encoding flowlabel` on both sides, ::1: agreed in CM, each datagram's EV rides in
+    its flow label instead of an EVXH."""
     pcap = tmp_path_factory.mktemp("capture") / "flowlabel.pcap"
     try:
         return run_captured(pcap, 256, "--flowcell", "1", both=("--ev-encoding", "flowlabel"),
@@ -285,11 +286,17 @@ def test_flow_labels_carry_the_evs(flowlabel_capture: tuple[Path, int, int]) -> 
     lua = {int(f): (ev, label) for f, ev, label in (line.split("\t")
                                                     for line in proc.stdout.splitlines())}
     checked = 0
+    data_labels: set[int] = set()
     for p in dissect_doc(pcap, port)["packets"]:
         ev, label = lua[p["number"]]
         assert (int(ev, 16) if ev else None) == p["ev"]
         assert (int(label, 16) if label else 0) == p["flow_label"]
-        if p["ev"] is not None:  # every packet with an EV (CM packets have none) labels it
-            assert p["flow_label"] == p["ev"] & 0xFFFFF, p
+        op = Opcode[p["opcode"]].value
+        if op < Opcode.CM_REQUEST.value:
+            # Both sides asked: agreed in CM, so no EVXH; the EV rides in the label alone.
+            assert p["ev"] is None, p
+            if op <= Opcode.WRITE_ONLY_IMM.value:
+                data_labels.add(p["flow_label"])
             checked += 1
     assert checked > 1000
+    assert len(data_labels) >= 16 and 0 not in data_labels  # sprayed over the plane's EVs
