@@ -199,22 +199,56 @@ class LatencyPing:
 
 
 class LatencyEcho:
-    """The server's half: every immediate that arrives is written straight back."""
+    """The server's half: every immediate that arrives is written straight back. A client
+    that falls silent for `idle_timeout` (it died without hanging up) ends the test, so its
+    regions do not stay registered for good."""
 
     def __init__(
-        self, io: IoEndpoint[Session], session: Session, setup: TestSetup, peer_data: RegionRef
+        self,
+        io: IoEndpoint[Session],
+        session: Session,
+        setup: TestSetup,
+        peer_data: RegionRef,
+        *,
+        on_end: Callable[[LatencyEcho], None],
+        idle_timeout: float = 5.0,
     ) -> None:
         self.io = io
         self.session = session
         self.setup = setup
         self.peer_data = peer_data
+        self.on_end = on_end
+        self.idle_timeout = idle_timeout
         self.echoes = 0
         self.write_errors = 0
         self.error: str | None = None
         self.t0 = time.perf_counter()
+        self._heard = io.now()
+        self._watch: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._watch = self.io.loop.call_later(1.0, self._check)
+
+    def cancel(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    def _check(self) -> None:
+        self._watch = None
+        now = self.io.now()
+        if now - self._heard <= self.idle_timeout:
+            self._watch = self.io.loop.call_later(1.0, self._check)
+            return
+        self.error = f"no message from the client for {self.idle_timeout:g} s"
+        if not self.session.is_closed:
+            self.session.close(now)
+            self.io.flush(self.session)
+        self.on_end(self)
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, ImmediateReceived):
+            self._heard = self.io.now()
             if self.session.is_closed:
                 return
             assert self.setup.source is not None
@@ -231,7 +265,8 @@ class LatencyEcho:
         elif isinstance(event, WriteCompleted) and event.status:
             self.write_errors += 1
         elif isinstance(event, ConnectionClosed) and event.reason != "disconnect":
-            self.error = f"connection closed: {event.reason}"
+            # Our own close after the silence timer keeps the timer's reason.
+            self.error = self.error or f"connection closed: {event.reason}"
 
     def line(self) -> str:
         host, port = host_port(

@@ -117,6 +117,7 @@ class BenchServer:
                 self.io.flush(test.session)
             test.setup.release()
         for echo in list(self.echoes.values()):
+            echo.cancel()
             if not echo.session.is_closed:
                 echo.session.close(self.io.now())
                 self.io.flush(echo.session)
@@ -153,7 +154,8 @@ class BenchServer:
             req = BenchRequest.decode(private_data)
         except BenchProtocolError:
             return None
-        if req.cookie in self.pending or len(self.tests) + len(self.pending) >= self.max_tests:
+        busy = len(self.tests) + len(self.echoes) + len(self.pending)
+        if req.cookie in self.pending or busy >= self.max_tests:
             return None
         if req.kind == KIND_LATENCY:
             try:
@@ -194,7 +196,7 @@ class BenchServer:
         if echo is not None:
             echo.on_event(event)
             if isinstance(event, ConnectionClosed):
-                self._echo_closed(session, echo)
+                self._echo_ended(echo)
             return
         test = self.tests.get(id(session))
         if test is not None:
@@ -217,7 +219,9 @@ class BenchServer:
             return
         setup, req, _ = entry
         if req.kind == KIND_LATENCY:
-            self.echoes[id(session)] = LatencyEcho(self.io, session, setup, req.data)
+            echo = LatencyEcho(self.io, session, setup, req.data, on_end=self._echo_ended)
+            self.echoes[id(session)] = echo
+            echo.start()
             return
         test = BenchTest(
             self.io,
@@ -305,9 +309,12 @@ class BenchServer:
         if self.opts.one_off:
             self.loop.call_later(0.2, self.stop)
 
-    def _echo_closed(self, session: Session, echo: LatencyEcho) -> None:
-        """A latency test ends when its client hangs up: one line (or -J document) for it."""
-        self.echoes.pop(id(session), None)
+    def _echo_ended(self, echo: LatencyEcho) -> None:
+        """A latency test ends when its client hangs up (or falls silent): one line (or -J
+        document) for it."""
+        if self.echoes.pop(id(echo.session), None) is None:
+            return
+        echo.cancel()
         echo.setup.release()
         if self.out.json_mode:
             self.out.doc(echo.document())

@@ -272,3 +272,29 @@ def test_a_server_without_latency_refuses_in_one_line(patch: str) -> None:
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_latency_client_that_dies_is_ended_by_the_server() -> None:
+    srv = Server("-1")
+    cmd = [sys.executable, "-m", "mrc", "bench", "-c", ",".join(SERVER_ADDRS), "-p",
+           str(srv.port), "--latency", "-t", "30"]  # fmt: skip
+    victim = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env())
+    try:
+        time.sleep(1.5)
+        assert victim.poll() is None
+        victim.kill()  # no DISCONNECT: the server must notice the silence by itself
+        victim.wait(10)
+        srv.proc.wait(timeout=20)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+        rc, out, err = srv.stop()
+    assert rc == 1, err
+    line = next(x for x in out.splitlines() if x.startswith("Latency test from"))
+    # The echo in flight when the client died runs out of retries, or (nothing in flight)
+    # the server's silence timer ends the test: either way it ends, with a reason.
+    assert line.endswith(
+        ("connection closed: retry limit", "no message from the client for 5 s")
+    ), line
