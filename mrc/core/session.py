@@ -238,43 +238,23 @@ class Session:
         self.spray = make_spray(self.config.spray, self.paths, self.rng)
         self.balance = make_balance(self.config.plane_balance, self.paths)
         self.cc = make_cc(self.config.cc, self.config)
-        self.sender = Sender(
-            self.config,
-            paths=self.paths,
-            spray=self.spray,
-            balance=self.balance,
-            cc=self.cc,
-            stats=self.stats,
-            timers=self.timers,
-            events=self._events,
-            peer_addrs=self.peer_addrs,
-            initial_psn=self.initial_psn,
-            now=now,
-        )
+        paths, stats, events, addrs = self.paths, self.stats, self._events, self.peer_addrs
+        self.sender = sender = Sender(
+            self.config, paths=paths, spray=self.spray, balance=self.balance, cc=self.cc,
+            stats=stats, timers=self.timers, events=events, peer_addrs=addrs,
+            initial_psn=self.initial_psn, now=now,
+        )  # fmt: skip
         self.sender.dest_qp = self.peer_qpn
         self.receiver = Receiver(
-            self.config,
-            regions=self.regions,
-            paths=self.paths,
-            stats=self.stats,
-            events=self._events,
-            peer_addrs=self.peer_addrs,
-            initial_psn=peer_initial_psn,
-        )
+            self.config, regions=self.regions, paths=paths, stats=stats, events=events,
+            peer_addrs=addrs, initial_psn=peer_initial_psn,
+        )  # fmt: skip
         self.receiver.dest_qp = self.peer_qpn
-        sender = self.sender
         self.planes = PlaneMonitor(
-            self.config,
-            paths=self.paths,
-            timers=self.timers,
-            stats=self.stats,
-            events=self._events,
-            peer_addrs=self.peer_addrs,
-            out=self._out,
-            next_psn=lambda: sender.next_psn,
-            send_seq=lambda: sender.seq,
-            on_down=sender.on_plane_down,
-        )
+            self.config, paths=paths, timers=self.timers, stats=stats, events=events,
+            peer_addrs=addrs, out=self._out, next_psn=lambda: sender.next_psn,
+            send_seq=lambda: sender.seq, on_down=sender.on_plane_down,
+        )  # fmt: skip
         self.planes.peer_qpn = self.peer_qpn
         self.timers.cancel(Timer.CM_RETRY)
         if self._protection is not None:
