@@ -3,7 +3,7 @@
 Pure functions over the sender's send records and plane table. A plane is one FIFO at the peer
 (one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane
 silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer, probed
-with one resend for the whole connection (`probe_plane`); an RTO that fires long after it was
+with one resend for the whole connection (`StallProbe`); an RTO that fires long after it was
 due with nothing read since is a stall of this process, not of the network (`fired_late`).
 The sender (`sender.py`) decides what to resend and which EVs to signal; this module only
 weighs the evidence, and arms each plane's RETRANSMIT timer (`arm_rtos`).
@@ -54,10 +54,14 @@ def peer_alive(
     now: float,
 ) -> bool | float:
     """Does the peer answer on other planes while `plane` is silent? True: something was
-    acknowledged after `after` (resends included), or no other plane is owed anything.
-    False: another plane has a packet out longer than its RTO without backoff (a stalled
-    peer). Else the time to ask again: when another plane's answer is expected, or due."""
-    if last_progress > after:
+    acknowledged after `after` (resends included) and within this plane's RTO, or no other
+    plane is owed anything. False: another plane has a packet out longer than its RTO
+    without backoff (a stalled peer). Else the time to ask again: when another plane's
+    answer is expected, or due."""
+    # An answer older than an RTO proves nothing about now: a peer that stopped right after
+    # it (descheduled, stopped) leaves every plane silent, and its other planes' packets
+    # overdue, which the loop below sees.
+    if last_progress > after and now - last_progress < planes[plane].rtt.rto:
         return True
     due_at: float | None = None
     stalled = False
@@ -92,18 +96,31 @@ def fired_late(due: float | None, planes: Mapping[int, Plane], now: float, rto: 
     return all(pl.heard_at < due for pl in planes.values())
 
 
-def probe_plane(fifos: Mapping[int, deque[SentPacket]]) -> int | None:
-    """The plane holding the connection's oldest packet in flight (lowest send seq): when
-    nothing sent later was acknowledged anywhere, only its RTO resends (RFC 6298 §5.4 for one
-    connection, and the tail probe of RFC 8985 §7); the other planes back off. A resend per
+class StallProbe:
+    """One resend for the whole connection while nothing sent later is acknowledged anywhere
+    (the peer, or every path, stalled): the RTO of the plane holding the connection's oldest
+    packet in flight resends it, at most once per RTO of that plane (RFC 6298 §5.4 for one
+    connection; the tail probe of RFC 8985 §7); the other planes only back off. A resend per
     plane would only queue copies behind originals a stalled peer has not read yet."""
-    best: SentPacket | None = None
-    best_plane: int | None = None
-    for plane, fifo in fifos.items():
-        rec = next((r for r in fifo if r.state == INFLIGHT), None)
-        if rec is not None and (best is None or rec.seq < best.seq):
-            best, best_plane = rec, plane
-    return best_plane
+
+    def __init__(self) -> None:
+        #: No other probe before this: the last one has had no RTO yet to be answered.
+        self.until = 0.0
+
+    def take(self, fifos: Mapping[int, deque[SentPacket]], plane: int, now: float) -> bool:
+        """May `plane`'s expiry at `now` send the probe? Call `sent` if it does."""
+        if now < self.until:
+            return False
+        best: SentPacket | None = None
+        best_plane: int | None = None
+        for p, fifo in fifos.items():
+            rec = next((r for r in fifo if r.state == INFLIGHT), None)
+            if rec is not None and (best is None or rec.seq < best.seq):
+                best, best_plane = rec, p
+        return best_plane == plane
+
+    def sent(self, now: float, rto: float) -> None:
+        self.until = now + rto
 
 
 def arm_rtos(

@@ -33,7 +33,7 @@ from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
-from .rto import acked_later, acked_on_plane, arm_rtos, fired_late, peer_alive, probe_plane
+from .rto import StallProbe, acked_later, acked_on_plane, arm_rtos, fired_late, peer_alive
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
@@ -97,6 +97,7 @@ class Sender:
         self._rto_hold: dict[int, float] = {}
         #: Per plane, the deadline its RETRANSMIT timer was last armed for.
         self._rto_due: dict[int, float] = {}
+        self._stall_probe = StallProbe()
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
         self.scoreboard = SackScoreboard()
@@ -350,9 +351,15 @@ class Sender:
             self._rto_hold[plane] = self.last_progress + est.rto  # the window, not the peer
             return False
         else:
-            if probe_plane(self.log.by_plane) == plane:
-                self._declare_lost(oldest, "rto", avoid_plane=plane)  # the one probe
+            probe = self._stall_probe.take(self.log.by_plane, plane, now)
+            if probe:
+                self._declare_lost(oldest, "rto", avoid_plane=plane)
             est.backoff = min(est.backoff + 1, 16)
+            if probe:
+                self._stall_probe.sent(now, est.current)
+            # Restarted from now (RFC 6298 §5.6): from the oldest's send time, an old packet
+            # would expire again at once, once per backoff step, in the same instant.
+            self._rto_hold[plane] = now + est.current
         self.rto_expiries += 1
         return (
             self.rto_expiries >= self.config.rto_retries
