@@ -150,7 +150,8 @@ class Endpoint:
                 if accepted is not None:
                     batches.setdefault(accepted.qpn, [])
             elif qpn == ENDPOINT_QPN:
-                self.drops["endpoint_qpn"] += 1
+                last_qpn = -1
+                self._route_connectionless(plane, data, addr, tos, batches)
             else:
                 self.drops["unknown_qp"] += 1
         touched = []
@@ -160,6 +161,32 @@ class Endpoint:
                 session.receive_datagrams(plane, batch, now)
             touched.append(session)
         return touched
+
+    def _route_connectionless(
+        self,
+        plane: int,
+        data: bytes | memoryview,
+        addr: Addr,
+        tos: int,
+        batches: dict[int, list[tuple[bytes | memoryview, int]]],
+    ) -> None:
+        """An endpoint message to the connectionless QPN 0x2, as other implementations send
+        them (docs/WIRE.md §4): it goes to every unsecured established connection with that
+        peer on that plane (its port status is the host's, not a QP's). A secured connection
+        takes endpoint messages only inside it, authenticated: none, and the message is
+        counted (`endpoint_qpn`)."""
+        taken = False
+        for qpn, session in self.sessions.items():
+            if (
+                not session.config.secured
+                and session.planes is not None
+                and not session.is_closed
+                and session.peer_addrs.get(plane) == addr
+            ):
+                batches.setdefault(qpn, []).append((data, tos))
+                taken = True
+        if not taken:
+            self.drops["endpoint_qpn"] += 1
 
     def _handle_request(
         self, plane: int, data: bytes | memoryview, addr: Addr, now: float

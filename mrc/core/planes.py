@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from ..wire.bth import Opcode
+from ..wire.bth import ENDPOINT_QPN, Opcode
 from ..wire.packet import EndpointPacket, ProbePacket
 from ..wire.probe import EETH, ERTH, PETH, EndpointOp
 from .config import SessionConfig
@@ -324,9 +324,12 @@ class PlaneMonitor:
         )
         self.out.append(Transmit(plane, self.peer_addrs[plane], pkt.encode(), pkt.ev))
 
-    def answer_endpoint(self, header: ERTH, plane: int, ev: int, probe_id: int) -> None:
+    def answer_endpoint(
+        self, header: ERTH, plane: int, ev: int, probe_id: int, to_qp: int = 0
+    ) -> None:
         """Answer an ENDPOINT_REQUEST that came in on `plane` with `ev`, echoing its
-        `probe_id`: that validates the peer's reverse path (docs/DESIGN.md §4)."""
+        `probe_id`: that validates the peer's reverse path (docs/DESIGN.md §4). One sent to
+        the connectionless QPN 0x2 (`to_qp`) is answered there."""
         if plane not in self.peer_addrs or plane not in self.paths.planes:
             return
         # The peer judges the EV it probed by this answer, so the answer takes the mirror of
@@ -337,7 +340,7 @@ class PlaneMonitor:
             ev = self.paths.planes[plane].reverse_ev()
         answer = EndpointPacket(
             opcode=Opcode.ENDPOINT_RESPONSE,
-            dest_qp=self.peer_qpn,
+            dest_qp=ENDPOINT_QPN if to_qp == ENDPOINT_QPN else self.peer_qpn,
             ev=ev,
             header=EETH(
                 op=header.op,

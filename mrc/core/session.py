@@ -503,7 +503,8 @@ class Session:
         if isinstance(header, ERTH):
             if header.op is EndpointOp.PORT_STATUS:
                 self.planes.peer_ports(header.port_status_mask, now)
-            self.planes.answer_endpoint(header, plane, pkt.ev, pkt.probe_id)
+            # A connectionless request (QPN 0x2) is answered the same way (endpoint.py).
+            self.planes.answer_endpoint(header, plane, pkt.ev, pkt.probe_id, pkt.dest_qp)
         elif isinstance(header, EETH) and header.op is EndpointOp.EV_PROBE:
             # Its port_status_mask is a snapshot from when the peer answered; answers cross
             # newer announcements on the way, so only PORT_STATUS and PORTSTATE set the mask.

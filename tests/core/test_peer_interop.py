@@ -13,7 +13,7 @@ from mrc.core.events import WriteCompleted
 from mrc.core.session import Session
 from mrc.sim import LinkParams, Network
 from mrc.wire.ack import AETH, SETH, CCState
-from mrc.wire.bth import Opcode
+from mrc.wire.bth import ENDPOINT_QPN, Opcode
 from mrc.wire.packet import AckPacket, DataPacket, EndpointPacket, SackPacket, decode_packet
 from mrc.wire.probe import EETH, ERTH, EndpointOp
 
@@ -125,3 +125,28 @@ def test_an_endpoint_probe_id_travels_in_the_psn(story: Story) -> None:
     assert answer.header == EETH(op=EndpointOp.EV_PROBE, port_status_mask=0b11,
                                  tx_timestamp=0x1234)  # fmt: skip
     assert len(answer.encode()) == 16 + 36
+
+
+def test_a_connectionless_endpoint_request_reaches_the_peers_connection(story: Story) -> None:
+    # Other implementations send endpoint messages to QPN 0x2, outside any connection: an
+    # unsecured connection with that peer on that plane takes them (docs/WIRE.md §4).
+    now = story.net.now
+    status = EndpointPacket(
+        opcode=Opcode.ENDPOINT_REQUEST, dest_qp=ENDPOINT_QPN, ev=0x00000003,
+        header=ERTH(op=EndpointOp.PORT_STATUS, port_status_mask=0b01, tx_timestamp=9),
+    ).encode()  # fmt: skip
+    out = story.deliver(status, now)
+    # The peer says it cannot receive on plane 1 any more: the connection stops using it.
+    assert not story.sa.paths.usable(1) and story.sa.paths.usable(0)
+    (answer,) = [p for p in out if isinstance(p, EndpointPacket)]
+    assert answer.dest_qp == ENDPOINT_QPN and answer.opcode is Opcode.ENDPOINT_RESPONSE
+    probe = EndpointPacket(
+        opcode=Opcode.ENDPOINT_REQUEST, dest_qp=ENDPOINT_QPN, ev=0x00000005,
+        header=ERTH(op=EndpointOp.EV_PROBE, port_status_mask=0b01, tx_timestamp=10),
+        probe_id=0x77,
+    ).encode()  # fmt: skip
+    (answer,) = [p for p in story.deliver(probe, now) if isinstance(p, EndpointPacket)]
+    assert (answer.dest_qp, answer.probe_id, answer.ev) == (ENDPOINT_QPN, 0x77, 0x00000005)
+    # From an address that is no connection's peer: counted, nothing answered.
+    sessions = story.a.endpoint.receive_datagrams(0, [(probe, "stranger", 2)], now)
+    assert sessions == [] and story.a.endpoint.drops["endpoint_qpn"] == 1

@@ -464,3 +464,19 @@ def test_a_secured_connection_with_evs_in_the_flow_label(level: str) -> None:
     finish(p, 8)
     assert bytes(p.dst.view) == bytes(p.src.view)
     assert not p.session.stats.drops_by_reason and not p.responder.stats.drops_by_reason
+
+
+def test_a_secured_connection_ignores_connectionless_endpoint_messages() -> None:
+    # QPN 0x2 messages carry no trailer: only unsecured connections take them.
+    from mrc.wire.bth import ENDPOINT_QPN
+    from mrc.wire.packet import EndpointPacket
+    from mrc.wire.probe import ERTH, EndpointOp
+
+    p = secured("auth")
+    status = EndpointPacket(
+        opcode=Opcode.ENDPOINT_REQUEST, dest_qp=ENDPOINT_QPN, ev=0,
+        header=ERTH(op=EndpointOp.PORT_STATUS, port_status_mask=0b01),
+    ).encode()  # fmt: skip
+    p.deliver(p.a, 0, status)
+    assert p.a.endpoint.drops["endpoint_qpn"] == 1
+    assert p.session.paths.usable(1)
