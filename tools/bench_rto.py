@@ -130,6 +130,7 @@ def one_run(
         "packets_sent": sent,
         "rto": rto,
         "rack": int(cm["retransmits_by_cause"].get("rack", 0)),
+        "completion": int(cm["retransmits_by_cause"].get("completion", 0)),
         "duplicates": dups,
         "spurious_rto": spurious,
         "spurious_rto_pct": round(100.0 * spurious / sent, 4) if sent else 0.0,

@@ -3,10 +3,10 @@
 Pure functions over the sender's send records and plane table. A plane is one FIFO at the peer
 (one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane
 silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer, probed
-with one resend for the whole connection (`StallProbe`); an RTO that fires long after it was
-due with nothing read since is a stall of this process, not of the network (`fired_late`).
-The sender (`sender.py`) decides what to resend and which EVs to signal; this module only
-weighs the evidence, and arms each plane's RETRANSMIT timer (`arm_rtos`).
+with one resend for the whole connection; an RTO that fires long after it was due with
+nothing read since is a stall of this process, not of the network. The sender (`sender.py`)
+decides what to resend and which EVs to signal; this module only weighs the evidence, and
+keeps each plane's RETRANSMIT timer (`RtoTimers`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from .paths import Plane
+from .paths import Plane, RttEstimator
 from .records import ACKED, INFLIGHT, SentPacket
 from .timers import Timer, TimerTable
 
@@ -86,61 +86,78 @@ def peer_alive(
     return True if due_at is None else due_at
 
 
-def fired_late(due: float | None, planes: Mapping[int, Plane], now: float, rto: float) -> bool:
-    """The RTO armed for `due` runs more than half an RTO after it, and nothing arrived from
-    the peer on any plane since `due`: this process was not running (descheduled, stopped,
-    a long garbage collection) while its acknowledgements may wait unread in its sockets. The
-    silence is ours, not the network's; judge only after the driver has read them."""
-    if due is None or now - due <= rto / 2:
-        return False
-    return all(pl.heard_at < due for pl in planes.values())
-
-
-class StallProbe:
-    """One resend for the whole connection while nothing sent later is acknowledged anywhere
-    (the peer, or every path, stalled): the RTO of the plane holding the connection's oldest
-    packet in flight resends it, at most once per RTO of that plane (RFC 6298 §5.4 for one
-    connection; the tail probe of RFC 8985 §7); the other planes only back off. A resend per
-    plane would only queue copies behind originals a stalled peer has not read yet."""
+class RtoTimers:
+    """The RETRANSMIT timers of one sender: per plane the hold (no RTO before it: the plane's
+    acknowledgements were still flowing, or the peer's other answers are still due) and the
+    deadline last armed, and the connection's stall probe."""
 
     def __init__(self) -> None:
-        #: No other probe before this: the last one has had no RTO yet to be answered.
-        self.until = 0.0
+        self.holds: dict[int, float] = {}
+        #: Per plane, the deadline its RETRANSMIT timer was last armed for.
+        self.armed: dict[int, float] = {}
+        #: No stall probe before this: the last one has had no RTO yet to be answered.
+        self.probe_until = 0.0
 
-    def take(self, fifos: Mapping[int, deque[SentPacket]], plane: int, now: float) -> bool:
-        """May `plane`'s expiry at `now` send the probe? Call `sent` if it does."""
-        if now < self.until:
+    def hold(self, plane: int, until: float) -> None:
+        self.holds[plane] = until
+
+    def arm(
+        self,
+        timers: TimerTable,
+        fifos: Mapping[int, deque[SentPacket]],
+        planes: Mapping[int, Plane],
+    ) -> None:
+        """Each plane's RETRANSMIT is due an RTO after its oldest packet in flight (never
+        before the plane's hold), and cancelled when it has none. Records that left the
+        network are dropped from the front of each plane's FIFO here."""
+        holds, armed = self.holds, self.armed
+        for plane, fifo in fifos.items():
+            while fifo and fifo[0].state != INFLIGHT:
+                fifo.popleft()
+            if fifo:
+                due = max(fifo[0].sent_at + planes[plane].rtt.current, holds.get(plane, 0.0))
+                timers.set(Timer.RETRANSMIT, due, plane)
+                armed[plane] = due
+            else:
+                timers.cancel(Timer.RETRANSMIT, plane)
+                armed.pop(plane, None)
+
+    def fired_late(self, plane: int, planes: Mapping[int, Plane], now: float) -> bool:
+        """`plane`'s RTO runs more than half an RTO after the deadline it was armed for, and
+        nothing arrived from the peer on any plane since: this process was not running
+        (descheduled, stopped, a long garbage collection) while acknowledgements may wait
+        unread in its sockets. The silence is ours, not the network's: judge only after the
+        driver has read them."""
+        due = self.armed.get(plane)
+        if due is None or now - due <= planes[plane].rtt.rto / 2:
             return False
-        best: SentPacket | None = None
-        best_plane: int | None = None
-        for p, fifo in fifos.items():
-            rec = next((r for r in fifo if r.state == INFLIGHT), None)
-            if rec is not None and (best is None or rec.seq < best.seq):
-                best, best_plane = rec, p
-        return best_plane == plane
+        return all(pl.heard_at < due for pl in planes.values())
 
-    def sent(self, now: float, rto: float) -> None:
-        self.until = now + rto
+    def stall_expiry(
+        self, fifos: Mapping[int, deque[SentPacket]], plane: int, rtt: RttEstimator, now: float
+    ) -> bool:
+        """`plane`'s RTO expired with nothing sent later acknowledged anywhere (the peer, or
+        every path, stalled): back off, and restart the timer from now (RFC 6298 §5.5-5.6;
+        from the oldest's send time an old packet would expire again at once for every
+        backoff step). True when this expiry sends the stall probe: one resend for the whole
+        connection, by the plane holding its oldest packet in flight, at most once per RTO
+        of that plane (RFC 6298 §5.4 for one connection; the tail probe of RFC 8985 §7). A
+        resend per plane would only queue copies behind originals a stalled peer has not
+        read yet."""
+        probe = now >= self.probe_until and _oldest_plane(fifos) == plane
+        rtt.backoff = min(rtt.backoff + 1, 16)
+        if probe:
+            self.probe_until = now + rtt.current
+        self.holds[plane] = now + rtt.current
+        return probe
 
 
-def arm_rtos(
-    timers: TimerTable,
-    fifos: Mapping[int, deque[SentPacket]],
-    planes: Mapping[int, Plane],
-    holds: Mapping[int, float],
-    armed: dict[int, float],
-) -> None:
-    """Each plane's RETRANSMIT is due an RTO after its oldest packet in flight (never before
-    the plane's hold), and cancelled when it has none; `armed` keeps each plane's deadline,
-    for `fired_late`. Records that left the network are dropped from the front of each
-    plane's FIFO here."""
+def _oldest_plane(fifos: Mapping[int, deque[SentPacket]]) -> int | None:
+    """The plane holding the connection's oldest packet in flight (lowest send seq)."""
+    best: SentPacket | None = None
+    best_plane: int | None = None
     for plane, fifo in fifos.items():
-        while fifo and fifo[0].state != INFLIGHT:
-            fifo.popleft()
-        if fifo:
-            due = max(fifo[0].sent_at + planes[plane].rtt.current, holds.get(plane, 0.0))
-            timers.set(Timer.RETRANSMIT, due, plane)
-            armed[plane] = due
-        else:
-            timers.cancel(Timer.RETRANSMIT, plane)
-            armed.pop(plane, None)
+        rec = next((r for r in fifo if r.state == INFLIGHT), None)
+        if rec is not None and (best is None or rec.seq < best.seq):
+            best, best_plane = rec, plane
+    return best_plane

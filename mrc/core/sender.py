@@ -33,7 +33,7 @@ from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
-from .rto import StallProbe, acked_later, acked_on_plane, arm_rtos, fired_late, peer_alive
+from .rto import RtoTimers, acked_later, acked_on_plane, peer_alive
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
@@ -93,11 +93,7 @@ class Sender:
         self._ages: dict[int, float] = {}
         #: Per plane, payload bytes of first transmissions the current ACK covers.
         self._acked_bytes: dict[int, int] = {}
-        #: Per plane, no RTO before this: its acknowledgements were still flowing.
-        self._rto_hold: dict[int, float] = {}
-        #: Per plane, the deadline its RETRANSMIT timer was last armed for.
-        self._rto_due: dict[int, float] = {}
-        self._stall_probe = StallProbe()
+        self.rtos = RtoTimers()
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
         self.scoreboard = SackScoreboard()
@@ -291,7 +287,7 @@ class Sender:
             due = self.timers.get(Timer.REORDER)
             if due is None or due > now + self.config.reorder_min:
                 self.timers.set(Timer.REORDER, now + self.config.reorder_min)
-        arm_rtos(self.timers, self.log.by_plane, self.paths.planes, self._rto_hold, self._rto_due)
+        self.rtos.arm(self.timers, self.log.by_plane, self.paths.planes)
         deadline = self.awaiting_aeth.deadline()
         if deadline is None:
             self.timers.cancel(Timer.COMPLETION)
@@ -309,9 +305,9 @@ class Sender:
         oldest = next((r for r in fifo if r.state == INFLIGHT), None)
         if oldest is None:
             return False
-        if fired_late(self._rto_due.get(plane), self.paths.planes, now, est.rto):
+        if self.rtos.fired_late(plane, self.paths.planes, now):
             # A stall of ours: read what waits before judging (docs/DESIGN.md §6).
-            self._rto_hold[plane] = now + self.config.reorder_min
+            self.rtos.hold(plane, now + self.config.reorder_min)
             return False
         # A plane is one FIFO at the peer (one socket), so a later packet on this plane
         # acknowledged says the old ones are not merely queued: they are lost, and so are
@@ -336,7 +332,7 @@ class Sender:
                 now=now,
             )
         if isinstance(alive, float):
-            self._rto_hold[plane] = alive  # the other planes' answers are still due
+            self.rtos.hold(plane, alive)  # the other planes' answers are still due
             return False
         if here is not None or alive:
             for rec in list(fifo):
@@ -345,21 +341,13 @@ class Sender:
                     if acked_later(rec, here) or (alive and self.rack.acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
         elif later_elsewhere and now < quiet_until:
-            self._rto_hold[plane] = quiet_until  # lagging: wait
+            self.rtos.hold(plane, quiet_until)  # lagging: wait
             return False
         elif now < self.last_progress + est.rto:
-            self._rto_hold[plane] = self.last_progress + est.rto  # the window, not the peer
+            self.rtos.hold(plane, self.last_progress + est.rto)  # the window, not the peer
             return False
-        else:
-            probe = self._stall_probe.take(self.log.by_plane, plane, now)
-            if probe:
-                self._declare_lost(oldest, "rto", avoid_plane=plane)
-            est.backoff = min(est.backoff + 1, 16)
-            if probe:
-                self._stall_probe.sent(now, est.current)
-            # Restarted from now (RFC 6298 §5.6): from the oldest's send time, an old packet
-            # would expire again at once, once per backoff step, in the same instant.
-            self._rto_hold[plane] = now + est.current
+        elif self.rtos.stall_expiry(self.log.by_plane, plane, est, now):
+            self._declare_lost(oldest, "rto", avoid_plane=plane)  # the one probe
         self.rto_expiries += 1
         return (
             self.rto_expiries >= self.config.rto_retries
