@@ -25,6 +25,13 @@ transfer for MPTCP and for mrc, with plane `--fail-plane` (0) failed by `--fault
 (`link-down`: `faults.link_down` of tools.testbed on link h1-p<plane>, both ends down)
 `--fault-after` (2 s) after data started flowing.
 
+Last the latency section (`tools.compare.latency`, about 25 s): 5000 round trips of 64 bytes,
+one in flight, for UDP and for TCP (`tools.compare.pingpong`: blocking sockets, TCP_NODELAY,
+plane 0) and for `mrc bench --latency` (WRITE_WITH_IMM there and back, every plane), min/p50/
+p99/p99.9/max side by side; and `mrc bench --sweep --verify`, 1 s per size from 4 KiB to
+16 MiB, whose 4 KiB WRITEs per second and 64 KiB / 1 MiB goodput ratio are held against issue
+19's goals (`latency-udp`, `latency-tcp`, `latency-mrc`, `sweep-mrc` for `--only`).
+
 How each quantity is measured
 -----------------------------
 - **Goodput** (bits/s): payload bytes delivered to the receiving application over the
@@ -79,7 +86,8 @@ How each quantity is measured
 The mrc failover run uses `--verify` too, so `integrity` says whether every message survived
 the failure intact.
 
-Modules: `cli` (orchestration, cleanup), `runs` (throughput runs), `failover`, `analysis`
-(byte-log arithmetic), `report` (ratios, goals, table), `procs` (child processes, CPU), and
-the programs run inside the namespaces: `mptcp`, `quic`, `rawudp`, `sampler`.
+Modules: `cli` (orchestration, cleanup), `runs` (throughput runs), `failover`, `latency`
+(round trips and the sweep), `analysis` (byte-log arithmetic), `report` (ratios, goals,
+tables), `procs` (child processes, CPU), and the programs run inside the namespaces: `mptcp`,
+`quic`, `rawudp`, `sampler`, `pingpong`.
 """
