@@ -1,6 +1,6 @@
 """Spurious timeouts on loopback, clean and under CPU hogs, as JSON (not a timed test).
 
-    python -m tools.bench_rto [-n 1G] [--runs 5] [--hogs 2] > bench-rto.json
+    python -m tools.bench_rto [-n 1G] [--runs 5] [--hogs 2] [--stalls] [--latency N] > out.json
 
 Runs `mrc bench` between four loopback planes on each side (server 127.0.0.2-5, client
 127.0.0.6-9, a free port, `--verify`), `--runs` times clean and `--runs` times while `--hogs`
@@ -13,6 +13,10 @@ after it), and reports per run what issue 19 item 4 asks about (docs/DESIGN.md Â
 - `spurious_rto`: RTO resends that arrived as duplicates, bounded by min(rto, duplicates)
   (a duplicate may also be a RACK or completion resend, so this is an upper bound), and its
   share of `packets_sent` (the goal: 0 clean, under 0.1 % with two hogs).
+
+`--stalls` adds runs whose client, then server, is frozen (SIGSTOP) 50 ms every 200 ms: a
+stall of this host, then of the peer. `--latency N` adds N-round-trip `mrc bench --latency`
+ping-pongs beside the hogs, each message a tail: every resend there beat the peer's answer.
 """
 
 from __future__ import annotations
@@ -138,6 +142,51 @@ def one_run(
     }
 
 
+def latency_run(iterations: int, timeout: float) -> dict[str, Any]:
+    """One WRITE_WITH_IMM ping-pong (`mrc bench --latency`): every message is a tail, so any
+    resend is a probe or an RTO that beat the peer's answer."""
+    port = free_udp_port(A_PLANES + B_PLANES)
+    servers, clients = ",".join(A_PLANES), ",".join(B_PLANES)
+    server = subprocess.Popen(
+        [*MRC, "bench", "-s", "-1", "-B", servers, "-p", str(port), "-J"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env(),
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(1.0)
+        argv = [*MRC, "bench", "-c", servers, "-B", clients, "-p", str(port), "--latency"]
+        client = subprocess.run(
+            [*argv, "--iterations", str(iterations), "-J"],
+            capture_output=True,
+            text=True,
+            env=env(),
+            cwd=ROOT,
+            timeout=timeout,
+            check=False,
+        )
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGKILL)
+        server.wait()
+    if client.returncode != 0:
+        return {"error": (client.stderr.strip().splitlines() or ["no output"])[-1]}
+    end = json.loads(client.stdout)["end"]
+    lat = end["latency"]
+    resends = int(end.get("retransmits", 0))
+    return {
+        "round_trips": int(lat["samples"]),
+        "p50_us": lat["p50"],
+        "p99_us": lat["p99"],
+        "p99_9_us": lat["p99_9"],
+        "max_us": lat["max"],
+        "resends": resends,
+        "resends_pct": round(100.0 * resends / max(1, int(lat["samples"])), 4),
+    }
+
+
 def summary(runs: list[dict[str, Any]], goal_pct: float) -> dict[str, Any]:
     ok = [r for r in runs if "error" not in r]
     worst = max((r["spurious_rto_pct"] for r in ok), default=None)
@@ -162,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also runs whose client, then server, is frozen 50 ms every 200 ms",
     )
+    ap.add_argument(
+        "--latency",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N-round-trip --latency ping-pongs beside the hogs (resends per round trip)",
+    )
     args = ap.parse_args(argv)
     runs: dict[str, list[dict[str, Any]]] = {"clean": [], f"hogs_{args.hogs}": []}
     if args.stalls:
@@ -177,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"size": args.n}
     for kind, got in runs.items():
         report[kind] = summary(got, 0.0 if kind == "clean" else 0.1)
+    if args.latency:
+        pongs = []
+        for _ in range(args.runs):
+            with hogs(args.hogs):
+                pongs.append(latency_run(args.latency, args.timeout))
+        report[f"latency_hogs_{args.hogs}"] = {"runs": pongs}
     json.dump(report, sys.stdout, indent=2)
     print()
     return 0
