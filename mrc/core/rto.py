@@ -1,12 +1,12 @@
 """What an expired RTO may conclude (docs/DESIGN.md §6): the evidence about planes and paths.
 
-Pure functions over the sender's send records and plane table. A plane is one FIFO at the peer
-(one socket), so a later packet acknowledged on the same plane proves older ones lost; a plane
-silent while the peer answers elsewhere is dead; silence everywhere is a stalled peer, probed
-with one resend for the whole connection; an RTO that fires long after it was due with
-nothing read since is a stall of this process, not of the network. The sender (`sender.py`)
-decides what to resend and which EVs to signal; this module only weighs the evidence, and
-keeps each plane's RETRANSMIT timer (`RtoTimers`).
+Functions over the sender's send records and plane table, and the state of its RETRANSMIT
+timers (`RtoTimers`). A plane is one FIFO at the peer (one socket), so a later packet
+acknowledged on the same plane proves older ones lost; a plane silent while the peer answers
+elsewhere is dead; silence everywhere is a stalled peer, probed with one resend for the whole
+connection; an RTO that fires long after it was due with nothing read since is a stall of
+this process, not of the network. The sender (`sender.py`) decides what to resend and which
+EVs to signal; this module only weighs the evidence and arms the timers.
 """
 
 from __future__ import annotations
