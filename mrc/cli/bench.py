@@ -304,9 +304,10 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "--ev-encoding",
         choices=EV_ENCODINGS,
         default="evxh",
-        help="where datagrams carry their EV: evxh (an MRC header of ours, the default) or "
-        "flowlabel (also the IPv6 flow label, so the ECMP routers of a plain fabric spray on "
-        "it; IPv6 planes only, not with --paths)",
+        help="where datagrams carry their EV for the fabric to hash: evxh (only an MRC header "
+        "of ours, the default), flowlabel (the IPv6 flow label instead; IPv6 planes; agreed "
+        "with the peer) or udp (it also picks the UDP source port, from 128 sockets per plane; "
+        "both sides must say udp); not with --paths",
     )
     p.add_argument(
         "--security",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from mrc.core.config import SessionConfig
 from mrc.core.handshake import Identity
 from mrc.io.pathtable import PathTable
+from mrc.node.host import SPORT_POOL
 
 from .bench_trace import TraceFile
 
@@ -23,8 +24,8 @@ DEFAULT_CC = SessionConfig().cc
 DEFAULT_FLOWCELL = 64
 
 
-#: Reverse EVs per plane when EVs ride in the flow label.
-FLOWLABEL_REVERSE_EVS = 8
+#: Reverse EVs per plane when a fabric hashes the EV (flow label or source port).
+HASHED_REVERSE_EVS = 8
 
 @dataclass(slots=True)
 class BenchOptions:
@@ -72,6 +73,7 @@ class BenchOptions:
 
     def config(self, planes: int, plane_paths: Mapping[int, int] | None = None) -> SessionConfig:
         counts = plane_paths or {}
+        ports = SPORT_POOL if self.ev_encoding == "udp" else 1
         return SessionConfig(
             plane_mask=(1 << planes) - 1,
             payload_mtu=self.payload_mtu,
@@ -81,11 +83,12 @@ class BenchOptions:
             plane_balance=self.plane_balance,
             cc=self.cc,
             flowcell=self.flowcell,
-            plane_paths=tuple(counts.get(p, 1) for p in range(planes)),
+            # EVs that pick a source port are spread evenly over the pool, as over paths.
+            plane_paths=tuple(counts.get(p, ports) for p in range(planes)),
             security=self.security,
-            # A fabric that hashes the flow label spreads a plane's reverse path over paths
-            # we cannot see: validate several reverse EVs, not one (docs/DESIGN.md §4).
-            reverse_evs=FLOWLABEL_REVERSE_EVS if self.ev_encoding == "flowlabel" else 1,
+            # A fabric that hashes the flow label or the source port spreads a plane's reverse
+            # path over paths we cannot see: validate several reverse EVs (docs/DESIGN.md §4).
+            reverse_evs=HASHED_REVERSE_EVS if self.ev_encoding != "evxh" else 1,
             ev_encoding=self.ev_encoding,
         ).validate()
 

@@ -17,6 +17,7 @@ from typing import Protocol
 from ..wire.bth import CM_LISTEN_QPN, Opcode
 from ..wire.cm import (
     CM_FLAG_EV_FLOWLABEL,
+    CM_FLAG_EV_SPORT,
     CMH,
     MAX_PRIVATE_DATA,
     KeyBlock,
@@ -90,6 +91,7 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
         or cmh.ev_per_plane == 0
         or cmh.max_imm == 0
         or mask == 0
+        or bool(cmh.flags & CM_FLAG_EV_SPORT) != (local.ev_encoding == "udp")
     ):
         return RejectReason.BAD_PARAMETERS
     return replace(
@@ -103,7 +105,12 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
     )
 
 
+_ENCODING_FLAGS = {"evxh": 0, "flowlabel": CM_FLAG_EV_FLOWLABEL, "udp": CM_FLAG_EV_SPORT}
+
+
 def _agreed_encoding(local: SessionConfig, cmh: CMH) -> str:
+    if local.ev_encoding == "udp":
+        return "udp"  # both sides said so (checked before)
     offered = cmh.flags & CM_FLAG_EV_FLOWLABEL
     return "flowlabel" if offered and local.ev_encoding == "flowlabel" else "evxh"
 
@@ -121,6 +128,7 @@ def adopt_reply(local: SessionConfig, cmh: CMH) -> SessionConfig | None:
         or cmh.plane_mask == 0
         or cmh.plane_mask & ~local.plane_mask
         or (cmh.flags & CM_FLAG_EV_FLOWLABEL and local.ev_encoding != "flowlabel")
+        or bool(cmh.flags & CM_FLAG_EV_SPORT) != (local.ev_encoding == "udp")
     ):
         return None
     return replace(
@@ -164,7 +172,7 @@ def _cmh(
         reject_reason=reject_reason,
         private_data_len=len(private_data),
         version=CM_VERSION,
-        flags=CM_FLAG_EV_FLOWLABEL if config.ev_encoding == "flowlabel" else 0,
+        flags=_ENCODING_FLAGS[config.ev_encoding],
     )
 
 

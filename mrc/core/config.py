@@ -22,7 +22,7 @@ SECURITY_LEVELS = ("none", "auth", "encrypt")
 
 
 #: Where a connection's datagrams carry their EV (`SessionConfig.ev_encoding`).
-EV_ENCODINGS = ("evxh", "flowlabel")
+EV_ENCODINGS = ("evxh", "flowlabel", "udp")
 
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
@@ -105,9 +105,12 @@ class SessionConfig:
     #: cannot see (EVs in the flow label), so that one EV hashed through a dead switch does
     #: not make the whole plane look dead. Planes with SRv6 paths take one per path.
     reverse_evs: int = 1
-    #: Where this side wants the EV carried (docs/WIRE.md §3): "evxh" (our header) or
-    #: "flowlabel" (the IPv6 flow label, EVXH left out; IPv6 planes only). Offered in the CM
-    #: REQUEST and agreed only when both sides want it; the agreed config says what is used.
+    #: Where this side wants the EV carried (docs/WIRE.md §3): "evxh" (our header),
+    #: "flowlabel" (the IPv6 flow label, EVXH left out; IPv6 planes only; offered in the CM
+    #: REQUEST and agreed only when both sides want it), or "udp" (EVXH, and the UDP source
+    #: port picked by the EV from a pool of sockets per plane; both sides must say so, since
+    #: a side that does not would filter the other's ports). The agreed config says what is
+    #: used.
     ev_encoding: str = "evxh"
     p_key: int = 0xFFFF
     #: First PSN of our sending direction; None = random (tests start near 2^24 to wrap).

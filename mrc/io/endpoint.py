@@ -36,6 +36,8 @@ __all__ = ["CoreEndpoint", "CoreSession", "Fault", "IoEndpoint"]
 
 log = logging.getLogger("mrc.io")
 
+#: The first CM opcode (docs/WIRE.md §2): CM packets never leave from a pool socket.
+_CM_FIRST = 0xE0
 #: Drain passes over the planes per wake-up. The second reads what arrived while the first
 #: was processed: a SACK sent together with one just read, but on a plane drained before it
 #: came, would otherwise wait for the next wake-up, and RACK would meanwhile take the packets
@@ -188,6 +190,8 @@ class IoEndpoint(Generic[S]):
                     continue
                 if self.paths is not None and self.paths.source_routed(sock, addr):
                     continue
+                if sock.pool:
+                    continue  # the peer's pool sends from many ports: do not filter them
                 sock.connect(addr)
         addrs: dict[int, Hashable] = {p: a for p, a in peer_addrs.items()}
         session = self.core.connect(config, addrs, private_data, self.now())
@@ -257,6 +261,11 @@ class IoEndpoint(Generic[S]):
         if sock.flowlabel:
             # The EV's low 20 bits in the flow label: what ECMP switches hash on.
             return sock.send(tx.data, addr, tx.segment_size, label=tx.ev)
+        pool = sock.pool
+        if pool and tx.data[0] < _CM_FIRST:
+            # The EV picks the source port (CM packets keep the plane socket's: the peer
+            # answers where they came from).
+            return sock.send(tx.data, addr, tx.segment_size, pool[tx.ev % len(pool)])
         return sock.send(tx.data, addr, tx.segment_size)
 
     def _arm(self, session: S, key: int, deadline: float | None, now: float) -> None:

@@ -56,6 +56,8 @@ SO_RCVBUFFORCE = 33
 
 ECT0 = 0x02
 DEFAULT_BUFFER_BYTES = 16 << 20
+#: Send buffer of each pool socket (a few GSO batches: the pool shares the plane's traffic).
+POOL_BUFFER_BYTES = 1 << 20
 RECV_BUFFER_BYTES = 64 << 10
 MAX_GSO_SEGMENTS = 64
 _ANC_SIZE = socket.CMSG_SPACE(4) * 2
@@ -124,6 +126,7 @@ class PlaneSocket:
         tos: int = ECT0,
         reuseport: bool = False,
         flowlabel: bool = False,
+        pool: int = 0,
     ) -> None:
         self.plane = plane
         self.family, bind_addr = resolve_addr(host, port)
@@ -184,6 +187,15 @@ class PlaneSocket:
         self._views = [memoryview(b) for b in self._ring]
         self._iov = [[b] for b in self._ring]
         self._anc = _ANC_SIZE + (socket.CMSG_SPACE(4) if flowlabel else 0)
+        #: Sockets this plane also sends from, a source port each (`send(via=…)`): an EV
+        #: picks one, so a fabric that hashes the 5-tuple spreads the plane's EVs.
+        self.pool: list[socket.socket] = []
+        try:
+            for _ in range(pool):
+                self.pool.append(_pool_socket(self.family, bind_addr[0], tos))
+        except BaseException:
+            self.close()
+            raise
         self._next = 0
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -208,6 +220,8 @@ class PlaneSocket:
 
     def close(self) -> None:
         self.sock.close()
+        for s in self.pool:
+            s.close()
 
     # -- receive ----------------------------------------------------------------------------
 
@@ -413,6 +427,25 @@ class PlaneSocket:
 
     def __repr__(self) -> str:
         return f"PlaneSocket(plane={self.plane}, local={self.local_addr!r})"
+
+
+def _pool_socket(family: int, host: str, tos: int) -> socket.socket:
+    """One source port of a plane's pool: bound to the plane's address on a port of its own,
+    marked like the plane socket, sending only (answers come to the plane socket)."""
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        _set_buffer(sock, socket.SO_SNDBUF, SO_SNDBUFFORCE, POOL_BUFFER_BYTES)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        set_recverr(sock, family)
+        sock.bind((host, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _pending_icmp(sock: socket.socket) -> bool:

@@ -21,7 +21,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from mrc.core.config import SessionConfig
+from mrc.core.config import EV_ENCODINGS, SessionConfig
 from mrc.core.endpoint import AcceptFn, Endpoint
 from mrc.core.events import Event
 from mrc.core.memory import RegionTable
@@ -34,10 +34,10 @@ from mrc.io.srv6 import PathSockets
 from .errors import NodeError
 from .paths import client_paths, path_counts, server_paths
 
-__all__ = ["EV_ENCODINGS", "EventHandler", "Node", "bind_planes", "resolve_peer"]
+__all__ = ["EV_ENCODINGS", "SPORT_POOL", "EventHandler", "Node", "bind_planes", "resolve_peer"]
 
-#: Where a node's datagrams carry their EV (docs/DESIGN.md §4).
-EV_ENCODINGS = ("evxh", "flowlabel")
+#: Source ports per plane of a node whose EVs pick their source port ("udp").
+SPORT_POOL = 128
 
 EventHandler = Callable[[Session, Event], None]
 
@@ -51,16 +51,18 @@ def bind_planes(
     reuseport: bool = False,
     interfaces: Sequence[str | None] = (),
     flowlabel: bool = False,
+    pool: int = 0,
 ) -> dict[int, PlaneSocket]:
     """One plane socket per address (plane i = addrs[i]), bound to `interfaces[i]` when given;
     `reuseport` lets SRv6 path sockets share the port; `flowlabel` makes each datagram carry its
-    EV in the IPv6 flow label (docs/DESIGN.md §4). Closes what it opened on failure."""
+    EV in the IPv6 flow label, `pool` gives each plane that many more source ports for EVs to
+    pick (docs/DESIGN.md §4). Closes what it opened on failure."""
     planes: dict[int, PlaneSocket] = {}
     try:
         for i, host in enumerate(addrs):
             try:
                 planes[i] = PlaneSocket(
-                    i, host, port, gro=True, reuseport=reuseport, flowlabel=flowlabel
+                    i, host, port, gro=True, reuseport=reuseport, flowlabel=flowlabel, pool=pool
                 )
             except socket.gaierror as exc:
                 raise NodeError(f"cannot resolve {host!r} (plane {i}): {exc.strerror}") from None
@@ -146,15 +148,18 @@ class Node:
             known = ", ".join(EV_ENCODINGS)
             raise NodeError(f"unknown EV encoding {ev_encoding!r} (one of {known})")
         flowlabel = ev_encoding == "flowlabel"
-        if flowlabel and table is not None:
-            raise NodeError("EVs in the flow label are for ECMP fabrics; SRv6 paths (--paths) "
-                            "name their path in the segment list")  # fmt: skip
-        #: Where each datagram's EV rides besides its EVXH: "evxh" (nowhere else) or
-        #: "flowlabel" (also the IPv6 flow label, so ECMP switches spray on it).
+        if ev_encoding != "evxh" and table is not None:
+            raise NodeError(f"EVs in the {'flow label' if flowlabel else 'source port'} are for "
+                            "ECMP fabrics; SRv6 paths (--paths) name their path in the segment "
+                            "list")  # fmt: skip
+        #: Where each datagram's EV rides besides or instead of its EVXH: "evxh" (nowhere
+        #: else), "flowlabel" (the IPv6 flow label) or "udp" (it picks the source port), so
+        #: ECMP switches spray on it.
         self.ev_encoding = ev_encoding
         planes = bind_planes(
-            binds, port, reuseport=table is not None, interfaces=interfaces, flowlabel=flowlabel
-        )
+            binds, port, reuseport=table is not None, interfaces=interfaces, flowlabel=flowlabel,
+            pool=SPORT_POOL if ev_encoding == "udp" else 0,
+        )  # fmt: skip
         path_sockets: PathSockets | None = None
         try:
             if table is not None:

@@ -48,6 +48,8 @@ class RejectReason(IntEnum):
 
 #: CMH `flags` bit: EVs in the IPv6 flow label, no EVXH (docs/WIRE.md §3, §6).
 CM_FLAG_EV_FLOWLABEL = 0x0001
+#: CMH `flags` bit: each EV also picks the UDP source port (docs/WIRE.md §3, §6).
+CM_FLAG_EV_SPORT = 0x0002
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,9 @@ class CMH(FixedHeader):
     `security` is a SecurityLevel value; `reject_reason` a RejectReason value (0 outside a
     REJECT). A 64-byte key block follows when `security` is not 0, then `private_data_len` bytes
     of private data. `flags` [ours]: bit 0 (`CM_FLAG_EV_FLOWLABEL`) = the EV rides in the IPv6
-    flow label instead of EVXH (offered in a REQUEST, agreed in a REPLY); the rest sent as 0.
+    flow label instead of EVXH (offered in a REQUEST, agreed in a REPLY); bit 1
+    (`CM_FLAG_EV_SPORT`) = the sender's source port varies with the EV (both sides must set
+    it alike); the rest sent as 0.
     """
 
     local_qpn: int

@@ -37,7 +37,7 @@ BAD = [
     (["bench", "--demo", "-c", "127.0.0.2"], "exactly one of"),
     (["bench", "-c", "127.0.0.2,,127.0.0.3"], "empty address"),
     (["bench", "-c", "127.0.0.2", "--spray", "nope"], "invalid choice: 'nope'"),
-    (["bench", "-c", "::1", "--ev-encoding", "udp"], "invalid choice: 'udp'"),
+    (["bench", "-c", "::1", "--ev-encoding", "sport"], "invalid choice: 'sport'"),
     (["bench", "-c", "x", "--daemon", "/tmp/s", "--ev-encoding", "flowlabel"],
      "--ev-encoding does not apply with --daemon"),
 ]

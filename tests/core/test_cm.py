@@ -155,3 +155,38 @@ def test_reject_reasons_for_version_and_security() -> None:
         pkt = decode_packet(reject.data)
         assert isinstance(pkt, CmPacket) and pkt.opcode is Opcode.CM_REJECT
         assert (pkt.dest_qp, pkt.cmh.reject_reason, pkt.cmh.nonce) == (77, reason, b"n" * 16)
+
+
+def test_where_evs_ride_is_agreed_in_the_cmh_flags() -> None:
+    """docs/WIRE.md §3, §6: the flow label only when both sides offer it; the source port
+    only when both say so (a side that does not would filter the other's ports)."""
+    from dataclasses import replace
+
+    from mrc.core import cm
+    from mrc.wire.cm import CM_FLAG_EV_FLOWLABEL, CM_FLAG_EV_SPORT
+
+    base = SessionConfig(plane_mask=0b11)
+    agreed: dict[tuple[str, str], str | RejectReason] = {}
+    for req in ("evxh", "flowlabel", "udp"):
+        for resp in ("evxh", "flowlabel", "udp"):
+            request = cm._cmh(replace(base, ev_encoding=req), plane=0, local_qpn=5,
+                              remote_qpn=0, initial_psn=0, nonce=bytes(16),
+                              connection_id=1)  # fmt: skip
+            out = cm.negotiate(replace(base, ev_encoding=resp), request)
+            agreed[req, resp] = out if isinstance(out, RejectReason) else out.ev_encoding
+            assert request.flags == {"evxh": 0, "flowlabel": CM_FLAG_EV_FLOWLABEL,
+                                     "udp": CM_FLAG_EV_SPORT}[req]  # fmt: skip
+    bad = RejectReason.BAD_PARAMETERS
+    assert agreed == {
+        ("evxh", "evxh"): "evxh", ("evxh", "flowlabel"): "evxh", ("evxh", "udp"): bad,
+        ("flowlabel", "evxh"): "evxh", ("flowlabel", "flowlabel"): "flowlabel",
+        ("flowlabel", "udp"): bad,
+        ("udp", "evxh"): bad, ("udp", "flowlabel"): bad, ("udp", "udp"): "udp",
+    }  # fmt: skip
+    # A REPLY may not add what the requester did not offer, nor drop the source port.
+    reply = cm._cmh(replace(base, ev_encoding="flowlabel"), plane=0xFF, local_qpn=6,
+                    remote_qpn=5, initial_psn=0, nonce=bytes(16), connection_id=1)  # fmt: skip
+    assert cm.adopt_reply(base, reply) is None
+    assert cm.adopt_reply(replace(base, ev_encoding="flowlabel"), reply) is not None
+    plain = replace(reply, flags=0)
+    assert cm.adopt_reply(replace(base, ev_encoding="udp"), plain) is None

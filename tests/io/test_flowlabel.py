@@ -76,8 +76,8 @@ def test_ipv4_planes_cannot_carry_a_flow_label() -> None:
         with pytest.raises(NodeError, match=r"^EVs in the flow label need IPv6 on every plane; "
                                             r"plane 0 is 127\.0\.0\.2$"):  # fmt: skip
             Node(loop, ["127.0.0.2"], 0, ev_encoding="flowlabel")
-        with pytest.raises(NodeError, match="unknown EV encoding 'udp'"):
-            Node(loop, ["::1"], 0, ev_encoding="udp")
+        with pytest.raises(NodeError, match="unknown EV encoding 'sport'"):
+            Node(loop, ["::1"], 0, ev_encoding="sport")
     finally:
         loop.close()
 

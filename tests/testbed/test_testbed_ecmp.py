@@ -1,7 +1,9 @@
 """`up clos --ecmp 1` (4 hosts in 2 racks, 4 planes, 2 tier-1 switches per plane, no SRv6): the
 tier-0 switches reach the other rack through one multipath route over both tier-1s, and the
 kernel hashes each datagram's addresses and flow label to pick one. `mrc bench --ev-encoding
-flowlabel` puts each datagram's EV in its flow label, so a plain ECMP fabric sprays it.
+flowlabel` puts each datagram's EV in its flow label, so a plain ECMP fabric sprays it; with
+`--ecmp 2` the kernel hashes the 5-tuple, and `--ev-encoding udp` lets each EV pick its source
+port.
 
 h1 (rack 1) writes to a server on h3 (rack 2) with `--verify`; the tier-1 interfaces toward rack
 2 count what crossed each tier-1. With 128 EVs per plane every tier-1 of a plane carries its
@@ -48,6 +50,21 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
     try:
         with running_testbed("clos", "--ecmp", "1", extra_env=extra,
                              name=unique("ecmp")) as doc:  # fmt: skip
+            yield BenchBed(doc, extra)
+    finally:
+        tb("down", "--all", extra_env=extra, check=False)
+
+
+@pytest.fixture(scope="module")
+def l4bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
+    """The same Clos hashing the 5-tuple (`--ecmp 2`), for EVs that pick the source port."""
+    skip_without_features()
+    work = tmp_path_factory.mktemp("ecmp-l4")
+    extra = {"MRC_TESTBED_STATE_DIR": str(work / "state"),
+             "MRC_TESTBED_PREFIX": unique("m4") + "-"}  # fmt: skip
+    try:
+        with running_testbed("clos", "--ecmp", "2", extra_env=extra,
+                             name=unique("ecmp4")) as doc:  # fmt: skip
             yield BenchBed(doc, extra)
     finally:
         tb("down", "--all", extra_env=extra, check=False)
@@ -127,6 +144,17 @@ def test_the_flow_label_sprays_every_plane_over_every_tier1(clean: BenchBed) -> 
     got = shares(before, after)
     print("per-tier-1 share of its plane's mean:", got)
     assert sum(after[k] - before[k] for k in before) >= 256 * MIB  # the data crossed tier 1
+    assert all(0.75 <= s <= 1.25 for s in got.values()), got
+
+
+def test_the_source_port_sprays_every_plane_over_every_tier1(l4bed: BenchBed) -> None:
+    # Each EV sends from the pool port it picks (128 per plane): the 5-tuple hash spreads them.
+    before = toward_rack2(l4bed)
+    bench(l4bed, "udp", 256 * MIB, 4905)
+    after = toward_rack2(l4bed)
+    got = shares(before, after)
+    print("per-tier-1 share of its plane's mean:", got)
+    assert sum(after[k] - before[k] for k in before) >= 256 * MIB
     assert all(0.75 <= s <= 1.25 for s in got.values()), got
 
 

@@ -137,7 +137,7 @@ def list_namespaces(runner: Runner) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _sysctls(node: Node) -> list[tuple[str, str]]:
+def _sysctls(node: Node, hash_policy: int = 0) -> list[tuple[str, str]]:
     """IPv6 forwarding and seg6 on `all`, `default` and every interface (the kernel takes the
     minimum of `all` and the interface for seg6), no DAD, addresses kept across link down, and
     routes over a carrier-down link skipped so a backup static route takes over."""
@@ -152,8 +152,9 @@ def _sysctls(node: Node) -> list[tuple[str, str]]:
         ]
     if not node.is_host:
         settings.append(("net.ipv4.ip_forward", "1"))
-        # ECMP routes hash on addresses, flow label and protocol (the clos's ecmp mode).
-        settings.append(("net.ipv6.fib_multipath_hash_policy", "0"))
+        # ECMP routes hash on addresses, flow label and protocol (0), or on the 5-tuple (1):
+        # the clos's ecmp modes 1 and 2.
+        settings.append(("net.ipv6.fib_multipath_hash_policy", str(hash_policy)))
     return settings
 
 
@@ -216,7 +217,7 @@ def _build(topo: Topology, nsmap: dict[str, str], runner: Runner) -> None:
         )
     runner.batch("ip", veths)
     for node in topo.nodes.values():
-        runner.sysctl(nsmap[node.name], _sysctls(node))
+        runner.sysctl(nsmap[node.name], _sysctls(node, 1 if topo.params.get("ecmp") == 2 else 0))
     for node in topo.nodes.values():
         lines = ["link set dev lo up"] + [f"link set dev {i} up" for i in node.ifaces]
         for iface in node.ifaces:

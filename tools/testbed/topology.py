@@ -18,7 +18,9 @@ A topology file is TOML with a `kind`:
   tier-1 by metric when a link is down. With `ecmp = 1` (`up clos --ecmp 1`), plain IPv6 to
   another rack takes one multipath route over every tier-1 instead, hashed on addresses and
   the IPv6 flow label (`fib_multipath_hash_policy` 0): a sender that puts its EV in the flow
-  label (`mrc bench --ev-encoding flowlabel`) sprays over the tier-1s without SRv6.
+  label (`mrc bench --ev-encoding flowlabel`) sprays over the tier-1s without SRv6. `ecmp = 2`
+  hashes the 5-tuple instead (policy 1), for senders whose EV picks the UDP source port
+  (`--ev-encoding udp`).
 - `custom`: containerlab-like `[nodes.<name>]` (role = "host" | "switch", optional `sid`,
   `routes = [{dst, via, dev, metric}]`) and `[[links]]` with `endpoints = ["a:if", "b:if"]`,
   `addresses = [[…a…], […b…]]`, optional `name`, `plane`, `mtu`, `rate`. No path table.
@@ -61,7 +63,7 @@ PARAMS: dict[str, dict[str, tuple[int, int, int]]] = {
         "hosts": (4, 1, 256),
         "racks": (2, 1, 64),
         "tier1": (2, 1, 26),
-        "ecmp": (0, 0, 1),
+        "ecmp": (0, 0, 2),
     },
     "custom": {},
 }
