@@ -14,7 +14,7 @@ from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
 
 METH_STRUCT = struct.Struct(">HH")  # RQMSN 16 | MSN 16
-TSETH_STRUCT = struct.Struct(">H2x")  # tx_timestamp 16 | TSR 1 | rsvd 11 | ftype 4 (sent as 0)
+TSETH_STRUCT = struct.Struct(">HH")  # tx_timestamp 16 | TSR 1 | rsvd 11 | ftype 4
 RETH_STRUCT = struct.Struct(">QII")  # VA 64 | R_Key 32 | DMA_length 32
 IMMDT_STRUCT = struct.Struct(">I")
 
@@ -48,20 +48,24 @@ class METH(FixedHeader):
 
 @dataclass(frozen=True, slots=True)
 class TSETH(FixedHeader):
-    """Timestamp extension header, 4 bytes: the sender's clock in µs modulo 2^16."""
+    """Timestamp extension header, 4 bytes: the sender's clock in µs modulo 2^16, then TSR 1 |
+    rsvd 11 | ftype 4: TSR and rsvd sent as 0 and ignored, `ftype` kept (0 from `mrc`)."""
 
     tx_timestamp: int
+    ftype: int = 0
 
     SIZE: ClassVar[int] = 4
     _STRUCT: ClassVar[struct.Struct] = TSETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
-        return (check_bits("tx_timestamp", self.tx_timestamp, 16),)
+        ts = check_bits("tx_timestamp", self.tx_timestamp, 16)
+        return (ts, check_bits("ftype", self.ftype, 4))
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int = 0) -> Self:
         need(buf, offset, 4, "TSETH")
-        return cls(TSETH_STRUCT.unpack_from(buf, offset)[0])
+        ts, last = TSETH_STRUCT.unpack_from(buf, offset)
+        return cls(ts, last & 0x000F)
 
 
 @dataclass(frozen=True, slots=True)

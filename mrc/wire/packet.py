@@ -71,6 +71,7 @@ class DataPacket:
 
     `ev` is 0 when the packet had no EVXH; `tx_timestamp` is None when BTH.TS = 0; `imm` is set
     only on `*_IMM` opcodes. A decoded `payload` is a memoryview slice of the decoded datagram.
+    `ftype` is TSETH's, kept as it came (0 from `mrc`, whose fast paths write it as 0).
     """
 
     opcode: Opcode
@@ -88,6 +89,7 @@ class DataPacket:
     imm: int | None
     payload: bytes | memoryview
     p_key: int = 0xFFFF
+    ftype: int = 0
 
     def encode(self) -> bytes:
         header = encode_data_header(
@@ -106,6 +108,10 @@ class DataPacket:
             imm=self.imm,
             p_key=self.p_key,
         )
+        if self.ftype and self.tx_timestamp is not None:
+            # TSETH's last nibble: after BTH, [EVXH], METH and the timestamp (docs/WIRE.md §3).
+            at = 12 + (4 if header[4] & 1 else 0) + 4 + 3
+            header = header[:at] + bytes((check_bits("ftype", self.ftype, 4),)) + header[at + 1 :]
         return header + self.payload
 
 
@@ -365,6 +371,7 @@ def _decode_data(mv: memoryview, op: int, n: int) -> DataPacket:
         t[i + 3] if key & 4 else None,
         mv[size:],
         t[2],
+        mv[12 + 4 * (key & 1) + 7] & 0x0F if key & 2 else 0,  # TSETH ftype
     )
 
 

@@ -80,7 +80,8 @@ def expected(p: Packet, evx: bool = True) -> Layers:
             out.append((L.MRC_EVXH, {"ev": p.ev}))
         out.append((L.MRC_METH, {"rqmsn": p.rqmsn, "msn": p.msn}))
         if ts:
-            out.append((L.MRC_TSETH, {"tx_timestamp": p.tx_timestamp, "tsr": 0, "ftype": 0}))
+            out.append((L.MRC_TSETH, {"tx_timestamp": p.tx_timestamp, "tsr": 0,
+                                      "ftype": p.ftype}))  # fmt: skip
         out.append((L.MRC_RETH, {"va": p.va, "rkey": p.rkey, "dma_length": p.dma_length}))
         if p.imm is not None:
             out.append((L.MRC_ImmDt, {"imm": p.imm}))

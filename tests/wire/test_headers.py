@@ -164,6 +164,7 @@ GOLDEN: list[tuple[Any, bytes]] = [
     # §3 data headers
     (METH(rqmsn=0xFFFE, msn=1), h("fffe 0001")),
     (TSETH(0xBEEF), h("beef 0000")),
+    (TSETH(0x0102, ftype=0xA), h("0102 000a")),
     (
         RETH(va=0x0102030405060708, rkey=0xDEADBEEF, dma_length=1 << 31),
         h("0102030405060708 deadbeef 80000000"),
@@ -280,7 +281,8 @@ def test_sent_as_zero_fields_are_ignored() -> None:
     # docs/WIRE.md §4: every reliability header's `type 4 | next 5` prefix and every rsvd field
     # is sent as 0 and ignored, as other MRC implementations send them (TSETH TSR/ftype and
     # SETH/NETH cc_flags too); spdcid, dpdcid, vendor and PETH/ERTH ftype are kept (golden).
-    assert TSETH.decode(h("beef ffff")) == TSETH(0xBEEF)
+    assert TSETH.decode(h("beef fff0")) == TSETH(0xBEEF)
+    assert TSETH.decode(h("beef fff5")) == TSETH(0xBEEF, ftype=5)  # ftype is kept
     noisy_seth = bytearray(SETH_PS_BYTES)
     noisy_seth[0] = 0xFF  # type 4 | next 4 of 5
     noisy_seth[1] |= 0x80 | 0x1C  # next's last bit, rsvd flag bits

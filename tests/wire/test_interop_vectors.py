@@ -15,6 +15,7 @@ from mrc.wire.ack import AETH, NETH, SETH, CCState, NackReason, SackMark, Syndro
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import (
     AckPacket,
+    DataPacket,
     EndpointPacket,
     NackPacket,
     Packet,
@@ -103,6 +104,15 @@ VECTORS: list[tuple[str, str, Packet]] = [
         EndpointPacket(Opcode.ENDPOINT_RESPONSE, dest_qp=0x2, ev=0,
                        header=EETH(EndpointOp.EV_PROBE, port_status_mask=0x3, tx_timestamp=0x555),
                        probe_id=0x77, evx=False),
+    ),
+    (
+        "write middle whose TSETH carries ftype 3",
+        "c7 00 ffff | 01 000010 | 10 000123 | 01000007"  # BTH: MIDDLE, EVX, TS | PSN; EVXH
+        " | 0001 0002 | 4321 0003"  # METH; TSETH: timestamp, TSR 0, ftype 3
+        " | 0000000000001000 | 00000007 | 00002000 | 61 62 63 64",  # RETH; 4 payload bytes
+        DataPacket(Opcode.WRITE_MIDDLE, dest_qp=0x10, psn=0x123, ev=0x01000007, a=False, rtx=False,
+                   rqmsn=1, msn=2, tx_timestamp=0x4321, va=0x1000, rkey=7, dma_length=0x2000,
+                   imm=None, payload=b"abcd", ftype=3),
     ),
     (
         "endpoint request with an EVXH (as mrc sends on IPv4 and loopback)",
