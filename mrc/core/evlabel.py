@@ -35,8 +35,14 @@ def strip_control(out: list[Transmit]) -> None:
             out[i] = Transmit(tx.plane, tx.addr, head + data[5:12] + data[16:], tx.ev)
 
 
-def restore_ev(pkt: Packet, data: bytes | memoryview, plane: int, word: int) -> None:
+def restore_ev(pkt: Packet, data: bytes | memoryview, plane: int, word: int) -> bool:
     """Give `pkt`, decoded from `data` that arrived on `plane` without an EVXH, the EV its
-    datagram's flow label names (`word` is the traffic word io passed in)."""
+    datagram's flow label names (`word` is the traffic word io passed in). False when it has
+    neither: no EV of a flow-label connection has selector 0, so label 0 names none (the caller
+    counts the drop)."""
     if not data[4] & _EVX and data[0] not in _CM:
-        pkt.ev = plane << 24 | word >> LABEL_SHIFT & LABEL_MASK  # type: ignore[union-attr]
+        label = word >> LABEL_SHIFT & LABEL_MASK
+        if not label:
+            return False
+        pkt.ev = plane << 24 | label  # type: ignore[union-attr]
+    return True

@@ -410,13 +410,15 @@ class EvTable:
 
 def _selectors(rng: random.Random, npaths: int, count: int, bits: int = 24) -> list[int]:
     """`count` distinct random selectors of `bits` bits, the i-th on path i mod `npaths`, so
-    every path gets an equal share (docs/DESIGN.md §4)."""
+    every path gets an equal share (docs/DESIGN.md §4). Flow-label selectors (20 bits) are
+    never 0: a label of 0 means "no label"."""
     out: list[int] = []
     seen: set[int] = set()
     top = ((1 << bits) - npaths) // npaths
+    low = 0 if bits == 24 else 1
     for i in range(count):
         while True:
-            sel = rng.randint(0, top) * npaths + i % npaths
+            sel = rng.randint(low, top) * npaths + i % npaths
             if sel not in seen:
                 seen.add(sel)
                 out.append(sel)

@@ -229,7 +229,10 @@ class Receiver:
             op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER_NOEVX.unpack_from(
                 data
             )
-            ev = plane << 24 | tos >> 8 & _LABEL
+            ev = tos >> 8 & _LABEL
+            if not ev:
+                return False  # no label: the slow path counts it (evlabel.py)
+            ev |= plane << 24
             w4 ^= EVX_BIT  # expected clear: the checks below read it set
         else:
             hdr = _HDR

@@ -384,8 +384,9 @@ class Session:
             if pkt.p_key != self.config.p_key:
                 drops["p_key"] += 1
                 continue
-            if self.noevx:
-                restore_ev(pkt, data, plane, tos)
+            if self.noevx and not restore_ev(pkt, data, plane, tos):
+                drops["ev_no_label"] += 1
+                continue
             if type(pkt) is DataPacket and receiver is not None and not self.half_open:
                 self._data_seen = True
                 receiver.on_data(pkt, plane, tos, now)

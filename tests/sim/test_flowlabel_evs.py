@@ -17,8 +17,8 @@ from mrc.core.config import SessionConfig
 from mrc.core.events import PathRetired
 from mrc.sim import scenarios
 from mrc.sim.network import Datagram, Host, LinkParams, Network
-from mrc.wire.bth import CM_OPCODES
-from mrc.wire.packet import SackPacket, decode_packet
+from mrc.wire.bth import CM_OPCODES, Opcode
+from mrc.wire.packet import DataPacket, SackPacket, decode_packet
 
 CM = frozenset(op.value for op in CM_OPCODES)
 Seen = list[tuple[str, int, bytes, int]]
@@ -77,3 +77,19 @@ def test_losses_retire_the_evs_read_back_from_the_labels() -> None:
     assert all(e.ev in t.session.paths.evs.by_ev for e in retired)
     assert t.session.stats.retransmits > 0
     assert not any(d[4] & 1 for _, _, d, _ in seen if d[0] not in CM)
+
+
+def test_a_packet_without_evxh_or_label_names_no_ev_and_is_dropped() -> None:
+    t, _, _, b = run("flowlabel", "flowlabel")
+    (sb,) = b.endpoint.sessions.values()
+    placed = sb.stats.bytes_placed
+    assert t.session.sender is not None
+    # A data packet as a flow-label peer frames it (no EVXH), delivered with no label at all.
+    data = DataPacket(Opcode.WRITE_ONLY, dest_qp=sb.qpn, psn=t.session.sender.next_psn,
+                      ev=0, a=True, rtx=False, rqmsn=0, msn=0, tx_timestamp=1, va=0, rkey=0,
+                      dma_length=4, imm=None, payload=b"data").encode()  # fmt: skip
+    stripped = bytes(data[:4]) + bytes((data[4] & 0xFE,)) + data[5:12] + data[16:]
+    for s in b.endpoint.receive_datagrams(0, [(stripped, "a", 2)], b.net.now):
+        b.flush(s)
+    assert sb.stats.drops_by_reason["ev_no_label"] == 1
+    assert sb.stats.bytes_placed == placed
