@@ -12,12 +12,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from node_pair import move_one_write
 
 from mrc.core.config import SessionConfig
-from mrc.core.events import ConnectionEstablished, Event, WriteCompleted
+from mrc.core.session import Session
 from mrc.io.loop import new_event_loop
 from mrc.io.planes import IPV6_FLOWINFO_SEND, PlaneSocket
-from mrc.node import Node, NodeError, resolve_peer
+from mrc.node import Node, NodeError
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import SackPacket, decode_packet, peek_opcode
 
@@ -138,35 +139,13 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 def test_a_flowlabel_node_puts_every_datagrams_ev_in_its_label(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    events: list[Event] = []
-    config = SessionConfig(plane_mask=0b1)
     a = Node(loop, ["::1"], 0, serve=True)
     b = Node(loop, ["::1"], 0, ev_encoding="flowlabel")
     tap = LabelTap(("::1", a.port))
     try:
-        b.on_event = lambda s, e: events.append(e)
-        dst = a.regions.register(bytearray(4 << 20))
-        src = b.regions.register(bytearray(bytes(range(256)) * (4 << 12)))
-        a.listen(config, lambda private: b"ok")
-        a.start()
-        b.start()
-        session = b.connect(config, resolve_peer(["::1"], tap.front.getsockname()[1]), b"")
-
-        async def until(cond: object, timeout: float = 10.0) -> None:
-            end = loop.time() + timeout
-            while not cond():  # type: ignore[operator]
-                assert loop.time() < end, "timed out"
-                await asyncio.sleep(0.002)
-
-        loop.run_until_complete(until(lambda: any(isinstance(e, ConnectionEstablished)
-                                                  for e in events)))  # fmt: skip
-        session.post_write(src, 0, 4 << 20, dst.base_va, dst.rkey)
-        b.flush(session)
-        loop.run_until_complete(until(lambda: any(isinstance(e, WriteCompleted) for e in events)))
-        assert bytes(dst.view) == bytes(src.view)
+        move_one_write(loop, a, b, SessionConfig(plane_mask=0b1),
+                       ("::1", tap.front.getsockname()[1]), 4 << 20)  # fmt: skip
     finally:
-        b.close()
-        a.close()
         tap.close()
     # Every data and control datagram of the client named its EV in the flow label too.
     assert len(tap.seen) >= 1024
@@ -180,37 +159,19 @@ def test_two_flowlabel_nodes_agree_and_leave_the_evxh_out(
     """Both sides want EVs in the flow label: they agree in CM, no datagram but CM carries an
     EVXH, every label is its EV's, and the server, reading labels with IPV6_FLOWINFO, echoes
     the client's EVs in its SACKs."""
-    events: list[Event] = []
     config = SessionConfig(plane_mask=0b1, ev_encoding="flowlabel")
     a = Node(loop, ["::1"], 0, serve=True, ev_encoding="flowlabel")
     b = Node(loop, ["::1"], 0, ev_encoding="flowlabel")
     tap = LabelTap(("::1", a.port))
-    try:
-        b.on_event = lambda s, e: events.append(e)
-        dst = a.regions.register(bytearray(4 << 20))
-        src = b.regions.register(bytearray(bytes(range(256)) * (4 << 12)))
-        a.listen(config, lambda private: b"ok")
-        a.start()
-        b.start()
-        session = b.connect(config, resolve_peer(["::1"], tap.front.getsockname()[1]), b"")
 
-        async def until(cond: object, timeout: float = 10.0) -> None:
-            end = loop.time() + timeout
-            while not cond():  # type: ignore[operator]
-                assert loop.time() < end, "timed out"
-                await asyncio.sleep(0.002)
-
-        loop.run_until_complete(until(lambda: any(isinstance(e, ConnectionEstablished)
-                                                  for e in events)))  # fmt: skip
+    def agreed(session: Session) -> None:
         assert session.config.ev_encoding == "flowlabel"
-        session.post_write(src, 0, 4 << 20, dst.base_va, dst.rkey)
-        b.flush(session)
-        loop.run_until_complete(until(lambda: any(isinstance(e, WriteCompleted) for e in events)))
-        assert bytes(dst.view) == bytes(src.view)
+
+    try:
+        session = move_one_write(loop, a, b, config, ("::1", tap.front.getsockname()[1]),
+                                 4 << 20, check=agreed)  # fmt: skip
         ours = set(session.paths.evs.by_ev)
     finally:
-        b.close()
-        a.close()
         tap.close()
     assert len(tap.seen) >= 1024
     assert all(ev is None for _, ev in tap.seen)  # no EVXH after the handshake

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from node_pair import move_one_write
 
 from mrc.core.config import SessionConfig
-from mrc.core.events import ConnectionEstablished, Event, WriteCompleted
+from mrc.core.session import Session
 from mrc.io.loop import new_event_loop
 from mrc.io.planes import PlaneSocket
-from mrc.node import Node, NodeError, resolve_peer
+from mrc.node import Node, NodeError
 from mrc.node.host import SPORT_POOL
 
 
@@ -90,39 +91,20 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def test_two_udp_nodes_spread_their_evs_over_source_ports(loop: asyncio.AbstractEventLoop) -> None:
-    events: list[Event] = []
     config = SessionConfig(plane_mask=0b1, ev_encoding="udp", ev_per_plane=128)
     a = Node(loop, ["127.0.0.2"], 0, serve=True, ev_encoding="udp")
     b = Node(loop, ["127.0.0.6"], 0, ev_encoding="udp")
     tap = PortTap(("127.0.0.2", a.port))
-    try:
-        assert len(b.planes[0].pool) == SPORT_POOL
-        b.on_event = lambda s, e: events.append(e)
-        dst = a.regions.register(bytearray(8 << 20))
-        src = b.regions.register(bytearray(bytes(range(256)) * (8 << 12)))
-        a.listen(config, lambda private: b"ok")
-        a.start()
-        b.start()
-        peers = resolve_peer(["127.0.0.20"], tap.front.getsockname()[1])
-        session = b.connect(config, peers, b"")
+    pool_ports = {p.getsockname()[1] for p in b.planes[0].pool}
+    assert len(pool_ports) == SPORT_POOL
 
-        async def until(cond: object, timeout: float = 10.0) -> None:
-            end = loop.time() + timeout
-            while not cond():  # type: ignore[operator]
-                assert loop.time() < end, "timed out"
-                await asyncio.sleep(0.002)
-
-        loop.run_until_complete(until(lambda: any(isinstance(e, ConnectionEstablished)
-                                                  for e in events)))  # fmt: skip
+    def agreed(session: Session) -> None:
         assert session.config.ev_encoding == "udp"
-        session.post_write(src, 0, 8 << 20, dst.base_va, dst.rkey)
-        b.flush(session)
-        loop.run_until_complete(until(lambda: any(isinstance(e, WriteCompleted) for e in events)))
-        assert bytes(dst.view) == bytes(src.view)
-        pool_ports = {p.getsockname()[1] for p in b.planes[0].pool}
+
+    try:
+        move_one_write(loop, a, b, config, ("127.0.0.20", tap.front.getsockname()[1]), 8 << 20,
+                       check=agreed)  # fmt: skip
     finally:
-        b.close()
-        a.close()
         tap.close()
     # Every EV always left from the one port it picks; the data used most of the pool.
     port_of: dict[int, set[int]] = {}

@@ -41,33 +41,29 @@ MIB = 1 << 20
 EVS = "128"  # EVs per plane: enough distinct labels for the hash to split evenly
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
+def _clos(factory: pytest.TempPathFactory, mode: str, stem: str) -> Iterator[BenchBed]:
+    """A Clos in ECMP mode `mode` under a private prefix and state directory, always down."""
     skip_without_features()
-    work = tmp_path_factory.mktemp("ecmp")
+    work = factory.mktemp(stem)
     extra = {"MRC_TESTBED_STATE_DIR": str(work / "state"),
-             "MRC_TESTBED_PREFIX": unique("me") + "-"}  # fmt: skip
+             "MRC_TESTBED_PREFIX": unique(stem[:2]) + "-"}  # fmt: skip
     try:
-        with running_testbed("clos", "--ecmp", "1", extra_env=extra,
-                             name=unique("ecmp")) as doc:  # fmt: skip
+        with running_testbed("clos", "--ecmp", mode, extra_env=extra, name=unique(stem)) as doc:
             yield BenchBed(doc, extra)
     finally:
         tb("down", "--all", extra_env=extra, check=False)
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
+    """The Clos hashing addresses and the flow label (`--ecmp 1`)."""
+    yield from _clos(tmp_path_factory, "1", "ecmp")
 
 
 @pytest.fixture(scope="module")
 def l4bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
     """The same Clos hashing the 5-tuple (`--ecmp 2`), for EVs that pick the source port."""
-    skip_without_features()
-    work = tmp_path_factory.mktemp("ecmp-l4")
-    extra = {"MRC_TESTBED_STATE_DIR": str(work / "state"),
-             "MRC_TESTBED_PREFIX": unique("m4") + "-"}  # fmt: skip
-    try:
-        with running_testbed("clos", "--ecmp", "2", extra_env=extra,
-                             name=unique("ecmp4")) as doc:  # fmt: skip
-            yield BenchBed(doc, extra)
-    finally:
-        tb("down", "--all", extra_env=extra, check=False)
+    yield from _clos(tmp_path_factory, "2", "l4ecmp")
 
 
 @pytest.fixture
