@@ -117,6 +117,19 @@ def test_a_writer_stalled_50ms_whose_timer_runs_before_its_reads_declares_no_los
     assert s.duplicates_at_b() == 0
 
 
+def test_a_writer_stalled_50ms_that_reads_before_its_timer_judges_with_the_sacks_read() -> None:
+    """The same stall resumed as io resumes (every socket read before a due timer runs): the
+    SACKs that waited re-arm every RTO from the packets still out, none of them is late with
+    nothing heard, and nothing is resent either."""
+    s = Story(size=16 * MiB, msg=MiB)
+    resends = s.watch_resends()
+    s.net.at(0.020, lambda: s.a.pause(0.050))
+    s.run()
+    assert resends == []
+    assert dict(s.sa.stats.retransmits_by_cause) == {}
+    assert s.duplicates_at_b() == 0
+
+
 def test_a_writer_stalled_while_its_peer_went_silent_still_resends_after_reorder_min() -> None:
     """The same stall, but every plane from `b` to `a` is cut at 19 ms and restored at
     150 ms: nothing waits in the writer's sockets. The overdue RTOs look again 1 ms after the
