@@ -97,6 +97,15 @@ class RtoTimers:
         self.armed: dict[int, float] = {}
         #: No stall probe before this: the last one has had no RTO yet to be answered.
         self.probe_until = 0.0
+        #: The first acknowledgement after a silence longer than the minimum RTO (a stall):
+        #: a plane's own silence counts from here, as the peer may still be reading its other
+        #: planes' sockets first.
+        self.resumed_at = 0.0
+
+    def progress(self, now: float, last_progress: float, min_rto: float) -> None:
+        """Something was newly acknowledged at `now`, the last time before at `last_progress`."""
+        if now - last_progress > min_rto:
+            self.resumed_at = now
 
     def hold(self, plane: int, until: float) -> None:
         self.holds[plane] = until

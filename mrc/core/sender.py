@@ -320,7 +320,8 @@ class Sender:
         here = acked_on_plane(fifo, oldest.seq)
         later_elsewhere = self.rack.top_seq > oldest.seq
         # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
-        quiet_until = pl.acked_at + est.rto
+        # Silent since its last acknowledgement, or since the peer's stall ended if later.
+        quiet_until = max(pl.acked_at, self.rtos.resumed_at) + est.rto
         alive: bool | float = False
         if later_elsewhere and now >= quiet_until and here is None:
             alive = peer_alive(
@@ -540,6 +541,7 @@ class Sender:
         if acked:
             flight.left(left)
             self.stats.bytes_acked += acked
+            self.rtos.progress(now, self.last_progress, self.config.min_rto)
             self.last_progress = now
             self.rto_expiries = 0
 

@@ -173,6 +173,26 @@ def test_a_peer_stalled_50ms_gets_one_probe_per_expiry_not_one_per_plane() -> No
     assert s.a.events_of(PlaneDown) == []
 
 
+def test_a_plane_read_late_after_the_peers_stall_is_not_taken_for_a_dead_one() -> None:
+    """t = 20 ms: the responder stops for 34 ms. When it resumes (54 ms) it reads planes 0, 1
+    and 3 at once and plane 2's socket 3 ms later (57 ms). At 55 ms plane 2's RTO (backed
+    off twice by the stall) finds the plane silent for 35 ms, longer than its RTO, while the
+    peer answers on the other planes: what a dead plane looks like. But the peer has been
+    answering for 1 ms only: plane 2's silence counts from then, so it waits, and its SACKs
+    come at 57 ms. Before this rule: 104 packets resent at 55 ms, all of them twice at the
+    peer. Left: the stall's two probes (25, 35 ms)."""
+    s = Story(size=16 * MiB, msg=MiB)
+    resends = s.watch_resends()
+    b = s.b
+    s.net.at(0.020, lambda: b.pause(0.034))
+    s.net.at(0.0535, lambda: b.lag(2, 0.0035))  # plane 2 is read from 57 ms
+    s.run()
+    assert [round(t, 6) for t, _ in resends] == [0.025001, 0.035001]
+    assert s.sa.stats.retransmits_by_cause["rto"] == 2
+    assert s.duplicates_at_b() == 2
+    assert s.a.events_of(PathRetired) == []
+
+
 def test_a_lost_tail_is_recovered_by_the_probe_within_one_rto_and_two_round_trips() -> None:
     """One 64 KiB WRITE over two planes; its LAST packet is lost once. No later packet on its
     EV, or anywhere, is ever acknowledged, so RACK cannot see it: the RTO of its plane
