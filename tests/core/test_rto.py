@@ -180,7 +180,7 @@ def test_a_plane_read_late_after_the_peers_stall_is_not_taken_for_a_dead_one() -
     peer answers on the other planes: what a dead plane looks like. But the peer has been
     answering for 1 ms only: plane 2's silence counts from then, so it waits, and its SACKs
     come at 57 ms. Before this rule: 104 packets resent at 55 ms, all of them twice at the
-    peer. Left: the stall's two probes (25, 35 ms)."""
+    peer, and 16 EVs retired. Left: the stall's two probes (25, 35 ms)."""
     s = Story(size=16 * MiB, msg=MiB)
     resends = s.watch_resends()
     b = s.b
