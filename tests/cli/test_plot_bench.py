@@ -59,15 +59,20 @@ def test_plot_of_a_run_with_a_plane_blackholed(tmp_path: Path,
     assert [m.plane for m in faults] == [PLANE]
     assert faults[0].t == pytest.approx(FAULT_AT, abs=0.01)
 
-    # the EV timeline shows plane 2's EVs retired after the fault: at least every EV that a
-    # path-retired event names, and none retired before the fault
+    # the EV timeline shows plane 2's EVs retired after the fault: every EV that a
+    # path-retired event names, and none retired before the fault. (On a loaded host the
+    # receiver may find the plane silent and withdraw it before any RTO retires an EV: then
+    # the plane went down instead, and there is nothing retired to show.)
     tl = ev_panel(run)
     retired = {tl.rows[s.row].ev for s in tl.segments
                if s.state == "retired" and tl.rows[s.row].plane == PLANE}
     named = {e.ev for e in run.events if e.kind == "path-retired" and e.plane == PLANE}
-    assert retired and retired >= named, (retired, named, run.ev_source)
-    assert min(s.start for s in tl.segments if s.state == "retired"
-               and tl.rows[s.row].plane == PLANE) >= FAULT_AT
+    assert retired >= named, (retired, named, run.ev_source)
+    went_down = any(e.kind == "plane-down" and e.plane == PLANE for e in run.events)
+    assert named or went_down, run.events
+    if retired:
+        assert min(s.start for s in tl.segments if s.state == "retired"
+                   and tl.rows[s.row].plane == PLANE) >= FAULT_AT
     assert {r.plane for r in tl.rows} == {0, 1, 2, 3}
 
     # the trace draws the same EV timeline: the same rows and segments, but for the end of

@@ -6,7 +6,7 @@ flowlabel` puts each datagram's EV in its flow label, so a plain ECMP fabric spr
 port.
 
 h1 (rack 1) writes to a server on h3 (rack 2) with `--verify`; the tier-1 interfaces toward rack
-2 count what crossed each tier-1. With 128 EVs per plane every tier-1 of a plane carries its
+2 count what crossed each tier-1. With 255 EVs per plane every tier-1 of a plane carries its
 plane's mean share ±25 %; with the EV in the EVXH only, the fabric sees one flow per plane and
 each plane's bytes take a single tier-1 (the contrast shows the counters can tell). A tier-1
 that fails silently mid-transfer gets the EVs hashed onto it retired; one whose links go down is
@@ -38,7 +38,7 @@ TIER1 = ("a", "b")
 PLANES = 4
 CLIENT, SERVER = "h1", "h3"
 MIB = 1 << 20
-EVS = "128"  # EVs per plane: enough distinct labels for the hash to split evenly
+EVS = "255"  # EVs per plane (the most CM carries): enough labels for the hash to split evenly
 
 
 def _clos(factory: pytest.TempPathFactory, mode: str, stem: str) -> Iterator[BenchBed]:
