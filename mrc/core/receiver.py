@@ -217,7 +217,8 @@ class Receiver:
 
     def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
         """Place the common data packet straight from its bytes, without a `DataPacket`:
-        a full-size FIRST or MIDDLE with EVXH and TSETH, no A bit, no CE mark, new and in
+        a full-size FIRST or MIDDLE with EVXH (or, on a flow-label connection, without one and
+        with a label) and TSETH, no A bit, no CE mark, new and in
         the window, of a message with no failure, inside its region. True if it was placed;
         False, having changed nothing, for every other packet, which then takes
         `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
