@@ -56,17 +56,43 @@ def bind_planes(
     """One plane socket per address (plane i = addrs[i]), bound to `interfaces[i]` when given;
     `reuseport` lets SRv6 path sockets share the port; `flowlabel` makes each datagram carry its
     EV in the IPv6 flow label, `pool` gives each plane that many more source ports for EVs to
-    pick (docs/DESIGN.md §4). Closes what it opened on failure."""
+    pick (docs/DESIGN.md §4). Port 0 picks one free port for every plane (a peer names one
+    port for all of them), trying again when a later plane finds it taken. Closes what it
+    opened on failure."""
+    for _ in range(16 if port == 0 and len(addrs) > 1 else 1):
+        try:
+            return _bind_planes(addrs, port, reuseport, interfaces, flowlabel, pool)
+        except _PortTaken:
+            continue
+    raise NodeError(f"no port was free on all of {', '.join(addrs)}")
+
+
+class _PortTaken(Exception):
+    """A plane after the first could not take the port plane 0 was given (port 0)."""
+
+
+def _bind_planes(
+    addrs: Sequence[str],
+    port: int,
+    reuseport: bool,
+    interfaces: Sequence[str | None],
+    flowlabel: bool,
+    pool: int,
+) -> dict[int, PlaneSocket]:
     planes: dict[int, PlaneSocket] = {}
+    chosen = port
     try:
         for i, host in enumerate(addrs):
             try:
                 planes[i] = PlaneSocket(
-                    i, host, port, gro=True, reuseport=reuseport, flowlabel=flowlabel, pool=pool
+                    i, host, chosen, gro=True, reuseport=reuseport, flowlabel=flowlabel, pool=pool
                 )
+                chosen = planes[i].local_addr[1]
             except socket.gaierror as exc:
                 raise NodeError(f"cannot resolve {host!r} (plane {i}): {exc.strerror}") from None
             except OSError as exc:
+                if port == 0 and i > 0 and exc.errno == errno.EADDRINUSE:
+                    raise _PortTaken from None
                 if flowlabel and exc.errno == errno.EAFNOSUPPORT:
                     raise NodeError(
                         f"EVs in the flow label need IPv6 on every plane; plane {i} is {host}"
