@@ -92,7 +92,7 @@ def test_two_nodes_move_a_write_with_an_immediate(loop: asyncio.AbstractEventLoo
 def test_port_0_gives_every_plane_the_same_free_port() -> None:
     # A peer names one port for all planes (resolve_peer): a server bound with port 0 must not
     # end up on a different ephemeral port per plane.
-    planes = bind_planes(A + ["127.0.0.4", "127.0.0.5"], 0)
+    planes = bind_planes([*A, "127.0.0.4", "127.0.0.5"], 0)
     try:
         ports = {s.local_addr[1] for s in planes.values()}
         assert len(ports) == 1 and ports != {0}
