@@ -56,12 +56,14 @@ def bind_planes(
     """One plane socket per address (plane i = addrs[i]), bound to `interfaces[i]` when given;
     `reuseport` lets SRv6 path sockets share the port; `flowlabel` makes each datagram carry its
     EV in the IPv6 flow label, `pool` gives each plane that many more source ports for EVs to
-    pick (docs/DESIGN.md §4). Port 0 picks one free port for every plane (a peer names one
-    port for all of them), trying again when a later plane finds it taken. Closes what it
-    opened on failure."""
-    for _ in range(16 if port == 0 and len(addrs) > 1 else 1):
+    pick (docs/DESIGN.md §4). Port 0 on distinct addresses picks one free port for every
+    plane (a peer names one port for all of them), trying again when a later plane finds it
+    taken; on repeated ones (a client's wildcards) each plane takes a port of its own. Closes
+    what it opened on failure."""
+    share = port == 0 and 1 < len(addrs) == len(set(addrs))
+    for _ in range(16 if share else 1):
         try:
-            return _bind_planes(addrs, port, reuseport, interfaces, flowlabel, pool)
+            return _bind_planes(addrs, port, share, reuseport, interfaces, flowlabel, pool)
         except _PortTaken:
             continue
     raise NodeError(f"no port was free on all of {', '.join(addrs)}")
@@ -74,6 +76,7 @@ class _PortTaken(Exception):
 def _bind_planes(
     addrs: Sequence[str],
     port: int,
+    share: bool,
     reuseport: bool,
     interfaces: Sequence[str | None],
     flowlabel: bool,
@@ -87,11 +90,12 @@ def _bind_planes(
                 planes[i] = PlaneSocket(
                     i, host, chosen, gro=True, reuseport=reuseport, flowlabel=flowlabel, pool=pool
                 )
-                chosen = planes[i].local_addr[1]
+                if share:
+                    chosen = planes[i].local_addr[1]
             except socket.gaierror as exc:
                 raise NodeError(f"cannot resolve {host!r} (plane {i}): {exc.strerror}") from None
             except OSError as exc:
-                if port == 0 and i > 0 and exc.errno == errno.EADDRINUSE:
+                if share and i > 0 and exc.errno == errno.EADDRINUSE:
                     raise _PortTaken from None
                 if flowlabel and exc.errno == errno.EAFNOSUPPORT:
                     raise NodeError(
