@@ -91,7 +91,10 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def test_two_udp_nodes_spread_their_evs_over_source_ports(loop: asyncio.AbstractEventLoop) -> None:
-    config = SessionConfig(plane_mask=0b1, ev_encoding="udp", ev_per_plane=128)
+    # An EV per packet and a small window: the Python relay must not be the bottleneck (a
+    # burst of 1 MiB flowcells overruns it, and the test would measure its drops).
+    config = SessionConfig(plane_mask=0b1, ev_encoding="udp", ev_per_plane=128, flowcell=1,
+                           max_inflight=32)  # fmt: skip
     a = Node(loop, ["127.0.0.2"], 0, serve=True, ev_encoding="udp")
     b = Node(loop, ["127.0.0.6"], 0, ev_encoding="udp")
     tap = PortTap(("127.0.0.2", a.port))
@@ -102,7 +105,7 @@ def test_two_udp_nodes_spread_their_evs_over_source_ports(loop: asyncio.Abstract
         assert session.config.ev_encoding == "udp"
 
     try:
-        move_one_write(loop, a, b, config, ("127.0.0.20", tap.front.getsockname()[1]), 8 << 20,
+        move_one_write(loop, a, b, config, ("127.0.0.20", tap.front.getsockname()[1]), 2 << 20,
                        check=agreed)  # fmt: skip
     finally:
         tap.close()
