@@ -377,7 +377,9 @@ class Receiver:
         tx_ts = trig.tx_ts
         offset = serial(trig.psn - cack)
         psn = trig.psn
-        if not -0x8000 <= offset < 0x8000 or probe_id is not None:
+        # Both offsets are 16 signed bits: the triggering PSN's and its 64-PSN block's start
+        # (up to 63 further back), so a PSN near -2^15 reports about cack_psn instead.
+        if not -0x8000 + 64 <= offset < 0x8000 or probe_id is not None:
             psn, tx_ts = cack, (tx_ts if probe_id is not None else None)
             offset = 0
         block = psn & ~63 & PSN_MASK

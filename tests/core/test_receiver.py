@@ -114,6 +114,18 @@ def test_a_duplicate_is_never_written_twice(pair: Pair) -> None:
     assert any(isinstance(p, SackPacket) for p in answers)  # SACK at once
 
 
+@pytest.mark.parametrize("behind", [0x8000 - 60, 0x8000 - 1, 0x8000, 0x8001, 0x7F00])
+def test_a_packet_far_behind_cack_is_answered_about_cack(pair: Pair, behind: int) -> None:
+    # A duplicate (or a forgery) nearly 2^15 PSNs behind: its offset fits 16 bits, but its
+    # 64-PSN block's start may not; the SACK then reports about cack_psn (a fuzzed packet
+    # once raised out of the SACK encoder here).
+    psn = (1000 - behind) % (1 << 24)
+    answers = pair.inject(pair.packet(psn, b"b" * 10))
+    (sack,) = [p for p in answers if isinstance(p, SackPacket)]
+    assert -0x8000 <= sack.seth.sack_offset < 0x8000
+    assert pair.dst.count(0) == len(pair.dst)
+
+
 def test_a_psn_beyond_the_window_is_nacked_and_not_written(pair: Pair) -> None:
     answers = pair.inject(pair.packet(1000 + 8 * 128, b"w" * 10))
     assert pair.dst.count(0) == len(pair.dst)
