@@ -51,20 +51,10 @@ MAX_OUTSTANDING_MESSAGES = 1 << 15
 
 class Sender:
     def __init__(
-        self,
-        config: SessionConfig,
-        *,
-        paths: PathTable,
-        spray: SprayPolicy,
-        balance: PlaneBalance,
-        cc: CongestionControl,
-        stats: SessionStats,
-        timers: TimerTable,
-        events: deque[Event],
-        peer_addrs: dict[int, Addr],
-        initial_psn: int,
-        now: float,
-    ) -> None:
+        self, config: SessionConfig, *, paths: PathTable, spray: SprayPolicy,
+        balance: PlaneBalance, cc: CongestionControl, stats: SessionStats, timers: TimerTable,
+        events: deque[Event], peer_addrs: dict[int, Addr], initial_psn: int, now: float,
+    ) -> None:  # fmt: skip
         self.config = config
         self.paths = paths
         self.spray = spray
