@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..core.transmit import Addr
 from .network import ECN_MASK, Host, InFlight, Link, LinkParams, Network, flap_schedule
@@ -167,15 +167,20 @@ class Port(Link):
 @dataclass(slots=True, eq=False)
 class Switch:
     """A switch of one plane. `down` maps a destination host name to the egress toward it;
-    anything else goes up, to `uplinks[selector mod len(uplinks)]` (docs/DESIGN.md §4)."""
+    anything else goes up, to `uplinks[selector // route_div mod len(uplinks)]`
+    (docs/DESIGN.md §4)."""
 
     name: str
     plane: int
-    #: 0 (top of rack) or 1 (spine).
+    #: 0 (top of rack), 1 (spine, or a pod's aggregation switch), 2 (a fat tree's core).
     tier: int
     #: The rack of a tier-0 switch, the route number of a tier-1 switch.
     index: int
     up: bool = True
+    #: The uplink is `uplinks[(selector // route_div) mod len(uplinks)]`: tiers above the first
+    #: read the selector's higher digits, so a 3-tier fabric's paths are all distinct
+    #: (topology.py).
+    route_div: int = 1
     #: Egress ports by neighbour name.
     ports: dict[str, Port] = field(default_factory=dict)
     down: dict[Addr, Port] = field(default_factory=dict)
@@ -197,7 +202,7 @@ class Switch:
             if not uplinks:
                 self.counters["dropped_no_route"] += 1
                 return
-            port = uplinks[(ev & SELECTOR_MASK) % len(uplinks)]
+            port = uplinks[(ev & SELECTOR_MASK) // self.route_div % len(uplinks)]
         port.send(net, pkt)
 
 
@@ -328,47 +333,20 @@ def clos(
     `p{plane}.t1.{route}`. `host_link` is used by host–tier-0 cables, `fabric_link` by
     tier-0–tier-1 cables; every switch port gets `ecn_threshold`, `trim` and `trim_size`
     (hosts neither mark nor trim)."""
+    # One builder for every shape (topology.py); imported here, since it builds on this module.
+    from .topology import FabricSpec, build
+
     if planes < 1 or racks < 1 or hosts_per_rack < 1 or tier1 < 1:
         raise ValueError("a Clos needs at least one plane, rack, host per rack and tier-1")
-    if planes > 256:
-        raise ValueError("an EV has 8 bits of plane (docs/WIRE.md §3)")
-    if trim and trim_size < MIN_TRIM_SIZE:
-        raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (docs/WIRE.md §5)")
-    hp = host_link or LinkParams()
-    fp = fabric_link or LinkParams()
-    nic = replace(hp, ecn_threshold=None, trim=False)
-    host_port = replace(hp, ecn_threshold=ecn_threshold, trim=trim, trim_size=trim_size)
-    fabric_port = replace(fp, ecn_threshold=ecn_threshold, trim=trim, trim_size=trim_size)
-
-    names = [f"h{i}" for i in range(racks * hosts_per_rack)]
-    if any(name in net.hosts for name in names):
-        raise ValueError("the network already has hosts named h0, h1, …")
-    hosts = [net.add_host(name) for name in names]
-    rack_of = {h.name: i // hosts_per_rack for i, h in enumerate(hosts)}
-    t0s: list[list[Switch]] = []
-    t1s: list[list[Switch]] = []
-    for plane in range(planes):
-        t0 = [Switch(f"p{plane}.t0.r{r}", plane, 0, r) for r in range(racks)]
-        t1 = [Switch(f"p{plane}.t1.{i}", plane, 1, i) for i in range(tier1)]
-        for sw in (*t0, *t1):
-            if sw.name in net.switches:
-                raise ValueError(f"switch {sw.name} already exists on this network")
-            net.switches[sw.name] = sw
-        for h in hosts:
-            sw = t0[rack_of[h.name]]
-            up = h.links[plane] = Link(h, sw, plane, replace(nic))
-            down = sw.ports[h.name] = Port(sw, h, plane, replace(host_port), last_hop=True)
-            up.reverse, down.reverse = down, up
-            sw.down[h.name] = down
-        for lower in t0:
-            for upper in t1:
-                a = lower.ports[upper.name] = Port(lower, upper, plane, replace(fabric_port))
-                b = upper.ports[lower.name] = Port(upper, lower, plane, replace(fabric_port))
-                a.reverse, b.reverse = b, a
-                lower.uplinks.append(a)
-        for upper in t1:
-            for h in hosts:
-                upper.down[h.name] = upper.ports[t0[rack_of[h.name]].name]
-        t0s.append(t0)
-        t1s.append(t1)
-    return Clos(net, hosts, t0s, t1s, rack_of)
+    spec = FabricSpec(
+        hosts=racks * hosts_per_rack,
+        planes=planes,
+        hosts_per_rack=hosts_per_rack,
+        tier1=tier1,
+        host_link=host_link or LinkParams(),
+        fabric_link=fabric_link or LinkParams(),
+        ecn_threshold=ecn_threshold,
+        trim=trim,
+        trim_size=trim_size,
+    )
+    return build(net, spec)
