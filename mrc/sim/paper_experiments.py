@@ -65,6 +65,7 @@ def _summary(run: Run, res: RunResult, affected: list[int], t0: float) -> Metric
         "failed": sum(f is not None for f in res.failed_at),
         "bytes_lost": total - res.placed,
         "makespan": end,
+        "first_done": min((d for d in res.done_at if d is not None), default=res.end),
         "aggregate_bps": sum(res.acked) * 8 / end if end > 0 else 0.0,
         "affected": affected,
         "affected_bps": rates,
@@ -193,6 +194,7 @@ def t0t1_downs(proto: str, scale: Scale) -> Metrics:
         run.fab.set_link(a, b, False, at=t + i * gap, notify=False)
     res = _go(run, scale)
     m = _summary(run, res, list(range(scale.hosts)), t)
+    m["fault_at"] = t
     m["links_down"] = n
     m["links_total"] = scale.planes * scale.racks * scale.tier1
     return m
@@ -207,6 +209,7 @@ def t0t1_flaps(proto: str, scale: Scale) -> Metrics:
         run.fab.flap(a, b, start=t, period=scale.ideal_seconds / 4, count=400, notify=False)
     res = _go(run, scale)
     m = _summary(run, res, list(range(scale.hosts)), t)
+    m["fault_at"] = t
     m["links_flapping"] = n
     m["links_total"] = scale.planes * scale.racks * scale.tier1
     return m
