@@ -31,6 +31,7 @@ from ..core.events import PathRetired
 from .fabric import Switch
 from .paper_run import Flow, Run, RunResult, Scale, permutation
 from .roce import DATA
+from .roce_host import RoceHost
 from .scenarios import packet_ev
 
 Metrics = dict[str, Any]
@@ -79,7 +80,26 @@ def _summary(run: Run, res: RunResult, affected: list[int], t0: float) -> Metric
             for i in range(len(res.sizes))
         ],
         "series": _series(res, affected),
+        "failed_flows": [i for i, f in enumerate(res.failed_at) if f is not None],
+        # Each RoCE QP's one path: (plane, tier-1 route), the route its EV hashes to.
+        "routes": [
+            [(q_plane(run, q.qpn, f), run.fab.route_of(ev_of(run, q.qpn, f))) for q, _ in pairs]
+            for f, pairs in zip(run.flows, run.qps, strict=True)
+        ]
+        if run.proto == "roce"
+        else [],
     }
+
+
+def ev_of(run: Run, qpn: int, flow: Flow) -> int:
+    """The EV (plane and ECMP hash) of the RoCE QP `qpn` of `flow`'s sender."""
+    host = run.hosts[flow.src]
+    assert isinstance(host, RoceHost)
+    return host.routes[qpn][2]
+
+
+def q_plane(run: Run, qpn: int, flow: Flow) -> int:
+    return ev_of(run, qpn, flow) >> 24
 
 
 def _series(res: RunResult, affected: list[int]) -> list[tuple[float, float, float]]:
@@ -190,10 +210,12 @@ def t0t1_downs(proto: str, scale: Scale) -> Metrics:
     n = fabric_faults(scale, 20)
     t = FAULT_AT * scale.ideal_seconds
     gap = scale.ideal_seconds / 2 / n
-    for i, (a, b) in enumerate(_t0t1_links(run, n)):
+    cables = _t0t1_links(run, n)
+    for i, (a, b) in enumerate(cables):
         run.fab.set_link(a, b, False, at=t + i * gap, notify=False)
     res = _go(run, scale)
     m = _summary(run, res, list(range(scale.hosts)), t)
+    m["cables"] = [(a.plane, a.index, b.index) for a, b in cables]
     m["fault_at"] = t
     m["links_down"] = n
     m["links_total"] = scale.planes * scale.racks * scale.tier1
@@ -205,10 +227,12 @@ def t0t1_flaps(proto: str, scale: Scale) -> Metrics:
     run = Run(proto, scale, permutation(scale))
     n = fabric_faults(scale, 8)
     t = FAULT_AT * scale.ideal_seconds
-    for a, b in _t0t1_links(run, n):
+    cables = _t0t1_links(run, n)
+    for a, b in cables:
         run.fab.flap(a, b, start=t, period=scale.ideal_seconds / 4, count=400, notify=False)
     res = _go(run, scale)
     m = _summary(run, res, list(range(scale.hosts)), t)
+    m["cables"] = [(a.plane, a.index, b.index) for a, b in cables]
     m["fault_at"] = t
     m["links_flapping"] = n
     m["links_total"] = scale.planes * scale.racks * scale.tier1

@@ -218,7 +218,8 @@ class RoceSender:
         p = self.p
         if self.send_at < now:
             self.send_at = now
-        horizon = now + (p.burst - 1) * p.mtu * 8 / self.rate
+        # Up to `burst` full packets may start now; half a packet of slack absorbs rounding.
+        horizon = now + (p.burst - 0.5) * (p.mtu + HEADER) * 8 / self.rate
         while self._can_send() and self.send_at <= horizon:
             psn = self.next_psn
             last = psn == self.packets - 1
