@@ -16,7 +16,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
-install: venv
+# mrc/wire and mrc/core compiled in place with mypyc (tools/build_mypyc.py): rebuilt whenever a
+# source changed, skipped with one line without a C compiler, pure Python on any failure.
+.PHONY: compiled
+compiled: venv
+	@$(PY) tools/build_mypyc.py
+
+install: venv compiled
 
 # Debian packages the testbed and comparisons use; only as root with apt-get, else skipped.
 sysdeps:
@@ -36,12 +42,17 @@ sysdeps:
 		fi; \
 	fi
 
-test: sysdeps venv
+test: sysdeps install
 	$(PY) -m pytest -q
+
+# The same suite on the pure-Python modules (MRC_PURE=1 ignores the compiled ones).
+.PHONY: test-pure
+test-pure: sysdeps venv
+	MRC_PURE=1 $(PY) -m pytest -q
 
 # The same suite with per-packet spraying (flowcell 1) wherever the bench would batch.
 .PHONY: test-flowcell1
-test-flowcell1: sysdeps venv
+test-flowcell1: sysdeps install
 	MRC_FLOWCELL=1 $(PY) -m pytest -q
 
 lint: venv
@@ -54,7 +65,7 @@ demo: sysdeps venv
 	$(VENV)/bin/mrc bench --demo --trace demo.trace
 	@$(VENV)/bin/mrc plot demo.trace -o demo.png
 
-bench: venv
+bench: install
 	$(VENV)/bin/mrc bench --demo -J > bench.json
 
 # netns/veth testbed tests (need root; they skip cleanly without it), and lint for tools/.
@@ -69,7 +80,7 @@ testbed-lint: venv
 # mrc side by side with iperf3, MPTCP, aioquic and a raw-UDP ceiling, plus a failover run, on a
 # netns testbed (tools/compare; root only). Writes compare.json; COMPARE_ARGS="-n 4G --logs DIR".
 .PHONY: compare
-compare: sysdeps venv
+compare: sysdeps install
 	@$(PY) -c "import aioquic" 2>/dev/null || $(PY) -m pip install -q -e '.[compare]'
 	$(PY) -m tools.compare $(COMPARE_ARGS)
 

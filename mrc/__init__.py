@@ -9,7 +9,27 @@ using a broken path at once. The packages are layered `wire → core → sim | i
 
 __version__ = "0.1.0"
 
-from mrc.core import (
+import os as _os
+
+from mrc import _build
+
+# Decided before mrc.core and mrc.wire are imported: extension modules would shadow the .py files.
+_COMPILED, _REASON = _build.choose(_os.environ)
+if not _COMPILED:
+    _build.install_pure_finder()
+
+
+def compiled() -> bool:
+    """Whether mrc.wire and mrc.core run as mypyc-compiled modules (False: pure Python)."""
+    return _COMPILED
+
+
+def implementation() -> str:
+    """"compiled" or "pure", with why when pure: "pure: MRC_PURE=1", "pure: not compiled", ..."""
+    return _REASON
+
+
+from mrc.core import (  # noqa: E402  (after the choice of implementation above)
     ConnectionClosed,
     ConnectionEstablished,
     Endpoint,
@@ -30,7 +50,7 @@ from mrc.core import (
     Transmit,
     WriteCompleted,
 )
-from mrc.wire import DecodeError
+from mrc.wire import DecodeError  # noqa: E402
 
 __all__ = [
     "ConnectionClosed",
@@ -54,4 +74,6 @@ __all__ = [
     "Transmit",
     "WriteCompleted",
     "__version__",
+    "compiled",
+    "implementation",
 ]

@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mrc",
         description="mrc: a userspace implementation of MRC (Multipath Reliable Connection).",
     )
-    parser.add_argument("--version", action="version", version=f"mrc {mrc.__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"mrc {mrc.__version__} ({mrc.implementation()})"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     bench.add_parser(sub)
     keygen.add_parser(sub)

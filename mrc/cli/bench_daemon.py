@@ -166,6 +166,7 @@ def report(out: _Out, result: TestResult, progress: Progress, before: dict[str, 
         s_sum["retransmits"] = 0
         doc = {
             "start": {"version": f"mrc {mrc.__version__}", "role": result.role,
+                      "implementation": mrc.implementation(),
                       "daemon": {k: before.get(k) for k in ("host", "version", "security")},
                       "timestamp": {"timesecs": int(time.time())},
                       "test_start": result.test_start},

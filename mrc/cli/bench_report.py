@@ -292,6 +292,8 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
     stamp = start.timestamp
     doc_start: dict[str, Any] = {
         "version": f"mrc {mrc.__version__}",
+        # "compiled" or "pure…": which build of mrc.wire/mrc.core ran (benchmark rows say so).
+        "implementation": mrc.implementation(),
         "system_info": " ".join(platform.uname()),
         "timestamp": {
             "time": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(stamp)),

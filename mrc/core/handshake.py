@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -134,7 +135,7 @@ class Requester:
 
     #: REPLYs that fail their check before a good one ends the attempt at most: each costs
     #: three X25519 operations, so a flood of forged REPLYs is cut off.
-    MAX_REPLY_CHECKS = 16
+    MAX_REPLY_CHECKS: Final = 16
 
     def __init__(self, identity: Identity, peer_key: bytes | None = None) -> None:
         self.identity = identity

@@ -9,6 +9,7 @@ opaque 64-bit number chosen here, page-aligned, so a peer learns nothing about o
 
 from __future__ import annotations
 
+import builtins
 import random
 from dataclasses import dataclass, field
 
@@ -30,7 +31,8 @@ class Region:
 
     rkey: int
     base_va: int
-    view: memoryview = field(repr=False)
+    # builtins.memoryview: compiled, a dataclass field's type is looked up by this name.
+    view: builtins.memoryview = field(repr=False)
 
     @property
     def size(self) -> int:

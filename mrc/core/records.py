@@ -7,6 +7,7 @@ monitor (which stamps probes with the same clock); nothing here sends or decides
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 
 from ..wire.ack import Syndrome, syndrome_ok
@@ -24,7 +25,8 @@ def tx_timestamp(now: float) -> int:
 @dataclass(eq=False, slots=True)
 class OutMessage:
     msn: int
-    src: memoryview
+    # builtins.memoryview: compiled, a dataclass field's type is looked up by this name.
+    src: builtins.memoryview
     remote_va: int
     rkey: int
     imm: int | None

@@ -140,7 +140,8 @@ class ObliviousSpray(SprayPolicy):
 class BitmapSpray(ObliviousSpray):
     """UEC's skip-counter policy with MRC's retirement rule (the default)."""
 
-    step = 1
+    # Typed as in ObliviousSpray: a compiled subclass may not narrow an attribute's type.
+    step: int | None = 1
 
 
 class RepsSpray(SprayPolicy):

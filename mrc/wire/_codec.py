@@ -12,11 +12,15 @@ from __future__ import annotations
 import struct
 from typing import ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from mrc.wire.errors import DecodeError
 
 Buffer = bytes | bytearray | memoryview
 
 
+# The header dataclasses stay interpreted (tools/build_mypyc.py says why) and subclass this.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FixedHeader:
     """Mixin for frozen, slotted header dataclasses with a fixed wire size."""
 

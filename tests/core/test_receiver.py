@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+import mrc
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, WriteCompleted
 from mrc.core.evs import make_ev
@@ -285,6 +286,7 @@ def _story(pair: Pair) -> list[tuple[bytes, int]]:
     ]
 
 
+@pytest.mark.skipif(mrc.compiled(), reason="spies on a compiled method; make test-pure")
 def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_decoder() -> None:
     """`Receiver.on_data_bytes` is a shortcut, not a second set of rules: a run through it
     ends exactly like the same run with every packet decoded (docs/DESIGN.md §6)."""
