@@ -18,7 +18,9 @@ runs one after another, h1 sending and h2 receiving, each moving the same `-n` b
 4. The raw-UDP ceiling (`tools.compare.rawudp`): GSO send / GRO receive sprayed over all
    planes, 44-byte header + 4096-byte payload like an mrc data packet, payload placed into a
    buffer at the offset carried in the header, no reliability.
-5. `mrc bench --verify` over all planes (plus `--mrc-args`).
+5. `mrc bench --verify` over all planes (plus `--mrc-args`), on the compiled mrc.wire/mrc.core
+   when `make install` built them, then the same run with `MRC_PURE=1` (`mrc_pure`): the pure
+   Python build. Each mrc row's notes say which ran (`mrc.implementation()`).
 
 Then the failover comparison (`tools.compare.failover`): a `--failover-seconds` (6 s) timed
 transfer for MPTCP and for mrc, with plane `--fail-plane` (0) failed by `--fault`

@@ -1,12 +1,12 @@
 """`python -m tools.compare`: build the testbed, run every comparison, print, write JSON, tear down.
 
-The order is fixed: iperf3, MPTCP, aioquic, raw UDP, mrc (throughput), then the MPTCP and mrc
-failover runs, then the round trips (UDP and TCP ping-pong, `mrc bench --latency`) and the
-`mrc bench --sweep` of message sizes (`latency`). A run that fails is recorded as
-`{"error": …}` with a one-line reason on stderr and the others go on; the exit status is then
-1. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is stopped and the
-testbed is removed with `tools.testbed`'s `down` before the command returns. Not root: one
-line on stderr, exit 2.
+The order is fixed: iperf3, MPTCP, aioquic, raw UDP, mrc, mrc on pure Python (throughput),
+then the MPTCP and mrc failover runs, then the round trips (UDP and TCP ping-pong, `mrc bench
+--latency`) and the `mrc bench --sweep` of message sizes (`latency`). A run that fails is
+recorded as `{"error": …}` with a one-line reason on stderr and the others go on; the exit
+status is then 1. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is
+stopped and the testbed is removed with `tools.testbed`'s `down` before the command returns.
+Not root: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-RUNS = ("iperf3", "mptcp", "aioquic", "raw_udp", "mrc", "mrc_auth", "mrc_encrypt",
+RUNS = ("iperf3", "mptcp", "aioquic", "raw_udp", "mrc", "mrc_pure", "mrc_auth", "mrc_encrypt",
         "failover-mptcp", "failover-mrc", "latency-udp", "latency-tcp", "latency-mrc",
         "sweep-mrc")
 
@@ -116,6 +116,7 @@ def _machine(bed_ns: str) -> dict[str, Any]:
         import mrc
 
         info["mrc"] = mrc.__version__
+        info["mrc_implementation"] = mrc.implementation()
     return info
 
 
@@ -197,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("aioquic", "throughput", lambda: runs.run_quic(bed, n, args.quic_max_seconds)),
             ("raw_udp", "throughput", lambda: runs.run_raw(bed, n)),
             ("mrc", "throughput", lambda: runs.run_mrc(bed, n, extra)),
+            ("mrc_pure", "throughput", lambda: runs.run_mrc(bed, n, extra, pure=True)),
             ("mrc_auth", "throughput", lambda: runs.run_mrc(bed, n, extra, "auth")),
             ("mrc_encrypt", "throughput", lambda: runs.run_mrc(bed, n, extra, "encrypt")),
             ("failover-mptcp", "failover", lambda: failover.run_mptcp(

@@ -10,11 +10,15 @@ LABELS = {
     "aioquic": "aioquic, 1 stream, 1 plane",
     "raw_udp": "raw UDP GSO/GRO ceiling",
     "mrc": "mrc bench --verify",
+    "mrc_pure": "mrc --verify, pure Python",
     "mrc_auth": "mrc --verify --security auth",
     "mrc_encrypt": "mrc --verify --security encrypt",
 }
 #: mrc's secured runs, each compared with the plain one of the same comparison.
 SECURED = ("mrc_auth", "mrc_encrypt")
+#: Every mrc row shown beside the plain one as this/mrc: the secured runs and the same plain run
+#: on the pure-Python build (MRC_PURE=1; the plain run uses the compiled one when built).
+VARIANTS = ("mrc_pure", *SECURED)
 PEERS = ("iperf3", "mptcp", "aioquic", "raw_udp")
 # Goals (issues 5 and 15): (description, key, comparison, threshold). aioquic always encrypts,
 # so mrc's encrypt run is the one held against it.
@@ -47,9 +51,11 @@ def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out[f"cpu mrc/{peer}"] = round(c_m / c_p, 3) if c_m and c_p else None
     g_plain = mrc.get("goodput_bps")
     quic = throughput.get("aioquic", {}).get("goodput_bps")
-    for key in SECURED:
+    for key in VARIANTS:
         g_s = throughput.get(key, {}).get("goodput_bps")
         out[f"{key}/mrc"] = round(g_s / g_plain, 4) if g_s and g_plain else None
+        if key not in SECURED:
+            continue
         out[f"{key}/aioquic"] = round(g_s / quic, 4) if g_s and quic else None
     return out
 
@@ -100,8 +106,9 @@ def _note(key: str, r: dict[str, Any]) -> str:
         bits.append(f"capped: moved {r['bytes'] / 1e9:.2f} of {r['bytes_requested'] / 1e9:.2f} GB")
     if key == "raw_udp" and r.get("lost_bytes"):
         bits.append(f"{r['lost_bytes']} bytes lost")
-    if key == "mrc" or key in SECURED:
-        bits.append(f"integrity {r.get('integrity')}, {r.get('retransmits')} retransmits")
+    if key == "mrc" or key in VARIANTS:
+        bits.append(f"{r.get('implementation')}, integrity {r.get('integrity')}, "
+                    f"{r.get('retransmits')} retransmits")
     if r.get("other_load_cpu_s", 0) > 0.5 * r.get("wall_seconds", 1e9):
         bits.append(f"other load {r['other_load_cpu_s']:.1f} CPU s")
     if r.get("warning"):
@@ -153,7 +160,7 @@ def text(doc: dict[str, Any]) -> str:
     rt = doc.get("ratios", {})
     if tp:
         lines.append(f"{'transport':<32}{'goodput':>14}{'GB':>7}{'s':>7}{'CPU s/GB':>10}"
-                     f"{'mrc/this':>10}  notes (secured mrc rows: this/mrc)")
+                     f"{'mrc/this':>10}  notes (other mrc rows: this/mrc)")
     for key, label in LABELS.items():
         if key not in tp:
             continue

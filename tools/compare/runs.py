@@ -183,19 +183,22 @@ def run_raw(bed: Bed, nbytes: int) -> dict[str, Any]:
 
 
 def mrc_procs(
-    bed: Bed, what: list[str], extra: list[str], security: str = "none"
+    bed: Bed, what: list[str], extra: list[str], security: str = "none", *, pure: bool = False
 ) -> tuple[Proc, Proc]:
     """Start `mrc bench -s -1 -J` in h2 and `mrc bench -c … -J` (plus `what`) in h1, both at
-    the same `--security` level (a server refuses a REQUEST that asks for another)."""
+    the same `--security` level (a server refuses a REQUEST that asks for another); `pure`
+    runs both on the pure-Python mrc.wire/mrc.core (MRC_PURE=1) even where they are compiled."""
     mod = [bed.python, "-m", "mrc", "bench"]
+    env = {"MRC_PURE": "1"} if pure else {"MRC_PURE": "0"}
     interval = [a for i, a in enumerate(what) if i and what[i - 1] == "-i"]
     level = ["--security", security]
     what = [*what, *level]
     server = Proc(bed.ns2, [*mod, "-s", "-1", "-B", ",".join(bed.a2), "-p", str(MRC_PORT), "-J",
-                            *level, *(["-i", interval[0]] if interval else [])], "mrc server")
+                            *level, *(["-i", interval[0]] if interval else [])], "mrc server",
+                  env=env)
     procs.wait_listening(bed.ns2, MRC_PORT, udp=True, proc=server)
     client = Proc(bed.ns1, [*mod, "-c", ",".join(bed.a2), "-B", ",".join(bed.a1),
-                            "-p", str(MRC_PORT), "-J", *what, *extra], "mrc client")
+                            "-p", str(MRC_PORT), "-J", *what, *extra], "mrc client", env=env)
     return server, client
 
 
@@ -214,21 +217,24 @@ def mrc_summary(doc: dict[str, Any]) -> dict[str, Any]:
         "longest_stall_seconds": m.get("longest_stall_seconds"),
         "mrc_cpu_percent": end.get("cpu_utilization_percent"),
         "test_start": doc.get("start", {}).get("test_start"),
+        # "compiled" or "pure: …" (mrc.implementation() in the client).
+        "implementation": doc.get("start", {}).get("implementation"),
     }
 
 
 def run_mrc(
-    bed: Bed, nbytes: int, extra: list[str], security: str = "none"
+    bed: Bed, nbytes: int, extra: list[str], security: str = "none", *, pure: bool = False
 ) -> dict[str, Any]:
     """One verified `mrc bench` run; `security` auth or encrypt protects every packet with
-    per-run keys (aioquic always encrypts: its fair peer is the encrypt run)."""
+    per-run keys (aioquic always encrypts: its fair peer is the encrypt run); `pure` runs the
+    pure-Python build beside the compiled one."""
     before = procs.rx_counters(bed.ns2)
     what = ["-n", str(nbytes), "--verify", "-i", "0"]
-    server, client = mrc_procs(bed, what, extra, security)
+    server, client = mrc_procs(bed, what, extra, security, pure=pure)
     finish(client, server, bed.timeout)
     split = _split(bed, before)
     doc = client.json()
-    tag = "mrc" if security == "none" else f"mrc-{security}"
+    tag = ("mrc" if security == "none" else f"mrc-{security}") + ("-pure" if pure else "")
     bed.keep(f"{tag}-client.json", doc)
     bed.keep(f"{tag}-server.json", server.json())
     if doc.get("error"):
