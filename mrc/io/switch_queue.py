@@ -6,21 +6,11 @@ trimmed headers, a token bucket that drains both at the configured rate), `Token
 pure: no sockets, no clock; `now` (monotonic seconds) comes in as an argument, so tests drive it
 with an injected clock. Receiving, sending and the event loop are `mrc.io.switch`'s.
 
-Decisions at enqueue, in this order (docs/WIRE.md §5, docs/DESIGN.md §5; the same rules as
-the simulator's `mrc.sim.fabric.Port`):
-
-1. A packet that already carries a trimmed DSCP (11 or 21: trimmed at an earlier hop) goes to the
-   priority queue as it is.
-2. A packet that fits the data queue is queued; if the data queue already holds more than
-   `ecn_threshold` bytes and the packet is ECN-capable (ECT(0) or ECT(1)), it is marked CE.
-3. A packet that does not fit is trimmed if trimming is on and it is an MRC data packet (BTH
-   opcode 0xC6–0xCB in byte 0) longer than `trim_size`: the first `trim_size` bytes are kept,
-   the DSCP becomes 21 at the last hop or 11 elsewhere, the ECN bits are kept, and it joins the
-   priority queue. Anything else that does not fit is tail-dropped (`dropped_queue`).
-4. A packet the priority queue has no room for is dropped (`dropped_priority`).
-
-The priority queue always goes out first. Byte counts (queue sizes, thresholds, the rate's
-budget) are UDP payload bytes: IP and UDP headers are not counted.
+The decisions at enqueue (ECN marking, trimming into the priority queue, tail drop) are
+`mrc.core.switchq.decide`, the same rules the simulator's ports follow (docs/WIRE.md §5,
+docs/DESIGN.md §5); here only MRC data packets (`is_data`) may be trimmed, and the occupancy it
+is given is this port's (below). The priority queue always goes out first. Byte counts (queue
+sizes, thresholds, the rate's budget) are UDP payload bytes: IP and UDP headers are not counted.
 
 The bucket models the egress link, not the relay process: a packet may leave once the link
 would have started sending it (tokens ≥ 0; each packet then takes its size from them), and
@@ -34,10 +24,17 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
-from mrc.wire.bth import Opcode
+from mrc.core.switchq import (
+    DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
+    MIN_TRIM_SIZE,
+    QueuePolicy,
+    Verdict,
+    decide,
+    is_data,
+)
 
 __all__ = [
     "DEFAULT_TRIM_SIZE",
@@ -51,38 +48,11 @@ __all__ = [
     "is_data",
 ]
 
-#: DSCPs of a trimmed packet (docs/WIRE.md §5 [ours: the Cumulus defaults]).
-DSCP_TRIMMED = 11
-DSCP_TRIMMED_LASTHOP = 21
-#: Every data header, ImmDt included, must survive a trim (docs/WIRE.md §5).
-MIN_TRIM_SIZE = 44
 DEFAULT_TRIM_SIZE = 64
-
-_ECN_MASK = 0x03
-_CE = 0x03
-_FIRST_DATA = int(Opcode.WRITE_FIRST)
-_LAST_DATA = int(Opcode.WRITE_ONLY_IMM)
-_TRIMMED_DSCPS = frozenset((DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
 
 #: A queued packet: its bytes, the TOS byte it leaves with, when it was enqueued.
 _Queued = tuple[bytes, int, float]
 Packet = bytes | bytearray | memoryview
-
-
-def is_data(packet: Packet) -> bool:
-    """Is this UDP payload an MRC data packet (BTH opcode 0xC6–0xCB in byte 0)?"""
-    return len(packet) > 0 and _FIRST_DATA <= packet[0] <= _LAST_DATA
-
-
-class Verdict(Enum):
-    """What `EgressPort.offer` did with a packet."""
-
-    QUEUED = "queued"
-    MARKED = "marked"  # queued with CE set
-    TRIMMED = "trimmed"  # its head queued at priority
-    PRIORITY = "priority"  # arrived trimmed already, queued at priority
-    DROPPED_QUEUE = "dropped_queue"
-    DROPPED_PRIORITY = "dropped_priority"
 
 
 @dataclass(slots=True)
@@ -170,8 +140,6 @@ class EgressPort:
         last_hop: bool = True,
         now: float = 0.0,
     ) -> None:
-        if queue_bytes <= 0:
-            raise ValueError("queue_bytes must be positive")
         if trim_size < MIN_TRIM_SIZE:
             raise ValueError(f"trim_size must be at least {MIN_TRIM_SIZE} (docs/WIRE.md §5)")
         self.queue_bytes = queue_bytes
@@ -181,6 +149,14 @@ class EgressPort:
         self.trim_size = trim_size
         self.last_hop = last_hop
         self.dscp = DSCP_TRIMMED_LASTHOP if last_hop else DSCP_TRIMMED
+        self.policy = QueuePolicy(
+            queue_bytes=queue_bytes,
+            ecn_threshold=self.ecn_threshold,
+            trim=trim,
+            trim_size=trim_size,
+            priority_bytes=self.priority_bytes,
+            trimmed_dscp=self.dscp,
+        )
         self.rate_bps = rate_bps
         self.bucket = None if rate_bps is None else TokenBucket(rate_bps / 8, now)
         self.stats = PortStats()
@@ -222,44 +198,31 @@ class EgressPort:
             self.data_bytes += size
             return Verdict.QUEUED
         bucket.refill(now, not self._data and not self._prio)
-        if tos >> 2 in _TRIMMED_DSCPS:
-            # A header trimmed upstream keeps its priority class at every later hop.
-            return self._prioritise(bytes(packet), tos, now, Verdict.PRIORITY)
-        queued = self.occupancy()[0] if bucket.tokens > 0 else self.data_bytes
-        if queued + size <= self.queue_bytes:
-            verdict = Verdict.QUEUED
-            if queued > self.ecn_threshold and tos & _ECN_MASK in (1, 2):
-                tos |= _CE
+        data_queued, prio_queued = self.occupancy()
+        if bucket.tokens <= 0:
+            data_queued = self.data_bytes
+        verdict, tos, size = decide(
+            self.policy, data_queued, prio_queued, size, tos, is_data(packet)
+        )
+        if verdict is Verdict.QUEUED or verdict is Verdict.MARKED:
+            if verdict is Verdict.MARKED:
                 st.ce_marked += 1
-                verdict = Verdict.MARKED
             self._data.append((bytes(packet), tos, now))
             self.data_bytes += size
-            queued += size
-            if queued > st.max_queue_bytes:
-                st.max_queue_bytes = int(queued)
-            return verdict
-        if not self.trim or size <= self.trim_size or not is_data(packet):
+            if data_queued + size > st.max_queue_bytes:
+                st.max_queue_bytes = int(data_queued + size)
+        elif verdict is Verdict.TRIMMED or verdict is Verdict.PRIORITY:
+            if verdict is Verdict.TRIMMED:
+                st.trimmed += 1
+            self._prio.append((bytes(packet[:size]), tos, now))
+            self.prio_bytes += size
+            st.priority += 1
+            if prio_queued + size > st.max_priority_bytes:
+                st.max_priority_bytes = int(prio_queued + size)
+        elif verdict is Verdict.DROPPED_QUEUE:
             st.dropped_queue += 1
-            return Verdict.DROPPED_QUEUE
-        # docs/WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, keep ECN, go at priority.
-        head = bytes(packet[: self.trim_size])
-        verdict = self._prioritise(head, self.dscp << 2 | tos & _ECN_MASK, now, Verdict.TRIMMED)
-        if verdict is Verdict.TRIMMED:
-            st.trimmed += 1
-        return verdict
-
-    def _prioritise(self, data: bytes, tos: int, now: float, verdict: Verdict) -> Verdict:
-        st = self.stats
-        size = len(data)
-        queued = self.occupancy()[1]
-        if queued + size > self.priority_bytes:
+        else:
             st.dropped_priority += 1
-            return Verdict.DROPPED_PRIORITY
-        self._prio.append((data, tos, now))
-        self.prio_bytes += size
-        st.priority += 1
-        if queued + size > st.max_priority_bytes:
-            st.max_priority_bytes = int(queued + size)
         return verdict
 
     # -- dequeue ----------------------------------------------------------------------------

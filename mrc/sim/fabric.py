@@ -21,16 +21,28 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..core.switchq import (
+    ACCEPTED,
+    DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
+    MIN_TRIM_SIZE,
+    Verdict,
+    decide,
+)
 from ..core.transmit import Addr
-from .network import ECN_MASK, Host, InFlight, Link, LinkParams, Network, flap_schedule
+from .network import Host, InFlight, Link, LinkParams, Network, flap_schedule
 
-#: DSCP a trimming switch sets (docs/WIRE.md §5 [ours: the Cumulus defaults]).
-DSCP_TRIMMED = 11
-DSCP_TRIMMED_LASTHOP = 21
-#: Every data header, ImmDt included, must survive a trim (docs/WIRE.md §5).
-MIN_TRIM_SIZE = 44
+__all__ = [
+    "DSCP_TRIMMED",
+    "DSCP_TRIMMED_LASTHOP",
+    "MIN_TRIM_SIZE",
+    "Clos",
+    "Port",
+    "Switch",
+    "clos",
+]
+
 SELECTOR_MASK = 0xFFFFFF
-_PRIORITY_DSCP = frozenset((DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
 
 #: A queued packet and when it was enqueued.
 _Queued = tuple[float, InFlight]
@@ -75,32 +87,24 @@ class Port(Link):
         if backlog < 0.0:
             backlog = 0.0
         size = len(data)
-        dscp = pkt[4] >> 2
-        # A header trimmed upstream keeps its priority class at every later hop (docs/WIRE.md §5).
-        urgent = dscp in _PRIORITY_DSCP
-        if not urgent:
-            queued = backlog * p.rate_bps / 8
-            if queued + size > p.queue_bytes:
-                if not p.trim or size <= p.trim_size:
-                    self.counters["dropped_queue"] += 1
-                    return
-                # docs/WIRE.md §5: keep the first trim_size bytes, re-mark DSCP, send at priority.
-                dscp = DSCP_TRIMMED_LASTHOP if self.last_hop else DSCP_TRIMMED
-                size = p.trim_size
-                data = data[:size]
-                pkt = (data, pkt[1], pkt[2], pkt[3], dscp << 2 | pkt[4] & ECN_MASK)
-                self.counters["trimmed"] += 1
-                urgent = True
-            else:
-                threshold = p.ecn_threshold
-                if threshold is not None and queued > threshold and pkt[4] & ECN_MASK:
-                    pkt = (data, pkt[1], pkt[2], pkt[3], pkt[4] | ECN_MASK)
-                    self.counters["ce_marked"] += 1
-        # The priority queue has its own `queue_bytes` of room and is never CE-marked.
+        # The simulator forwards by metadata and never parses mrc bytes: any packet may be
+        # trimmed (mrc.core.switchq).
+        verdict, tos, new_size = decide(
+            self.policy(), backlog * p.rate_bps / 8, self.urgent_bytes, size, pkt[4], True
+        )
+        if verdict not in ACCEPTED:
+            self.counters[verdict.value] += 1
+            return
+        if verdict is Verdict.TRIMMED:
+            size = new_size
+            data = data[:size]
+            self.counters["trimmed"] += 1
+        elif verdict is Verdict.MARKED:
+            self.counters["ce_marked"] += 1
+        if tos != pkt[4] or data is not pkt[0]:
+            pkt = (data, pkt[1], pkt[2], pkt[3], tos)
+        urgent = verdict is Verdict.TRIMMED or verdict is Verdict.PRIORITY
         if urgent:
-            if self.urgent_bytes + size > p.queue_bytes:
-                self.counters["dropped_queue"] += 1
-                return
             self.counters["priority"] += 1
         self._account(now, size, backlog)
         self.busy_until = now + backlog + size * 8 / p.rate_bps
@@ -157,6 +161,17 @@ class Port(Link):
         now = net.now
         self._integrate(now)
         self.busy_until = max(now, self.tx_end)
+        if self.trainq is not None:
+            self.counters["dropped_down"] += self.trainq.drop_all(now)
+            self.busy_until = now
+
+    def carry(self, net: Network, pkts: list[InFlight], times: list[float]) -> None:
+        """Train mode (trains.py); a port of a switch that is down drops the train."""
+        if not self.node_up:
+            self.counters["sent"] += len(pkts)
+            self.counters["dropped_down"] += len(pkts)
+            return
+        Link.carry(self, net, pkts, times)
 
     def _set_up(self, net: Network, up: bool) -> None:
         self.up = up
@@ -204,6 +219,24 @@ class Switch:
                 return
             port = uplinks[(ev & SELECTOR_MASK) // self.route_div % len(uplinks)]
         port.send(net, pkt)
+
+    def receive_train(
+        self, net: Network, link: Link, pkts: list[InFlight], times: list[float]
+    ) -> None:
+        """A train arrived on `link` (trains.py): one destination and EV, so one egress."""
+        head = pkts[0]
+        ev = head[3]
+        if ev and ev >> 24 != self.plane:
+            self.counters["dropped_misrouted"] += len(pkts)
+            return
+        port = self.down.get(head[2])
+        if port is None:
+            uplinks = self.uplinks
+            if not uplinks:
+                self.counters["dropped_no_route"] += len(pkts)
+                return
+            port = uplinks[(ev & SELECTOR_MASK) // self.route_div % len(uplinks)]
+        port.carry(net, pkts, times)
 
 
 @dataclass(slots=True, eq=False)

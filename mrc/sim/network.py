@@ -30,7 +30,16 @@ from ..core.events import Event
 from ..core.flush import Flusher, SendResult
 from ..core.memory import RegionTable
 from ..core.session import Session
+from ..core.switchq import (
+    ACCEPTED,
+    DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
+    QueuePolicy,
+    Verdict,
+    decide,
+)
 from ..core.transmit import Addr, Transmit
+from .trains import Train, TrainQueue
 
 if TYPE_CHECKING:
     from .fabric import Switch
@@ -122,6 +131,10 @@ class Link:
     #: The other direction of the same cable.
     reverse: Link | None = None
     stats: QueueStats = field(default_factory=QueueStats)
+    #: The FIFO schedule in train mode (trains.py), made on first use.
+    trainq: TrainQueue | None = None
+    _policy: QueuePolicy | None = None
+    _policy_key: tuple[int, int | None, bool, int] | None = None
 
     def queued_bytes(self, now: float) -> float:
         return max(0.0, self.busy_until - now) * self.params.rate_bps / 8
@@ -143,6 +156,49 @@ class Link:
         self.stats = QueueStats(since=now, last=now)
 
     # -- the data path (called by Network) ---------------------------------------------------
+
+    def policy(self) -> QueuePolicy:
+        """The shared queue model's parameters (mrc.core.switchq), from `params` as they are
+        now (tests change a port's rate or size after building a fabric)."""
+        p = self.params
+        key = (p.queue_bytes, p.ecn_threshold, p.trim, p.trim_size)
+        if self._policy is None or key != self._policy_key:
+            last_hop = getattr(self, "last_hop", False)
+            self._policy_key = key
+            self._policy = QueuePolicy(
+                queue_bytes=p.queue_bytes,
+                ecn_threshold=p.ecn_threshold,
+                trim=p.trim,
+                trim_size=p.trim_size,
+                trimmed_dscp=DSCP_TRIMMED_LASTHOP if last_hop else DSCP_TRIMMED,
+            )
+        return self._policy
+
+    def carry(self, net: Network, pkts: list[InFlight], times: list[float]) -> None:
+        """Train mode (trains.py): queue `pkts`, arriving at `times`, and put what leaves on
+        the wire as one event; a host gets it when its last packet is in."""
+        q = self.trainq
+        if q is None:
+            q = self.trainq = TrainQueue()
+        out, out_times = q.carry(self, net, self.policy(), pkts, times)
+        if not out:
+            return
+        if any(b < a for a, b in itertools.pairwise(out_times)):
+            # Trimmed headers overtook queued data: keep the train in arrival order.
+            order = sorted(range(len(out)), key=out_times.__getitem__)
+            out = [out[i] for i in order]
+            out_times = [out_times[i] for i in order]
+        if not isinstance(self.dst, Host):
+            net._push(out_times[0], "train", (self, out, out_times))
+            return
+        # A host reads each back-to-back run in one batch once its last packet is in (GRO);
+        # a packet that came later than line rate allows starts a new batch.
+        per_byte = 8 / self.params.rate_bps
+        first = 0
+        for k in range(1, len(out) + 1):
+            if k == len(out) or out_times[k] - out_times[k - 1] > 1.5 * len(out[k][0]) * per_byte:
+                net._push(out_times[k - 1], "train", (self, out[first:k], out_times[first:k]))
+                first = k
 
     def _admit(self, net: Network, data: bytes) -> bool:
         """Link state, targeted drops and seeded loss, before any queueing decision."""
@@ -198,14 +254,14 @@ class Link:
         backlog = self.busy_until - now
         if backlog < 0.0:
             backlog = 0.0
-        queued = backlog * p.rate_bps / 8
         size = len(data)
-        if queued + size > p.queue_bytes:
+        # A host's link has no priority queue: whatever decide() accepts waits in the FIFO.
+        verdict, tos, _ = decide(self.policy(), backlog * p.rate_bps / 8, 0.0, size, pkt[4], False)
+        if verdict not in ACCEPTED:
             self.counters["dropped_queue"] += 1
             return
-        threshold = p.ecn_threshold
-        if threshold is not None and queued > threshold and pkt[4] & ECN_MASK:
-            pkt = (data, pkt[1], pkt[2], pkt[3], pkt[4] | ECN_CE)
+        if verdict is Verdict.MARKED:
+            pkt = (data, pkt[1], pkt[2], pkt[3], tos)
             self.counters["ce_marked"] += 1
         self._account(now, size, backlog)
         s = self.stats
@@ -302,7 +358,10 @@ class Host:
         if link is None:
             self.net.counters["no_link"] += 1
             return
-        link.send(self.net, (data, self.name, peer, ev, tos))
+        if self.net.trains:
+            link.carry(self.net, [(data, self.name, peer, ev, tos)], [self.net.now])
+        else:
+            link.send(self.net, (data, self.name, peer, ev, tos))
 
     def _send(self, t: Transmit) -> bool:
         """Hand `t` to the host's link on its plane. False: the link's queue refused it whole,
@@ -316,7 +375,17 @@ class Host:
         if link.queued_bytes(net.now) + len(t.data) > link.params.queue_bytes:
             link.counters["refused_local"] += -(-len(t.data) // size) if size else 1
             return False
-        if size:
+        if net.trains:
+            data = t.data
+            if size and size < len(data):
+                pkts = [
+                    (data[off : off + size], name, addr, ev, TOS_ECT0)
+                    for off in range(0, len(data), size)
+                ]
+            else:
+                pkts = [(data, name, addr, ev, TOS_ECT0)]
+            link.carry(net, pkts, [net.now] * len(pkts))
+        elif size:
             for off in range(0, len(t.data), size):
                 link.send(net, (t.data[off : off + size], name, addr, ev, TOS_ECT0))
         else:
@@ -396,9 +465,15 @@ def flap_schedule(start: float, period: float, count: int) -> Iterator[tuple[flo
 
 
 class Network:
-    """The simulator: hosts, links, one event heap, one seeded RNG."""
+    """The simulator: hosts, links, one event heap, one seeded RNG.
 
-    def __init__(self, seed: int = 0) -> None:
+    `trains=True` moves every GSO batch as one event per hop (trains.py): the mode for fabrics
+    of hundreds of hosts and more. Links' `duplicate` and `reorder` are per-packet effects and
+    are not applied to trains.
+    """
+
+    def __init__(self, seed: int = 0, *, trains: bool = False) -> None:
+        self.trains = trains
         self.rng = random.Random(seed)
         self.now = 0.0
         self.hosts: dict[str, Host] = {}
@@ -407,6 +482,8 @@ class Network:
         self.counters: Counter[str] = Counter()
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
+        #: Events taken off the heap so far (speed measurements: events per second).
+        self.events = 0
 
     # -- building ------------------------------------------------------------------------------
 
@@ -491,6 +568,7 @@ class Network:
         heap = self._heap
         while heap and heap[0][0] == t:
             _, _, kind, payload = heapq.heappop(heap)
+            self.events += 1
             if kind == "arrive":
                 link, pkt = payload
                 if not link.up:
@@ -507,6 +585,8 @@ class Network:
                     planes.setdefault(link.plane, []).append((pkt[0], pkt[1], tos))
                 else:
                     dst.receive(self, link, pkt)
+            elif kind == "train":
+                self._arrive_train(payload, batches, hosts)
             elif kind == "port":
                 payload._wake(self)
             else:
@@ -523,6 +603,29 @@ class Network:
             elif kind == "resume":
                 payload._resume()
         return True
+
+    def _arrive_train(
+        self, train: Train, batches: dict[str, dict[int, list[Datagram]]], hosts: dict[str, Host]
+    ) -> None:
+        link, pkts, times = train
+        n = len(pkts)
+        if not link.up:
+            link.counters["dropped_down"] += n
+            return
+        link.counters["delivered"] += n
+        dst = link.dst
+        if isinstance(dst, Host):
+            planes = batches.get(dst.name)
+            if planes is None:
+                planes = batches[dst.name] = {}
+                hosts[dst.name] = dst
+            batch = planes.setdefault(link.plane, [])
+            if dst.flowlabel:
+                batch.extend((p[0], p[1], p[4] | (p[3] & 0xFFFFF) << 8) for p in pkts)
+            else:
+                batch.extend((p[0], p[1], p[4]) for p in pkts)
+        else:
+            dst.receive_train(self, link, pkts, times)
 
     def drive(self, until: float, *, max_steps: int = 10_000_000) -> None:
         """Run until simulated time `until` (or the network goes quiet)."""

@@ -1,0 +1,136 @@
+"""Packet trains: a flowcell crosses a link or a switch port as one event (docs/DESIGN.md §5).
+
+At fabric scale (1,024 hosts × 8 planes) one heap event per packet per hop is too many for
+CPython, so a network built with `Network(trains=True)` moves each GSO batch (a flowcell: the
+packets of one `Transmit`, one EV, one destination) as a train: one event per hop, carrying the
+packets and the time each one arrives. Each hop still decides and times every packet on its
+own, in FIFO order: packet i arrives at `times[i]`, waits for what is ahead of it, is marked,
+trimmed or dropped by the shared queue model (`mrc.core.switchq.decide`) against the bytes
+waiting at `times[i]`, and leaves when its last bit is sent. What the train costs in fidelity:
+a train reserves its place in a port's FIFO when its head arrives, so a packet of another train
+that would have slipped in between two of its packets queues behind it instead (same rates,
+same throughput; a few packet times of reordering between trains). Trimmed headers go at
+priority the moment they arrive (a 64-byte header steals 5 ns at 100 Gbit/s, not modelled), and
+a host receives a whole train in one receive batch when its last packet has arrived, as GRO
+would hand it over.
+
+Holds `TrainQueue` (one link direction's FIFO schedule in train mode) and the event payload
+type `Train`. What it leaves to others: links, ports and switches (network.py, fabric.py) call
+it; the event loop (network.py) delivers trains to hosts; time-weighted queue statistics
+(`QueueStats.area`) are only kept by the per-packet model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..core.switchq import ACCEPTED, QueuePolicy, Verdict, decide
+
+if TYPE_CHECKING:
+    from .network import InFlight, Link, Network
+
+#: A train in flight: the link it is on, its packets, and when each one arrives at the far end.
+Train = tuple["Link", list["InFlight"], list[float]]
+
+
+class TrainQueue:
+    """One link direction's FIFO in train mode: when its data backlog ends, what it holds."""
+
+    __slots__ = ("busy_until", "held", "held_bytes", "prio_busy")
+
+    def __init__(self) -> None:
+        #: When the last accepted data packet's last bit leaves.
+        self.busy_until = 0.0
+        #: When the last trimmed header at priority has left.
+        self.prio_busy = 0.0
+        #: Accepted data packets not yet sent: (end of transmission, arrival, size), in FIFO
+        #: order, so ends ascend.
+        self.held: deque[tuple[float, float, int]] = deque()
+        self.held_bytes = 0
+
+    def waiting(self, t: float) -> int:
+        """Data bytes that have arrived by `t` and are not yet sent (the one on the wire
+        counted whole)."""
+        held = self.held
+        while held and held[0][0] <= t:
+            self.held_bytes -= held.popleft()[2]
+        queued = self.held_bytes
+        # Packets reserved by a train whose tail has not arrived yet are not in the queue.
+        for _end, arrival, size in reversed(held):
+            if arrival <= t:
+                break
+            queued -= size
+        return queued
+
+    def carry(
+        self,
+        link: Link,
+        net: Network,
+        policy: QueuePolicy,
+        pkts: list[InFlight],
+        times: list[float],
+    ) -> tuple[list[InFlight], list[float]]:
+        """Queue each packet at its arrival time; return what leaves and when its last bit
+        reaches the far end (after the link's latency)."""
+        p = link.params
+        c = link.counters
+        rate = p.rate_bps / 8
+        latency = p.latency
+        stats = link.stats
+        out: list[InFlight] = []
+        out_times: list[float] = []
+        for pkt, t in zip(pkts, times, strict=True):
+            if not link._admit(net, pkt[0]):
+                continue
+            tos = pkt[4]
+            size = len(pkt[0])
+            prio_waiting = (self.prio_busy - t) * rate if self.prio_busy > t else 0.0
+            verdict, new_tos, new_size = decide(
+                policy, self.waiting(t), prio_waiting, size, tos, True
+            )
+            if verdict not in ACCEPTED:
+                c[verdict.value] += 1
+                continue
+            if new_size != size or new_tos != tos:
+                pkt = (pkt[0][:new_size], pkt[1], pkt[2], pkt[3], new_tos)
+            if verdict is Verdict.MARKED:
+                c["ce_marked"] += 1
+            if verdict is Verdict.TRIMMED or verdict is Verdict.PRIORITY:
+                if verdict is Verdict.TRIMMED:
+                    c["trimmed"] += 1
+                c["priority"] += 1
+                start = t if t > self.prio_busy else self.prio_busy
+                end = self.prio_busy = start + new_size / rate
+            else:
+                start = t if t > self.busy_until else self.busy_until
+                end = self.busy_until = start + size / rate
+                self.held.append((end, t, size))
+                self.held_bytes += size
+                queued = self.held_bytes
+                if queued > stats.max_bytes:
+                    stats.max_bytes = queued
+            waited = start - t
+            stats.delay_sum += waited
+            stats.samples += 1
+            if waited > stats.delay_max:
+                stats.delay_max = waited
+            c["forwarded"] += 1
+            c["forwarded_bytes"] += new_size
+            out.append(pkt)
+            out_times.append(end + latency)
+        # Busy-until of the per-packet model too: `queued_bytes` and host back-pressure read it.
+        if self.busy_until > link.busy_until:
+            link.busy_until = self.busy_until
+        return out, out_times
+
+    def drop_all(self, now: float) -> int:
+        """Forget what is queued (a port going down); returns how many packets that was."""
+        held = self.held
+        while held and held[0][0] <= now:
+            held.popleft()
+        n = len(held)
+        held.clear()
+        self.held_bytes = 0
+        self.busy_until = now
+        return n

@@ -1,0 +1,146 @@
+"""Packet trains (mrc.sim.trains) and many flows at once (mrc.sim.permutation): exact stories
+on small fabrics, and a 32-host permutation of the core Session finishing with exact outcomes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mrc.core.transmit import Transmit
+from mrc.sim import LinkParams, Network
+from mrc.sim.network import Host
+from mrc.sim.permutation import (
+    Flow,
+    MatrixError,
+    mrc_config,
+    permutation,
+    read_cm,
+    run_flows,
+)
+from mrc.sim.topology import FabricSpec, build
+
+ECT0 = 0x02
+SLOW = LinkParams(rate_bps=8e6, latency=1e-6, queue_bytes=1 << 20)  # 1000 bytes = 1 ms
+
+
+def capture(host: Host) -> list[tuple[float, int, int]]:
+    got: list[tuple[float, int, int]] = []
+
+    def hook(h: Host, plane: int, batch: list[tuple[bytes, object, int]]) -> None:
+        got.extend((round(h.net.now, 9), data[0], tos) for data, _, tos in batch)
+
+    host.on_receive = hook
+    return got
+
+
+def two_racks(trains: bool, link: LinkParams = SLOW) -> tuple[Network, Host, Host]:
+    net = Network(seed=0, trains=trains)
+    spec = FabricSpec(
+        hosts=2, planes=1, hosts_per_rack=1, tier1=1, host_link=link, fabric_link=link
+    )
+    fab = build(net, spec)
+    return net, fab.hosts[0], fab.hosts[1]
+
+
+def cell(n: int) -> Transmit:
+    data = b"".join(bytes([i]) * 1000 for i in range(n))
+    return Transmit(plane=0, addr="h1", data=data, ev=0, segment_size=1000)
+
+
+def test_a_train_is_timed_packet_by_packet_and_delivered_whole() -> None:
+    """Three 1000-byte packets over four 1 ms-per-packet hops, pipelined: the last arrives
+    after 3 ms of serialization at the NIC, 3 more hops of 1 ms and 4 µs of cable."""
+    net, h0, h1 = two_racks(trains=True)
+    got = capture(h1)
+    h0._send(cell(3))
+    net.drive(0.1)
+    assert got == [(0.006004, 0, ECT0), (0.006004, 1, ECT0), (0.006004, 2, ECT0)]
+    assert net.events == 4  # one per hop
+
+    # The per-packet model: the same last arrival, each packet on its own.
+    net, h0, h1 = two_racks(trains=False)
+    got = capture(h1)
+    h0._send(cell(3))
+    net.drive(0.1)
+    assert got == [(0.004004, 0, ECT0), (0.005004, 1, ECT0), (0.006004, 2, ECT0)]
+
+
+def test_two_trains_into_one_port_mark_and_trim_per_packet() -> None:
+    """h0, then h1 10 µs later, each send 4 packets to h2 over a fast fabric whose last hop is
+    slow (1 ms per packet) and holds 3000 bytes, ECN above 1500. h0's train: 0 and 1 queued, 2
+    finds 2000 bytes ahead (marked), 3 no longer fits (trimmed); h1's finds the queue full:
+    four headers. Headers go at priority, one after the other (64 µs each)."""
+    fast = LinkParams(rate_bps=1e12, latency=1e-6, queue_bytes=1 << 20)
+    net = Network(seed=0, trains=True)
+    spec = FabricSpec(
+        hosts=3, planes=1, hosts_per_rack=3, tier1=1, host_link=fast, fabric_link=fast,
+        ecn_threshold=1500, trim=True,
+    )  # fmt: skip
+    fab = build(net, spec)
+    h0, h1, h2 = fab.hosts
+    last = fab.link(fab.tier0[0][0], h2)
+    last.params.rate_bps, last.params.queue_bytes = 8e6, 3000
+    got = capture(h2)
+    tx = Transmit(0, "h2", b"".join(bytes([i]) * 1000 for i in range(4)), 0, 1000)
+    h0._send(tx)
+    net.at(10e-6, lambda: None if h1._send(tx) else None)
+    net.drive(0.1)
+    c = last.counters
+    assert (c["forwarded"], c["ce_marked"], c["trimmed"], c["priority"]) == (8, 1, 5, 5)
+    assert c["dropped_queue"] == c["dropped_priority"] == 0
+    t21 = 21 << 2 | ECT0
+    # h1's four headers leave back to back at priority (64 µs each, after h0's header, which
+    # went at 1.032-65.032 µs): h2 reads them in one batch when the last is in. h0's train
+    # reaches h2 as one back-to-back run, its header having overtaken packet 0's tail: one
+    # batch when packet 2's last bit is in (1 µs + 8 ns + 3 × 1 ms + 1 µs).
+    assert got == [
+        (0.000322032, 0, t21), (0.000322032, 1, t21), (0.000322032, 2, t21),
+        (0.000322032, 3, t21),
+        (0.003002008, 3, t21), (0.003002008, 0, ECT0), (0.003002008, 1, ECT0),
+        (0.003002008, 2, 0x03),
+    ]  # fmt: skip
+
+
+def test_a_small_permutation_finishes_with_exact_outcomes() -> None:
+    """32 hosts of a 2-plane 2-tier Clos, 100 Gbit/s, every host writes 256 KiB to another:
+    every WRITE completes, every byte lands, nothing is dropped or resent, and no flow beats
+    its own serialization time."""
+    spec = FabricSpec(
+        hosts=32, planes=2, hosts_per_rack=8, tier1=4,
+        host_link=LinkParams(rate_bps=100e9, latency=1e-6, queue_bytes=1 << 30),
+        fabric_link=LinkParams(rate_bps=100e9, latency=1e-6, queue_bytes=200_000),
+        ecn_threshold=90_000, trim=True,
+    )  # fmt: skip
+    net = Network(seed=3, trains=True)
+    fab = build(net, spec)
+    config = mrc_config(fab, base_rtt=10e-6, flowcell=15, payload_mtu=4096)
+    flows = permutation(32, 256 << 10, seed=5)
+    assert sorted(f.src for f in flows) == sorted(f.dst for f in flows) == list(range(32))
+    assert all(f.src != f.dst for f in flows)
+    run = run_flows(net, fab, flows, config, timeout=0.01, verify=True)
+    assert (run.completed, run.intact, run.drops, run.retransmits) == (32, True, 0, 0)
+    # 64 packets of 4136 bytes over two 100 Gbit/s planes: at least 10.6 µs each.
+    fastest = 64 * 4136 * 8 / 200e9
+    done = [t for t in run.fct if t is not None]
+    assert min(done) > fastest and max(done) < 20 * fastest
+    p50, p99 = run.percentile(50), run.percentile(99)
+    assert p50 is not None and p99 is not None and p50 <= p99 == max(done)
+
+
+def test_connection_matrices(tmp_path: Path) -> None:
+    cm = tmp_path / "perm.cm"
+    cm.write_text("Nodes 4\nConnections 2\n0->3 id 1 start 0 size 2000\n3->1 id 2 start 5 size 9\n")
+    assert read_cm(cm) == [Flow(0, 3, 2000, 0.0), Flow(3, 1, 9, 5e-6)]
+    for text, message in (
+        ("Nodes 4\n0->9 id 1 start 0 size 10\n", "beyond Nodes 4"),
+        ("0->0 id 1 start 0 size 10\n", "two hosts"),
+        ("0-1 id 1 size 10\n", "cannot read"),
+        ("Nodes 4\n", "no flows"),
+    ):
+        cm.write_text(text)
+        with pytest.raises(MatrixError, match=message) as info:
+            read_cm(cm)
+        assert "\n" not in str(info.value)
+    with pytest.raises(MatrixError, match="at least two hosts"):
+        permutation(1, 10)
