@@ -60,6 +60,8 @@ class Scale:
             raise ValueError(
                 f"paper: {self.hosts} hosts do not fill racks of {self.hosts_per_rack}"
             )
+        if self.planes > 256:
+            raise ValueError("paper: an EV has 8 bits of plane (at most 256 planes)")
         if self.racks < 2:
             raise ValueError("paper: need at least two racks (traffic crosses tier-1)")
         if self.rate <= 0 or self.latency < 0 or self.flow_bytes < 4096:

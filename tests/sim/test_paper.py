@@ -190,6 +190,8 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         (["--only", "nope"], "unknown experiment 'nope'"),
         (["--hosts", "4", "--hosts-per-rack", "4"], "at least two racks"),
         (["-j", "0"], "-j needs at least 1"),
+        (["--planes", "300"], "at most 256 planes"),
+        (["--flow", "0.001"], "at least one packet"),
     ],
 )
 def test_cli_refuses_bad_input_in_one_line(
