@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                     help="runs at once (processes)")  # fmt: skip
     ap.add_argument("-J", "--json", action="store_true", help="one JSON document")
+    ap.add_argument("--json-file", metavar="FILE", help="also write the JSON document to FILE")
     ap.add_argument("--plot", metavar="DIR", help="write one PNG per experiment into DIR")
     args = ap.parse_args(argv)
     try:
@@ -194,17 +195,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print("paper: -j needs at least 1", file=sys.stderr)
         return 2
+    out = None
+    if args.json_file:
+        try:  # before the runs, so a bad path costs nothing
+            out = open(args.json_file, "w")  # noqa: SIM115 (closed after the runs)
+        except OSError as e:
+            print(f"paper: cannot write {args.json_file}: {e.strerror}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     results, verdicts = run_all(names, scale, args.jobs)
     wall = time.perf_counter() - t0
     if args.plot:
         for path in _plot(args.plot, verdicts, results):
             print(f"paper: wrote {path}", file=sys.stderr)
+    runs = {n: {p: {k: v for k, v in m.items() if k != "series"} for p, m in r.items()}
+            for n, r in results.items()}  # fmt: skip
+    doc = {"scale": asdict(scale), "wall": round(wall, 3),
+           "verdicts": [v.as_dict() for v in verdicts], "runs": runs}  # fmt: skip
+    if out is not None:
+        with out:
+            json.dump(doc, out, indent=1, default=str)
     if args.json:
-        runs = {n: {p: {k: v for k, v in m.items() if k != "series"} for p, m in r.items()}
-                for n, r in results.items()}  # fmt: skip
-        doc = {"scale": asdict(scale), "wall": round(wall, 3),
-               "verdicts": [v.as_dict() for v in verdicts], "runs": runs}  # fmt: skip
         json.dump(doc, sys.stdout, indent=1, default=str)
         print()
     else:

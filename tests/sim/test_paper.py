@@ -192,6 +192,7 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         (["-j", "0"], "-j needs at least 1"),
         (["--planes", "300"], "at most 256 planes"),
         (["--flow", "0.001"], "at least one packet"),
+        (["--json-file", "/nonexistent/dir/x.json"], "cannot write /nonexistent/dir/x.json"),
     ],
 )
 def test_cli_refuses_bad_input_in_one_line(
