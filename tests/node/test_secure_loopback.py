@@ -44,6 +44,9 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 def _receiver(level: str, shift: int, size: int, skip: int) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    # The peer spies on PacketProtection.open by assignment, which compiled callers bind past:
+    # it runs pure Python (the sender under test here runs whichever build is installed).
+    env["MRC_PURE"] = "1"
     args = [level, str(shift), str(size), str(skip)]
     return subprocess.Popen(
         [sys.executable, os.path.join(HERE, "secure_peer.py"), *args],
