@@ -13,6 +13,7 @@ Usage: python tools/build_mypyc.py [--force | --clean | --check]
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -130,7 +131,15 @@ def inner() -> None:
 
 
 def build() -> int:
+    if importlib.util.find_spec("mypyc") is None:
+        clean()
+        print("mypyc: not installed (pip install mypy), mrc runs as pure Python")
+        return 0
     if compiler() is None:
+        if current():
+            print("mypyc: no C compiler found, the compiled modules present are current")
+            return 0
+        clean()
         print("mypyc: no C compiler found, mrc runs as pure Python")
         return 0
     # Without the stamp the old modules count as stale (pure) until this build succeeds; they stay
