@@ -91,7 +91,7 @@ def _table(scale: Scale, verdicts: list[Verdict], results: Results, wall: float)
 
 
 #: Samples averaged per plotted point (a sample is 1/40 of a flow's ideal duration).
-PLOT_SMOOTH = 4
+PLOT_SMOOTH = 6
 
 
 def _smooth(points: list[tuple[float, float]], n: int) -> tuple[list[float], list[float]]:
@@ -118,7 +118,7 @@ def _plot(outdir: str, verdicts: list[Verdict], results: Results) -> list[str]:
     written = []
     for v in verdicts:
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        for proto, colour in (("mrc", "#1f77b4"), ("roce", "#d62728")):
+        for proto, colour in (("roce", "#d62728"), ("mrc", "#1f77b4")):  # MRC drawn on top
             m = results[v.experiment][proto]
             col = 1 if len(m["affected"]) == m["flows"] else 2
             xs, ys = _smooth([(p[0], p[col]) for p in m["series"]], PLOT_SMOOTH)
