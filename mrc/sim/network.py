@@ -39,7 +39,7 @@ from ..core.switchq import (
     decide,
 )
 from ..core.transmit import Addr, Transmit
-from .trains import Train, TrainQueue
+from .trains import TrainQueue, arrive
 
 if TYPE_CHECKING:
     from .fabric import Switch
@@ -179,26 +179,8 @@ class Link:
         the wire as one event; a host gets it when its last packet is in."""
         q = self.trainq
         if q is None:
-            q = self.trainq = TrainQueue()
-        out, out_times = q.carry(self, net, self.policy(), pkts, times)
-        if not out:
-            return
-        if any(b < a for a, b in itertools.pairwise(out_times)):
-            # Trimmed headers overtook queued data: keep the train in arrival order.
-            order = sorted(range(len(out)), key=out_times.__getitem__)
-            out = [out[i] for i in order]
-            out_times = [out_times[i] for i in order]
-        if not isinstance(self.dst, Host):
-            net._push(out_times[0], "train", (self, out, out_times))
-            return
-        # A host reads each back-to-back run in one batch once its last packet is in (GRO);
-        # a packet that came later than line rate allows starts a new batch.
-        per_byte = 8 / self.params.rate_bps
-        first = 0
-        for k in range(1, len(out) + 1):
-            if k == len(out) or out_times[k] - out_times[k - 1] > 1.5 * len(out[k][0]) * per_byte:
-                net._push(out_times[k - 1], "train", (self, out[first:k], out_times[first:k]))
-                first = k
+            q = self.trainq = TrainQueue(isinstance(self.dst, Host))
+        q.send(self, net, self.policy(), pkts, times)
 
     def _admit(self, net: Network, data: bytes) -> bool:
         """Link state, targeted drops and seeded loss, before any queueing decision."""
@@ -301,6 +283,9 @@ class Host:
         self._lagging: dict[int, float] = {}
         self._held: dict[int, list[Datagram]] = {}
         self._timer_at: dict[int, float] = {}
+        #: Receive coalescing (`Network.read_every`): arrivals not yet read, the last read.
+        self._unread: dict[int, list[Datagram]] = {}
+        self._last_read = float("-inf")
         self._flusher: Flusher[Session] = Flusher(self, lambda: net.now)
 
     # -- application calls -----------------------------------------------------------------
@@ -392,6 +377,26 @@ class Host:
             link.send(net, (t.data, name, addr, ev, TOS_ECT0))
         return True
 
+    def _arrivals(self, batches: dict[int, list[Datagram]]) -> None:
+        """This instant's arrivals: read at once, or, with `Network.read_every`, at the next
+        read at most that long after the previous one (a NIC's interrupt moderation)."""
+        every = self.net.read_every
+        now = self.net.now
+        if not every or (not self._unread and now - self._last_read >= every):
+            self._last_read = now
+            self._deliver(batches)
+            return
+        if not self._unread:
+            self.net._push(self._last_read + every, "read", self)
+        for plane, batch in batches.items():
+            self._unread.setdefault(plane, []).extend(batch)
+
+    def _read(self) -> None:
+        batches, self._unread = self._unread, {}
+        self._last_read = self.net.now
+        if batches:
+            self._deliver(batches)
+
     def _deliver(self, batches: dict[int, list[Datagram]]) -> None:
         """One wake-up: every plane's batch goes in before any output is pulled, as io/
         drains all its sockets before acting (docs/DESIGN.md §3)."""
@@ -472,8 +477,12 @@ class Network:
     are not applied to trains.
     """
 
-    def __init__(self, seed: int = 0, *, trains: bool = False) -> None:
+    def __init__(self, seed: int = 0, *, trains: bool = False, read_every: float = 0.0) -> None:
         self.trains = trains
+        #: Hosts read arrivals at most this often (seconds; 0: each instant's at once): a
+        #: read batches what came since the last, and one SACK answers each 64-PSN block of
+        #: a batch (docs/DESIGN.md §6).
+        self.read_every = read_every
         self.rng = random.Random(seed)
         self.now = 0.0
         self.hosts: dict[str, Host] = {}
@@ -558,41 +567,52 @@ class Network:
 
     def step(self) -> bool:
         """Process everything due at the next event time; False when nothing is left."""
-        if not self._heap:
+        heap = self._heap
+        if not heap:
             return False
-        t = self._heap[0][0]
+        t, _, kind, payload = heapq.heappop(heap)
         self.now = t
+        self.events += 1
+        if kind == "train" and (not heap or heap[0][0] != t):
+            # The common case at scale: a train alone at its instant reaching a switch.
+            link = payload[0]
+            dst = link.dst
+            if link.up and not isinstance(dst, Host):
+                link.counters["delivered"] += len(payload[1])
+                dst.receive_train(self, link, payload[1], payload[2])
+                return True
         batches: dict[str, dict[int, list[Datagram]]] = {}
         hosts: dict[str, Host] = {}
         others = []
-        heap = self._heap
-        while heap and heap[0][0] == t:
-            _, _, kind, payload = heapq.heappop(heap)
-            self.events += 1
+        while True:
             if kind == "arrive":
                 link, pkt = payload
                 if not link.up:
                     link.counters["dropped_down"] += 1
-                    continue
-                link.counters["delivered"] += 1
-                dst = link.dst
-                if isinstance(dst, Host):
-                    planes = batches.get(dst.name)
-                    if planes is None:
-                        planes = batches[dst.name] = {}
-                        hosts[dst.name] = dst
-                    tos = pkt[4] | (pkt[3] & 0xFFFFF) << 8 if dst.flowlabel else pkt[4]
-                    planes.setdefault(link.plane, []).append((pkt[0], pkt[1], tos))
                 else:
-                    dst.receive(self, link, pkt)
+                    link.counters["delivered"] += 1
+                    dst = link.dst
+                    if isinstance(dst, Host):
+                        planes = batches.get(dst.name)
+                        if planes is None:
+                            planes = batches[dst.name] = {}
+                            hosts[dst.name] = dst
+                        tos = pkt[4] | (pkt[3] & 0xFFFFF) << 8 if dst.flowlabel else pkt[4]
+                        planes.setdefault(link.plane, []).append((pkt[0], pkt[1], tos))
+                    else:
+                        dst.receive(self, link, pkt)
             elif kind == "train":
-                self._arrive_train(payload, batches, hosts)
+                arrive(self, payload, batches, hosts)
             elif kind == "port":
                 payload._wake(self)
             else:
                 others.append((kind, payload))
+            if not heap or heap[0][0] != t:
+                break
+            _, _, kind, payload = heapq.heappop(heap)
+            self.events += 1
         for name, planes in batches.items():
-            hosts[name]._deliver(planes)
+            hosts[name]._arrivals(planes)
         for kind, payload in others:
             if kind == "timer":
                 host, session = payload
@@ -600,32 +620,11 @@ class Network:
                     host._on_timer(session)
             elif kind == "call":
                 payload()
+            elif kind == "read":
+                payload._read()
             elif kind == "resume":
                 payload._resume()
         return True
-
-    def _arrive_train(
-        self, train: Train, batches: dict[str, dict[int, list[Datagram]]], hosts: dict[str, Host]
-    ) -> None:
-        link, pkts, times = train
-        n = len(pkts)
-        if not link.up:
-            link.counters["dropped_down"] += n
-            return
-        link.counters["delivered"] += n
-        dst = link.dst
-        if isinstance(dst, Host):
-            planes = batches.get(dst.name)
-            if planes is None:
-                planes = batches[dst.name] = {}
-                hosts[dst.name] = dst
-            batch = planes.setdefault(link.plane, [])
-            if dst.flowlabel:
-                batch.extend((p[0], p[1], p[4] | (p[3] & 0xFFFFF) << 8) for p in pkts)
-            else:
-                batch.extend((p[0], p[1], p[4]) for p in pkts)
-        else:
-            dst.receive_train(self, link, pkts, times)
 
     def drive(self, until: float, *, max_steps: int = 10_000_000) -> None:
         """Run until simulated time `until` (or the network goes quiet)."""

@@ -23,12 +23,13 @@ it; the event loop (network.py) delivers trains to hosts; time-weighted queue st
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
 
-from ..core.switchq import ACCEPTED, QueuePolicy, Verdict, decide
+from ..core.switchq import QueuePolicy, Verdict, decide
 
 if TYPE_CHECKING:
-    from .network import InFlight, Link, Network
+    from .network import Datagram, Host, InFlight, Link, Network
 
 #: A train in flight: the link it is on, its packets, and when each one arrives at the far end.
 Train = tuple["Link", list["InFlight"], list[float]]
@@ -37,9 +38,11 @@ Train = tuple["Link", list["InFlight"], list[float]]
 class TrainQueue:
     """One link direction's FIFO in train mode: when its data backlog ends, what it holds."""
 
-    __slots__ = ("busy_until", "held", "held_bytes", "prio_busy")
+    __slots__ = ("busy_until", "held", "held_bytes", "prio_busy", "to_host")
 
-    def __init__(self) -> None:
+    def __init__(self, to_host: bool) -> None:
+        #: The far end is a host (it reads whole runs of packets), not a switch.
+        self.to_host = to_host
         #: When the last accepted data packet's last bit leaves.
         self.busy_until = 0.0
         #: When the last trimmed header at priority has left.
@@ -51,7 +54,7 @@ class TrainQueue:
 
     def waiting(self, t: float) -> int:
         """Data bytes that have arrived by `t` and are not yet sent (the one on the wire
-        counted whole)."""
+        counted whole). `carry` inlines the common case (nothing reserved beyond `t`)."""
         held = self.held
         while held and held[0][0] <= t:
             self.held_bytes -= held.popleft()[2]
@@ -78,51 +81,102 @@ class TrainQueue:
         rate = p.rate_bps / 8
         latency = p.latency
         stats = link.stats
+        # Plain links (no loss, no filter, up) skip `_admit`'s checks packet by packet.
+        plain = link.up and p.drop_if is None and not p.loss
+        held = self.held
         out: list[InFlight] = []
         out_times: list[float] = []
+        sent = forwarded = forwarded_bytes = 0
+        waited_sum = 0.0
         for pkt, t in zip(pkts, times, strict=True):
-            if not link._admit(net, pkt[0]):
+            if plain:
+                sent += 1
+            elif not link._admit(net, pkt[0]):
                 continue
             tos = pkt[4]
             size = len(pkt[0])
+            while held and held[0][0] <= t:
+                self.held_bytes -= held.popleft()[2]
+            waiting = self.held_bytes
+            if held and held[-1][1] > t:
+                waiting = self.waiting(t)
             prio_waiting = (self.prio_busy - t) * rate if self.prio_busy > t else 0.0
-            verdict, new_tos, new_size = decide(
-                policy, self.waiting(t), prio_waiting, size, tos, True
-            )
-            if verdict not in ACCEPTED:
+            verdict, new_tos, new_size = decide(policy, waiting, prio_waiting, size, tos, True)
+            if verdict is Verdict.QUEUED:
+                pass
+            elif verdict is Verdict.MARKED:
+                c["ce_marked"] += 1
+            elif verdict is Verdict.TRIMMED or verdict is Verdict.PRIORITY:
+                if verdict is Verdict.TRIMMED:
+                    c["trimmed"] += 1
+                c["priority"] += 1
+            else:
                 c[verdict.value] += 1
                 continue
             if new_size != size or new_tos != tos:
                 pkt = (pkt[0][:new_size], pkt[1], pkt[2], pkt[3], new_tos)
-            if verdict is Verdict.MARKED:
-                c["ce_marked"] += 1
-            if verdict is Verdict.TRIMMED or verdict is Verdict.PRIORITY:
-                if verdict is Verdict.TRIMMED:
-                    c["trimmed"] += 1
-                c["priority"] += 1
+            if new_size != size or verdict is Verdict.PRIORITY:
                 start = t if t > self.prio_busy else self.prio_busy
                 end = self.prio_busy = start + new_size / rate
             else:
                 start = t if t > self.busy_until else self.busy_until
                 end = self.busy_until = start + size / rate
-                self.held.append((end, t, size))
+                held.append((end, t, size))
                 self.held_bytes += size
-                queued = self.held_bytes
-                if queued > stats.max_bytes:
-                    stats.max_bytes = queued
+                if self.held_bytes > stats.max_bytes:
+                    stats.max_bytes = self.held_bytes
             waited = start - t
-            stats.delay_sum += waited
-            stats.samples += 1
+            waited_sum += waited
             if waited > stats.delay_max:
                 stats.delay_max = waited
-            c["forwarded"] += 1
-            c["forwarded_bytes"] += new_size
+            forwarded += 1
+            forwarded_bytes += new_size
             out.append(pkt)
             out_times.append(end + latency)
+        if sent:
+            c["sent"] += sent
+        if forwarded:
+            c["forwarded"] += forwarded
+            c["forwarded_bytes"] += forwarded_bytes
+            stats.delay_sum += waited_sum
+            stats.samples += forwarded
         # Busy-until of the per-packet model too: `queued_bytes` and host back-pressure read it.
         if self.busy_until > link.busy_until:
             link.busy_until = self.busy_until
         return out, out_times
+
+    def send(
+        self,
+        link: Link,
+        net: Network,
+        policy: QueuePolicy,
+        pkts: list[InFlight],
+        times: list[float],
+    ) -> None:
+        """`carry`, then put what leaves on the wire: one event toward a switch; toward a
+        host, one per back-to-back run, when its last packet is in."""
+        out, out_times = self.carry(link, net, policy, pkts, times)
+        if len(out) == 1:
+            net._push(out_times[0], "train", (link, out, out_times))
+            return
+        if not out:
+            return
+        if any(b < a for a, b in pairwise(out_times)):
+            # Trimmed headers overtook queued data: keep the train in arrival order.
+            order = sorted(range(len(out)), key=out_times.__getitem__)
+            out = [out[i] for i in order]
+            out_times = [out_times[i] for i in order]
+        if not self.to_host:
+            net._push(out_times[0], "train", (link, out, out_times))
+            return
+        # A host reads each back-to-back run in one batch once its last packet is in (GRO);
+        # a packet that came later than line rate allows starts a new batch.
+        per_byte = 8 / link.params.rate_bps
+        first = 0
+        for k in range(1, len(out) + 1):
+            if k == len(out) or out_times[k] - out_times[k - 1] > 1.5 * len(out[k][0]) * per_byte:
+                net._push(out_times[k - 1], "train", (link, out[first:k], out_times[first:k]))
+                first = k
 
     def drop_all(self, now: float) -> int:
         """Forget what is queued (a port going down); returns how many packets that was."""
@@ -134,3 +188,30 @@ class TrainQueue:
         self.held_bytes = 0
         self.busy_until = now
         return n
+
+
+def arrive(
+    net: Network, train: Train, batches: dict[str, dict[int, list[Datagram]]], hosts: dict[str, Any]
+) -> None:
+    """A train reached the far end of its link: a switch forwards it, a host gets its packets
+    in this instant's receive batch (`batches`, `hosts`: the event loop's, by host name)."""
+    link, pkts, times = train
+    n = len(pkts)
+    if not link.up:
+        link.counters["dropped_down"] += n
+        return
+    link.counters["delivered"] += n
+    q = link.trainq
+    if q is None or not q.to_host:
+        link.dst.receive_train(net, link, pkts, times)  # type: ignore[union-attr]
+        return
+    dst: Host = link.dst  # type: ignore[assignment]
+    planes = batches.get(dst.name)
+    if planes is None:
+        planes = batches[dst.name] = {}
+        hosts[dst.name] = dst
+    batch = planes.setdefault(link.plane, [])
+    if dst.flowlabel:
+        batch.extend((p[0], p[1], p[4] | (p[3] & 0xFFFFF) << 8) for p in pkts)
+    else:
+        batch.extend((p[0], p[1], p[4]) for p in pkts)
