@@ -30,6 +30,8 @@ from mrc import _build  # noqa: E402  (the checkout's mrc, whatever is installed
 
 BUILD = REPO / "build"
 LOG = BUILD / "mypyc.log"
+# setuptools builds the extension modules here; install() moves them beside the sources.
+LIB = BUILD / "mypyc-lib"
 # Modules mypyc must not compile, with the reason; they stay interpreted beside compiled ones.
 _CLASSVAR = (
     "its header dataclasses declare ClassVar constants (SIZE, _STRUCT), which a compiled"
@@ -85,6 +87,24 @@ def clean() -> None:
         path.unlink()
 
 
+def install() -> int:
+    """Put the modules built in LIB beside the sources; returns how many changed. Each goes in
+    by rename, never by rewriting the file in place: a process that has the old one loaded
+    (another checkout user's test run) keeps its copy instead of crashing on a truncated one."""
+    changed = 0
+    for built in sorted(LIB.rglob("*.so")):
+        target = REPO / built.relative_to(LIB)
+        data = built.read_bytes()
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o755)
+        os.replace(tmp, target)
+        changed += 1
+    return changed
+
+
 def remove_leftovers() -> None:
     """Remove extension modules of sources no longer compiled (now interpreted, or deleted): they
     would shadow the .py files."""
@@ -122,8 +142,8 @@ def inner() -> None:
     dist = Distribution({"name": "mrc-mypyc", "ext_modules": modules})
     dist.script_args = [
         "build_ext",
-        "--inplace",
         f"--parallel={JOBS}",
+        f"--build-lib={LIB}",
         f"--build-temp={BUILD / 'mypyc-temp'}",
     ]
     dist.parse_command_line()
@@ -167,6 +187,7 @@ def build() -> int:
         clean()
         print(f"mypyc: build failed ({LOG.relative_to(REPO)}), mrc runs as pure Python")
         return 0
+    install()
     remove_leftovers()
     stamp = wanted_stamp()
     stamp["seconds"] = round(seconds, 1)
