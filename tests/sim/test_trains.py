@@ -3,6 +3,7 @@ on small fabrics, and a 32-host permutation of the core Session finishing with e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,11 @@ def test_two_trains_into_one_port_mark_and_trim_per_packet() -> None:
     got = capture(h2)
     tx = Transmit(0, "h2", b"".join(bytes([i]) * 1000 for i in range(4)), 0, 1000)
     h0._send(tx)
-    net.at(10e-6, lambda: None if h1._send(tx) else None)
+
+    def later() -> None:
+        h1._send(tx)
+
+    net.at(10e-6, later)
     net.drive(0.1)
     c = last.counters
     assert (c["forwarded"], c["ce_marked"], c["trimmed"], c["priority"]) == (8, 1, 5, 5)
@@ -144,3 +149,22 @@ def test_connection_matrices(tmp_path: Path) -> None:
         assert "\n" not in str(info.value)
     with pytest.raises(MatrixError, match="at least two hosts"):
         permutation(1, 10)
+
+
+def test_read_every_batches_a_hosts_arrivals() -> None:
+    """With read_every = 2 ms, h1 reads the first packet the moment it lands (it had been idle),
+    then holds what comes until 2 ms after that read: the packets injected 1 and 2 ms later
+    land at 5.004 and 6.004 ms (four 1 ms hops) and are read together at 6.004 ms."""
+    net = Network(seed=0, trains=True, read_every=2e-3)
+    spec = FabricSpec(hosts=2, planes=1, hosts_per_rack=1, tier1=1, host_link=SLOW,
+                      fabric_link=SLOW)  # fmt: skip
+    fab = build(net, spec)
+    h0, h1 = fab.hosts
+    got = capture(h1)
+    def send(i: int) -> Callable[[], None]:
+        return lambda: h0.inject(0, "h1", bytes([i]) * 1000)
+
+    for i in range(3):
+        net.at(i * 1e-3, send(i))
+    net.drive(0.1)
+    assert got == [(0.004004, 0, ECT0), (0.006004, 1, ECT0), (0.006004, 2, ECT0)]
