@@ -236,7 +236,11 @@ class Switch:
                 self.counters["dropped_no_route"] += len(pkts)
                 return
             port = uplinks[(ev & SELECTOR_MASK) // self.route_div % len(uplinks)]
-        port.carry(net, pkts, times)
+        q = port.trainq
+        if q is not None and port.node_up:
+            q.send(port, net, port.policy(), pkts, times)  # Port.carry's common case, inline
+        else:
+            port.carry(net, pkts, times)
 
 
 @dataclass(slots=True, eq=False)

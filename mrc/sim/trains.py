@@ -31,6 +31,9 @@ from ..core.switchq import QueuePolicy, Verdict, decide
 if TYPE_CHECKING:
     from .network import Datagram, Host, InFlight, Link, Network
 
+_QUEUED, _MARKED = Verdict.QUEUED, Verdict.MARKED
+_TRIMMED, _PRIORITY = Verdict.TRIMMED, Verdict.PRIORITY
+
 #: A train in flight: the link it is on, its packets, and when each one arrives at the far end.
 Train = tuple["Link", list["InFlight"], list[float]]
 
@@ -77,13 +80,15 @@ class TrainQueue:
         """Queue each packet at its arrival time; return what leaves and when its last bit
         reaches the far end (after the link's latency)."""
         p = link.params
-        c = link.counters
         rate = p.rate_bps / 8
         latency = p.latency
-        stats = link.stats
         # Plain links (no loss, no filter, up) skip `_admit`'s checks packet by packet.
         plain = link.up and p.drop_if is None and not p.loss
         held = self.held
+        # The schedule in locals for the loop (written back below): this runs per packet per hop.
+        busy, prio_busy, held_bytes = self.busy_until, self.prio_busy, self.held_bytes
+        stats = link.stats
+        max_bytes, delay_max = stats.max_bytes, stats.delay_max
         out: list[InFlight] = []
         out_times: list[float] = []
         sent = forwarded = forwarded_bytes = 0
@@ -96,43 +101,47 @@ class TrainQueue:
             tos = pkt[4]
             size = len(pkt[0])
             while held and held[0][0] <= t:
-                self.held_bytes -= held.popleft()[2]
-            waiting = self.held_bytes
+                held_bytes -= held.popleft()[2]
+            waiting = held_bytes
             if held and held[-1][1] > t:
+                self.held_bytes = held_bytes
                 waiting = self.waiting(t)
-            prio_waiting = (self.prio_busy - t) * rate if self.prio_busy > t else 0.0
-            verdict, new_tos, new_size = decide(policy, waiting, prio_waiting, size, tos, True)
-            if verdict is Verdict.QUEUED:
-                pass
-            elif verdict is Verdict.MARKED:
-                c["ce_marked"] += 1
-            elif verdict is Verdict.TRIMMED or verdict is Verdict.PRIORITY:
-                if verdict is Verdict.TRIMMED:
-                    c["trimmed"] += 1
-                c["priority"] += 1
+            verdict, new_tos, new_size = decide(
+                policy, waiting, (prio_busy - t) * rate if prio_busy > t else 0.0, size, tos, True
+            )
+            if verdict is not _QUEUED:
+                c = link.counters
+                if verdict is _MARKED:
+                    c["ce_marked"] += 1
+                elif verdict is _TRIMMED or verdict is _PRIORITY:
+                    c["trimmed"] += verdict is _TRIMMED
+                    c["priority"] += 1
+                else:
+                    c[verdict.value] += 1
+                    continue
+                if new_size != size or new_tos != tos:
+                    pkt = (pkt[0][:new_size], pkt[1], pkt[2], pkt[3], new_tos)
+            if verdict is _TRIMMED or verdict is _PRIORITY:
+                start = t if t > prio_busy else prio_busy
+                end = prio_busy = start + new_size / rate
             else:
-                c[verdict.value] += 1
-                continue
-            if new_size != size or new_tos != tos:
-                pkt = (pkt[0][:new_size], pkt[1], pkt[2], pkt[3], new_tos)
-            if new_size != size or verdict is Verdict.PRIORITY:
-                start = t if t > self.prio_busy else self.prio_busy
-                end = self.prio_busy = start + new_size / rate
-            else:
-                start = t if t > self.busy_until else self.busy_until
-                end = self.busy_until = start + size / rate
+                start = t if t > busy else busy
+                end = busy = start + size / rate
                 held.append((end, t, size))
-                self.held_bytes += size
-                if self.held_bytes > stats.max_bytes:
-                    stats.max_bytes = self.held_bytes
+                held_bytes += size
+                if held_bytes > max_bytes:
+                    max_bytes = held_bytes
             waited = start - t
             waited_sum += waited
-            if waited > stats.delay_max:
-                stats.delay_max = waited
+            if waited > delay_max:
+                delay_max = waited
             forwarded += 1
             forwarded_bytes += new_size
             out.append(pkt)
             out_times.append(end + latency)
+        self.busy_until, self.prio_busy, self.held_bytes = busy, prio_busy, held_bytes
+        stats.max_bytes, stats.delay_max = max_bytes, delay_max
+        c = link.counters
         if sent:
             c["sent"] += sent
         if forwarded:
@@ -141,8 +150,8 @@ class TrainQueue:
             stats.delay_sum += waited_sum
             stats.samples += forwarded
         # Busy-until of the per-packet model too: `queued_bytes` and host back-pressure read it.
-        if self.busy_until > link.busy_until:
-            link.busy_until = self.busy_until
+        if busy > link.busy_until:
+            link.busy_until = busy
         return out, out_times
 
     def send(

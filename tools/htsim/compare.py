@@ -74,6 +74,8 @@ class Side:
     p99_us: float | None
     max_us: float | None
     wall_seconds: float
+    #: CPU seconds (user + system) the run took: the machine is shared, wall time varies.
+    cpu_seconds: float
     peak_rss_mb: float
     events: int | None
     data_packets: int | None
@@ -150,6 +152,7 @@ def run_htsim(binary: Path, matrix: Path, topology: Path, end_us: int, log: Path
         flows,
         fct,
         wall_seconds=round(wall, 2),
+        cpu_seconds=round(usage.ru_utime + usage.ru_stime, 2),
         peak_rss_mb=round(usage.ru_maxrss / 1024, 1),
         events=int(events.group(1)) if events else None,
         data_packets=int(totals.group(1)) if totals else None,
@@ -164,7 +167,9 @@ def run_htsim(binary: Path, matrix: Path, topology: Path, end_us: int, log: Path
 # -- mrc --------------------------------------------------------------------------------
 
 
-def run_mrc(matrix: Path, topology: Path, *, flowcell: int, end_us: int, seed: int) -> Side:
+def run_mrc(
+    matrix: Path, topology: Path, *, flowcell: int, read_every: float, end_us: int, seed: int
+) -> Side:
     """The same matrix and fabric through mrc.sim (module docstring), in this process."""
     spec = read_htsim_topo(
         topology,
@@ -173,7 +178,8 @@ def run_mrc(matrix: Path, topology: Path, *, flowcell: int, end_us: int, seed: i
         trim=True,
     )
     flows = read_cm(matrix)
-    net = Network(seed, trains=True)
+    cpu = time.process_time()
+    net = Network(seed, trains=True, read_every=read_every)
     fab = build(net, spec)
     # A host's NIC queues what its own sender hands it (a real one pushes back, never drops).
     for host in fab.hosts:
@@ -183,12 +189,14 @@ def run_mrc(matrix: Path, topology: Path, *, flowcell: int, end_us: int, seed: i
         fab, base_rtt=BASE_RTT, flowcell=flowcell, payload_mtu=PACKET - DATA_HEADER
     )
     run = run_flows(net, fab, flows, config, timeout=end_us * 1e-6)
+    cpu = time.process_time() - cpu
     fct = [t * 1e6 for t in run.fct if t is not None]
     return _side(
         "mrc",
         len(flows),
         fct,
         wall_seconds=round(run.wall_seconds, 2),
+        cpu_seconds=round(cpu, 2),
         peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         events=run.events,
         data_packets=run.data_packets,
@@ -198,6 +206,8 @@ def run_mrc(matrix: Path, topology: Path, *, flowcell: int, end_us: int, seed: i
             "drops": run.drops,
             "events_per_second": round(run.events / run.wall_seconds) if run.wall_seconds else 0,
             "flowcell": flowcell,
+            "read_every_us": read_every * 1e6,
+            "events_per_cpu_second": round(run.events / cpu) if cpu else 0,
             "payload_mtu": config.payload_mtu,
             "ev_per_plane": config.ev_per_plane,
         },
@@ -212,7 +222,10 @@ NOTES = [
     "htsim: 490 packets of 4,086 payload bytes per 2 MB flow; mrc: 487 datagrams of 4,150 "
     "bytes (4,110 payload)",
     "htsim marks ECN on a ramp 37,350..145,250 bytes; mrc's ports above 91,300 bytes",
-    "mrc moves each flowcell as one event per hop (packet trains, mrc/sim/trains.py)",
+    "mrc moves each flowcell as one event per hop (packet trains, mrc/sim/trains.py); a host "
+    "reads its arrivals at most every --read-every µs (htsim's sink ACKs about every 3 packets)",
+    "mrc's NSCC plane queue guard starts each plane's cap at 64 KiB and grows it about 1.5x per "
+    "RTT; htsim's NSCC starts at 1.5 x BDP",
 ]
 
 
@@ -227,6 +240,7 @@ def table(sides: list[Side]) -> str:
         ("FCT p99 (µs)", lambda s: _fmt(s.p99_us)),
         ("FCT max (µs)", lambda s: _fmt(s.max_us)),
         ("wall (s)", lambda s: _fmt(s.wall_seconds, ".2f")),
+        ("CPU (s)", lambda s: _fmt(s.cpu_seconds, ".2f")),
         ("peak RSS (MB)", lambda s: _fmt(s.peak_rss_mb)),
         ("events", lambda s: "-" if s.events is None else f"{s.events:,}"),
         ("data packets", lambda s: "-" if s.data_packets is None else f"{s.data_packets:,}"),
@@ -239,8 +253,9 @@ def table(sides: list[Side]) -> str:
         for label, x, y in (("p50", a.p50_us, b.p50_us), ("p99", a.p99_us, b.p99_us)):
             if x and y:
                 out.append(f"mrc/htsim {label}: {y / x:.3f}")
-        if a.wall_seconds:
+        if a.wall_seconds and a.cpu_seconds:
             out.append(f"mrc/htsim wall: {b.wall_seconds / a.wall_seconds:.2f}")
+            out.append(f"mrc/htsim CPU: {b.cpu_seconds / a.cpu_seconds:.2f}")
     return "\n".join(out)
 
 
@@ -255,7 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matrix", default=MATRIX, help="connection matrix, relative to datacenter/")
     ap.add_argument("--topo", default=TOPOLOGY, help="topology file, relative to datacenter/")
     ap.add_argument("--end", type=int, default=100_000, help="simulated end time (µs)")
-    ap.add_argument("--flowcell", type=int, default=15, help="mrc packets per flowcell")
+    ap.add_argument(
+        "--flowcell", type=int, default=1,
+        help="mrc packets per flowcell (1: an EV per packet, as MRC sprays; more: fewer events, "
+        "burstier paths)",
+    )
+    ap.add_argument(
+        "--read-every", type=float, default=1.0,
+        help="µs between a host's reads of its arrivals (0: every arrival at once)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--skip-htsim", action="store_true", help="run only mrc's side")
     ap.add_argument("--skip-mrc", action="store_true", help="run only htsim")
@@ -276,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                 sides.append(run_htsim(binary, matrix, topology, args.end, work / "htsim.log"))
             if not args.skip_mrc:
                 sides.append(
-                    run_mrc(matrix, topology, flowcell=args.flowcell, end_us=args.end,
-                            seed=args.seed)
+                    run_mrc(matrix, topology, flowcell=args.flowcell,
+                            read_every=args.read_every * 1e-6, end_us=args.end, seed=args.seed)
                 )  # fmt: skip
     except (CompareError, TopologyError, MatrixError, OSError) as e:
         print(f"tools.htsim: {e}", file=sys.stderr)
