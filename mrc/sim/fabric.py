@@ -2,9 +2,11 @@
 
 What it holds: `Port`, a switch's egress direction (a `Link` with a finite data queue, ECN
 marking at enqueue, trimming into a priority queue that goes ahead of queued data, tail drop and
-per-port counters); `Switch`, which forwards by the metadata a packet carries (destination host
-and EV), never by parsing mrc bytes; and `clos(...)`, which builds `planes` independent planes of
-tier-0 (one per rack) and tier-1 switches over hosts `h0..hN`, with switch and link failures.
+per-port counters; the enqueue decisions are the shared queue model's, mrc.core.switchq, which
+`mrc switch` follows too); `Switch`, which forwards by the metadata a packet carries
+(destination host and EV), never by parsing mrc bytes; and `clos(...)`, which builds `planes`
+independent planes of tier-0 (one per rack) and tier-1 switches over hosts `h0..hN` (through
+topology.py), with switch and link failures.
 
 Routing is static and source-chosen, like the kernel SRv6 fabric: a tier-0 switch delivers
 same-rack traffic straight down; anything else goes up to tier-1 number `route = selector mod

@@ -9,6 +9,11 @@ destination address, EV, IP TOS byte): what a switch may look at instead of pars
 Nothing here reads a clock, opens a socket or consumes randomness from anywhere but the
 network's own seeded `random.Random`.
 
+At fabric scale, `Network(trains=True)` moves every GSO batch as one event per hop (trains.py)
+and `read_every` lets a host read its arrivals in batches, as a NIC's interrupt moderation
+would; `events` counts what the loop processed. Queue decisions (tail drop, ECN) are the shared
+model's (mrc.core.switchq).
+
 What it leaves to others: protocol behaviour (mrc.core), switches, trimming and Clos fabrics
 (fabric.py: its switch ports are `Link`s with a priority queue), and application logic (tests
 and experiments attach `on_event` / `on_receive` callbacks).
