@@ -130,7 +130,10 @@ class FlowRun:
     sim_seconds: float
     wall_seconds: float
     events: int
+    #: Data packets the senders sent (retransmissions included), by their EVs' counts.
     data_packets: int
+    #: Every packet the sessions sent: data, SACKs, NACKs, probes, CM.
+    packets: int
     retransmits: int
     trims: int
     drops: int
@@ -233,6 +236,7 @@ def run_flows(
     ]
     sessions = [s for h in fab.hosts for s in h.endpoint.sessions.values()]
     sent = sum(ps.packets_sent for s in sessions for ps in s.stats.planes.values())
+    data = sum(r.packets_sent for s in sessions for r in s.paths.evs.by_ev.values())
     rtx = sum(sum(s.stats.retransmits_by_cause.values()) for s in sessions)
     ports = list(fab.ports())
     intact: bool | None = None
@@ -246,9 +250,84 @@ def run_flows(
         sim_seconds=net.now,
         wall_seconds=wall,
         events=net.events - steps0,
-        data_packets=sent,
+        data_packets=data,
+        packets=sent,
         retransmits=rtx,
         trims=sum(p.counters["trimmed"] for p in ports),
         drops=sum(p.counters["dropped_queue"] for p in ports),
         intact=intact,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mrc.sim.permutation`: a permutation on the MRC fabric shape, with its
+    completion times and the simulator's own cost (events, events/s, wall, peak memory)."""
+    import argparse
+    import json
+    import resource
+    import sys
+
+    from .topology import TopologyError, build, mrc_fabric
+
+    ap = argparse.ArgumentParser(
+        prog="python -m mrc.sim.permutation",
+        description="Every host of an MRC multi-plane 2-tier Clos writes to another one.",
+    )
+    ap.add_argument("--hosts", type=int, default=1024)
+    ap.add_argument("--planes", type=int, default=8)
+    ap.add_argument("--rack", type=int, default=32, help="hosts per rack")
+    ap.add_argument("--tier1", type=int, default=32, help="tier-1 switches per plane")
+    ap.add_argument("--size", type=int, default=2_000_000, help="bytes per flow")
+    ap.add_argument("--rate", type=float, default=100.0, help="Gbit/s of every link")
+    ap.add_argument("--flowcell", type=int, default=1)
+    ap.add_argument("--read-every", type=float, default=1.0, help="µs between a host's reads")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("-J", "--json", action="store_true")
+    args = ap.parse_args(argv)
+    rate = args.rate * 1e9
+    # Queues of one base RTT (4 hops of 1 µs each way, a packet per hop): 1 x BDP, as htsim
+    # sizes them on trimming fabrics; ECN above half of it.
+    base_rtt = 8e-6 + 8 * 4136 * 8 / rate
+    bdp = int(base_rtt * rate / 8)
+    try:
+        spec = mrc_fabric(
+            args.hosts, args.planes, args.rack, args.tier1, rate_bps=rate, latency=1e-6,
+            queue_bytes=bdp, ecn_threshold=bdp // 2,
+        )  # fmt: skip
+        flows = permutation(args.hosts, args.size, args.seed)
+    except (TopologyError, MatrixError) as e:
+        print(f"mrc.sim.permutation: {e}", file=sys.stderr)
+        return 1
+    build_wall = time.perf_counter()
+    net = Network(args.seed, trains=True, read_every=args.read_every * 1e-6)
+    fab = build(net, spec)
+    for host in fab.hosts:
+        for nic in host.links.values():
+            nic.params.queue_bytes = 1 << 30
+    build_wall = time.perf_counter() - build_wall
+    config = mrc_config(fab, base_rtt=base_rtt, flowcell=args.flowcell)
+    run = run_flows(net, fab, flows, config, timeout=0.1)
+    us = [None if q is None else round(q * 1e6, 1) for q in
+          (run.percentile(50), run.percentile(99), run.percentile(100))]  # fmt: skip
+    doc = {
+        "hosts": args.hosts, "planes": args.planes, "switches": len(net.switches),
+        "link_directions": sum(1 for _ in net.links()), "flows": len(flows),
+        "completed": run.completed, "fct_us": {"p50": us[0], "p99": us[1], "max": us[2]},
+        "events": run.events, "wall_seconds": round(run.wall_seconds, 2),
+        "build_seconds": round(build_wall, 2),
+        "events_per_second": round(run.events / run.wall_seconds) if run.wall_seconds else 0,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "data_packets": run.data_packets, "packets": run.packets,
+        "retransmits": run.retransmits, "trims": run.trims, "drops": run.drops,
+    }  # fmt: skip
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+    else:
+        for key, value in doc.items():
+            print(f"{key:<18}{value}")
+    return 0 if run.completed == len(flows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

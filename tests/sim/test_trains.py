@@ -125,6 +125,8 @@ def test_a_small_permutation_finishes_with_exact_outcomes() -> None:
     assert all(f.src != f.dst for f in flows)
     run = run_flows(net, fab, flows, config, timeout=0.01, verify=True)
     assert (run.completed, run.intact, run.drops, run.retransmits) == (32, True, 0, 0)
+    # 256 KiB in 4096-byte payloads: 64 data packets per flow, none sent twice.
+    assert run.data_packets == 32 * 64 and run.trims == 0
     # 64 packets of 4136 bytes over two 100 Gbit/s planes: at least 10.6 µs each.
     fastest = 64 * 4136 * 8 / 200e9
     done = [t for t in run.fct if t is not None]

@@ -202,6 +202,7 @@ def run_mrc(
         data_packets=run.data_packets,
         detail={
             "retransmits": run.retransmits,
+            "packets_all_kinds": run.packets,
             "trims": run.trims,
             "drops": run.drops,
             "events_per_second": round(run.events / run.wall_seconds) if run.wall_seconds else 0,
