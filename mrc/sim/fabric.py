@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..core.switchq import (
-    ACCEPTED,
     DSCP_TRIMMED,
     DSCP_TRIMMED_LASTHOP,
     MIN_TRIM_SIZE,
@@ -94,7 +93,7 @@ class Port(Link):
         verdict, tos, new_size = decide(
             self.policy(), backlog * p.rate_bps / 8, self.urgent_bytes, size, pkt[4], True
         )
-        if verdict not in ACCEPTED:
+        if verdict is Verdict.DROPPED_QUEUE or verdict is Verdict.DROPPED_PRIORITY:
             self.counters[verdict.value] += 1
             return
         if verdict is Verdict.TRIMMED:

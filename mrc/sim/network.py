@@ -36,7 +36,6 @@ from ..core.flush import Flusher, SendResult
 from ..core.memory import RegionTable
 from ..core.session import Session
 from ..core.switchq import (
-    ACCEPTED,
     DSCP_TRIMMED,
     DSCP_TRIMMED_LASTHOP,
     QueuePolicy,
@@ -244,7 +243,7 @@ class Link:
         size = len(data)
         # A host's link has no priority queue: whatever decide() accepts waits in the FIFO.
         verdict, tos, _ = decide(self.policy(), backlog * p.rate_bps / 8, 0.0, size, pkt[4], False)
-        if verdict not in ACCEPTED:
+        if verdict is Verdict.DROPPED_QUEUE or verdict is Verdict.DROPPED_PRIORITY:
             self.counters["dropped_queue"] += 1
             return
         if verdict is Verdict.MARKED:
