@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.switchq import QueuePolicy, Verdict, decide
 
 if TYPE_CHECKING:
-    from .network import Datagram, Host, InFlight, Link, Network
+    from .link import Datagram, InFlight, Link
+    from .network import Host, Network
 
 _QUEUED, _MARKED = Verdict.QUEUED, Verdict.MARKED
 _TRIMMED, _PRIORITY = Verdict.TRIMMED, Verdict.PRIORITY
