@@ -451,7 +451,7 @@ class BenchTest:
         sender = self.session.sender
         if self.role == WRITER and sender is not None:
             sample.snd_cwnd = round(self.session.cc.window)
-            for p, used in sender.flight.planes_now(sender.next_psn).items():
+            for p, used in sender.flight.planes_now().items():
                 cap = self.session.cc.plane_window(p)
                 sample.in_flight[p] = (used, None if cap is None else round(cap))
         self._last = snap

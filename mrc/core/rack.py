@@ -2,9 +2,10 @@
 
 An EV is one path and a path is a FIFO, so a packet is lost when a packet sent later on the
 same EV has been acknowledged and a reordering window (¼ of the plane's SRTT, at least
-`reorder_min`) has passed. This module keeps, per EV, the send records in send order and the
-latest first transmission known delivered; it also remembers the highest send sequence number
-acknowledged and the highest on any other EV, which tell a dead path from a stalled peer.
+`reorder_min`) has passed. This module keeps, per EV, the send records (flowcells, whose
+packets leave in PSN order) in send order and the latest first transmission known delivered;
+it also remembers the highest send sequence number acknowledged and the highest on any other
+EV, which tell a dead path from a stalled peer.
 
 It only judges: the sender declares the packets it returns lost, retires their EVs and resends
 them; the REORDER timer is armed here and routed back by the session.
@@ -17,15 +18,17 @@ from dataclasses import dataclass
 
 from .config import SessionConfig
 from .paths import PathTable, ev_plane
-from .records import INFLIGHT, SentPacket
+from .records import SentCell
 from .timers import Timer, TimerTable
 
 
 @dataclass(slots=True)
 class _Delivered:
-    """The most recently sent packet of one EV known delivered, and how long it took."""
+    """The most recently sent packet of one EV known delivered (its flowcell's send seq and
+    its index there), and how long it took."""
 
     seq: int
+    index: int
     rtt: float
 
 
@@ -34,73 +37,82 @@ class Rack:
         self.config = config
         self.paths = paths
         self.timers = timers
-        self._fifo: dict[int, deque[SentPacket]] = {}
+        self._fifo: dict[int, deque[SentCell]] = {}
         self._delivered: dict[int, _Delivered] = {}
         self._pending: set[int] = set()  # EVs waiting for their reordering window
         #: The highest send seq acknowledged, and its EV; the highest on any other EV.
         self.top_seq = 0
         self._top_ev = self._second_seq = 0
 
-    def sent(self, rec: SentPacket) -> None:
-        self.fifo(rec.ev).append(rec)
-
-    def fifo(self, ev: int) -> deque[SentPacket]:
-        """The send records of `ev` in send order, for appending a packet just sent."""
+    def fifo(self, ev: int) -> deque[SentCell]:
+        """The send records of `ev` in send order, for appending a flowcell just sent."""
         fifo = self._fifo.get(ev)
         if fifo is None:
             fifo = self._fifo[ev] = deque()
         return fifo
 
-    def acked(self, rec: SentPacket, now: float) -> bool:
-        """`rec` was acknowledged. True if it advanced its EV's RACK state (a first
-        transmission: RFC 8985 §6.2, an ACK of a resent PSN may be for the original copy)."""
-        seq = rec.seq
+    def acked(self, cell: SentCell, index: int, now: float) -> bool:
+        """Packets of `cell` up to packet `index` at least were acknowledged. True if that
+        advanced its EV's RACK state (a first transmission: RFC 8985 §6.2, an ACK of a resent
+        PSN may be for the original copy)."""
+        seq = cell.seq
         if seq > self.top_seq:
-            if rec.ev != self._top_ev:
+            if cell.ev != self._top_ev:
                 self._second_seq = self.top_seq
-                self._top_ev = rec.ev
+                self._top_ev = cell.ev
             self.top_seq = seq
-        elif seq > self._second_seq and rec.ev != self._top_ev:
+        elif seq > self._second_seq and cell.ev != self._top_ev:
             self._second_seq = seq
-        if rec.rtx:
+        if cell.rtx:
             return False
-        latest = self._delivered.get(rec.ev)
+        latest = self._delivered.get(cell.ev)
         if latest is None:
-            self._delivered[rec.ev] = _Delivered(seq=seq, rtt=max(0.0, now - rec.sent_at))
-        elif seq > latest.seq:
-            # Updated in place: a flowcell's packets are acknowledged one after another.
-            latest.seq, latest.rtt = seq, max(0.0, now - rec.sent_at)
+            self._delivered[cell.ev] = _Delivered(seq, index, max(0.0, now - cell.sent_at))
+        elif seq > latest.seq or (seq == latest.seq and index > latest.index):
+            # Updated in place: a flowcell's packets are acknowledged one SACK after another.
+            latest.seq, latest.index, latest.rtt = seq, index, max(0.0, now - cell.sent_at)
         return True
 
-    def acked_elsewhere(self, rec: SentPacket) -> bool:
-        """A packet sent after `rec` on another EV was acknowledged."""
-        later = self.top_seq if self._top_ev != rec.ev else self._second_seq
-        return later > rec.seq
+    def acked_elsewhere(self, cell: SentCell) -> bool:
+        """A packet sent after `cell` on another EV was acknowledged."""
+        later = self.top_seq if self._top_ev != cell.ev else self._second_seq
+        return later > cell.seq
 
-    def lost(self, ev: int, now: float) -> list[SentPacket]:
-        """The packets of `ev` lost by now, oldest first; arms REORDER for the rest."""
+    def lost(self, ev: int, now: float) -> list[tuple[SentCell, int]]:
+        """The packets of `ev` lost by now, oldest first, as (flowcell, mask of its packets);
+        arms REORDER for the rest."""
         fifo = self._fifo.get(ev)
         latest = self._delivered.get(ev)
-        out: list[SentPacket] = []
+        out: list[tuple[SentCell, int]] = []
         if not fifo or latest is None:
             return out
         srtt = self.paths.planes[ev_plane(ev)].rtt.srtt
         reo = max(self.config.reorder_min, (srtt or 0.0) / 4)
         while fifo:
-            rec = fifo[0]
-            if rec.state != INFLIGHT:
+            cell = fifo[0]
+            if not cell.open:
                 fifo.popleft()
                 continue
-            if rec.seq > latest.seq:
+            if cell.seq > latest.seq:
                 break
-            deadline = rec.sent_at + latest.rtt + reo
+            mask = cell.open_mask()
+            if cell.seq == latest.seq:
+                # The latest delivered is in this flowcell: only the packets before it left
+                # earlier (a flowcell goes out in PSN order).
+                mask &= (1 << latest.index) - 1
+                if not mask:
+                    break
+            deadline = cell.sent_at + latest.rtt + reo
             if deadline > now:
                 self._pending.add(ev)
                 current = self.timers.get(Timer.REORDER)
                 if current is None or deadline < current:
                     self.timers.set(Timer.REORDER, deadline)
                 break
-            out.append(fifo.popleft())
+            out.append((cell, mask))
+            if cell.seq == latest.seq:
+                break  # its later packets are not judged yet
+            fifo.popleft()
         return out
 
     def pending(self) -> set[int]:

@@ -1,5 +1,6 @@
-"""Send records: one posted WRITE (`OutMessage`) and one transmission of a packet of it
-(`SentPacket`), their states, and what a packet's opcode and timestamp are.
+"""Send records: one posted WRITE (`OutMessage`) and one transmission of a flowcell
+(`SentCell`: consecutive PSNs sent together on one EV), the state of each of its packets, and
+what a packet's opcode and timestamp are.
 
 Plain data shared by the sender (which owns the records and their life cycle) and the plane
 monitor (which stamps probes with the same clock); nothing here sends or decides.
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 from ..wire.ack import Syndrome, syndrome_ok
 from ..wire.bth import Opcode
 from .errors import LocalProtocolError
-
-INFLIGHT, ACKED, LOST = 0, 1, 2
 
 
 def tx_timestamp(now: float) -> int:
@@ -88,22 +87,61 @@ def new_message(
     )
 
 
+#: One packet of a flowcell: its message, its index in the message, its PSN.
+CellPacket = tuple[OutMessage, int, int]
+
+
 @dataclass(eq=False, slots=True)
-class SentPacket:
+class SentCell:
+    """One transmission of a flowcell: `packets` (consecutive PSNs from `psn`) sent at
+    `sent_at` on `ev` as one batch; a resend is a cell of one packet with `rtx` set.
+
+    Per packet, a bit (bit i for packet i): `acked`, or `lost` (declared lost; its resend, if
+    any, is a record of its own). The others are in flight (`open`, `open_bytes`). Every packet
+    is `size` payload bytes but the last, which is `last` (docs/DESIGN.md §11)."""
+
     psn: int
-    msg: OutMessage
-    index: int
-    length: int
+    packets: list[CellPacket]
     ev: int
     plane: int
     sent_at: float
-    #: Send order across the whole session; orders packets sent at the same `now`.
+    #: Send order across the whole session; a flowcell's packets share it.
     seq: int
     tx_ts: int
     rtx: bool
-    state: int = INFLIGHT
-    #: Acted on one TRIMMED NACK already (docs/WIRE.md §4: at most one per send record).
-    trim_nacked: bool = False
+    size: int
+    last: int
+    open: int
+    open_bytes: int
+    acked: int = 0
+    lost: int = 0
+    #: Packets acted on for one TRIMMED NACK already (docs/WIRE.md §4: at most one each).
+    trim_nacked: int = 0
+
+    def length(self, i: int) -> int:
+        """Payload bytes of packet `i`."""
+        return self.size if i < len(self.packets) - 1 else self.last
+
+    def open_mask(self) -> int:
+        """The packets still in flight: neither acknowledged nor declared lost."""
+        return ((1 << len(self.packets)) - 1) & ~(self.acked | self.lost)
+
+
+def new_cell(
+    packets: list[CellPacket], mtu: int, ev: int, plane: int, now: float, seq: int,
+    tx_ts: int, rtx: bool,
+) -> SentCell:  # fmt: skip
+    """The record of `packets` (non-empty, consecutive PSNs) sent at `now` on `ev`."""
+    msg, index, _ = packets[-1]
+    last = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
+    n = len(packets)
+    if n == 1:
+        size = last
+    else:
+        msg, index, _ = packets[0]
+        size = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
+    total = size * (n - 1) + last
+    return SentCell(packets[0][2], packets, ev, plane, now, seq, tx_ts, rtx, size, last, n, total)
 
 
 def opcode_for(msg: OutMessage, index: int) -> Opcode:

@@ -15,18 +15,19 @@ from collections import deque
 from collections.abc import Mapping
 
 from .paths import Plane, RttEstimator
-from .records import ACKED, INFLIGHT, SentPacket
+from .records import SentCell
 from .timers import Timer, TimerTable
 
 #: (top send seq acknowledged on a plane, its EV, top seq acknowledged on any other EV).
 PlaneAcks = tuple[int, int, int]
 
 
-def acked_on_plane(fifo: deque[SentPacket], after: int) -> PlaneAcks | None:
-    """This plane's packets acknowledged after send seq `after`; None when there are none."""
+def acked_on_plane(fifo: deque[SentCell], after: int) -> PlaneAcks | None:
+    """This plane's flowcells with packets acknowledged sent after send seq `after`; None
+    when there are none."""
     top = top_ev = second = 0
     for rec in fifo:
-        if rec.state == ACKED and rec.seq > after:
+        if rec.acked and rec.seq > after:
             if rec.seq > top:
                 if rec.ev != top_ev:
                     second = top
@@ -36,8 +37,8 @@ def acked_on_plane(fifo: deque[SentPacket], after: int) -> PlaneAcks | None:
     return (top, top_ev, second) if top else None
 
 
-def acked_later(rec: SentPacket, here: PlaneAcks | None) -> bool:
-    """A packet sent after `rec` on another EV of its plane was acknowledged."""
+def acked_later(rec: SentCell, here: PlaneAcks | None) -> bool:
+    """A flowcell sent after `rec` on another EV of its plane had packets acknowledged."""
     if here is None:
         return False
     top, top_ev, second = here
@@ -45,7 +46,7 @@ def acked_later(rec: SentPacket, here: PlaneAcks | None) -> bool:
 
 
 def peer_alive(
-    fifos: Mapping[int, deque[SentPacket]],
+    fifos: Mapping[int, deque[SentCell]],
     planes: Mapping[int, Plane],
     plane: int,
     *,
@@ -68,7 +69,7 @@ def peer_alive(
     for other, fifo in fifos.items():
         if other == plane:
             continue
-        rec = next((r for r in fifo if r.state == INFLIGHT), None)
+        rec = next((r for r in fifo if r.open), None)
         if rec is None:
             continue
         rtt = planes[other].rtt
@@ -113,7 +114,7 @@ class RtoTimers:
     def arm(
         self,
         timers: TimerTable,
-        fifos: Mapping[int, deque[SentPacket]],
+        fifos: Mapping[int, deque[SentCell]],
         planes: Mapping[int, Plane],
     ) -> None:
         """Each plane's RETRANSMIT is due an RTO after its oldest packet in flight (never
@@ -121,7 +122,7 @@ class RtoTimers:
         network are dropped from the front of each plane's FIFO here."""
         holds, armed = self.holds, self.armed
         for plane, fifo in fifos.items():
-            while fifo and fifo[0].state != INFLIGHT:
+            while fifo and not fifo[0].open:
                 fifo.popleft()
             if fifo:
                 due = max(fifo[0].sent_at + planes[plane].rtt.current, holds.get(plane, 0.0))
@@ -143,7 +144,7 @@ class RtoTimers:
         return all(pl.heard_at < due for pl in planes.values())
 
     def stall_expiry(
-        self, fifos: Mapping[int, deque[SentPacket]], plane: int, rtt: RttEstimator, now: float
+        self, fifos: Mapping[int, deque[SentCell]], plane: int, rtt: RttEstimator, now: float
     ) -> bool:
         """`plane`'s RTO expired with nothing sent later acknowledged anywhere (the peer, or
         every path, stalled): back off, and restart the timer from now (RFC 6298 §5.5-5.6;
@@ -161,12 +162,12 @@ class RtoTimers:
         return probe
 
 
-def _oldest_plane(fifos: Mapping[int, deque[SentPacket]]) -> int | None:
+def _oldest_plane(fifos: Mapping[int, deque[SentCell]]) -> int | None:
     """The plane holding the connection's oldest packet in flight (lowest send seq)."""
-    best: SentPacket | None = None
+    best: SentCell | None = None
     best_plane: int | None = None
     for plane, fifo in fifos.items():
-        rec = next((r for r in fifo if r.state == INFLIGHT), None)
+        rec = next((r for r in fifo if r.open), None)
         if rec is not None and (best is None or rec.seq < best.seq):
             best, best_plane = rec, plane
     return best_plane

@@ -1,6 +1,6 @@
 """The requester half of a session: posted WRITEs, loss inference, completion.
 
-Holds the message queue, the send records (one per transmission, kept by sendlog.py), the
+Holds the message queue, the send records (one per flowcell transmission, kept by sendlog.py), the
 cumulative scoreboard built from SACKs, per-EV RACK loss inference and the per-plane RFC 6298
 RTO (docs/DESIGN.md §6), and raises `WriteCompleted` in MSN order from ACKNOWLEDGE/AETH
 (docs/DESIGN.md §2 step 7). It turns what it learns into EV signals (loss, ECN, trim) for the
@@ -9,7 +9,8 @@ bounds the payload bytes in flight (docs/DESIGN.md §7); it does not decide plan
 probes or answer the peer: the plane monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
-record in `inflight` (INFLIGHT, or LOST while it waits in the retransmit queue); nothing
+record in `inflight` (the flowcell or resend that last carried it: in flight there, or lost
+while it waits in the retransmit queue); nothing
 acknowledged is ever retransmitted; PSNs of one message are consecutive and messages take PSNs
 in MSN order.
 """
@@ -32,11 +33,11 @@ from .inflight import InFlight
 from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
-from .records import ACKED, INFLIGHT, LOST, OutMessage, SentPacket, new_message, tx_timestamp
+from .records import CellPacket, OutMessage, SentCell, new_message, tx_timestamp
 from .rto import RtoTimers, acked_later, acked_on_plane, peer_alive
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
-from .sendpath import CellPacket, Framer, flowcell_limit, packet_size
+from .sendpath import Framer, flowcell_limit, packet_size
 from .spray import SprayPolicy
 from .stats import SessionStats
 from .timers import Timer, TimerTable
@@ -90,7 +91,7 @@ class Sender:
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
-        self.flight = InFlight(config, cc, self.inflight, initial_psn, paths.planes)
+        self.flight = InFlight(config, cc, self.inflight, paths.planes)
         #: Bytes lost to RACK/RTO since the last output pull (docs/DESIGN.md §7).
         self._lost_bytes = 0
         self.trace: TraceCollector | None = None  # retransmits and RTT samples (trace.py)
@@ -145,13 +146,12 @@ class Sender:
             self._lost_bytes = 0
         self._send_retransmissions(now, out)
         self._send_new(now, out, PSN_MASK if limit is None else limit)
-        self._in_flight()  # count this pull's new PSNs before any input acknowledges them
         self._send_completion_probes(now, out)
         self._arm_timers(now)
         return out
 
     def _in_flight(self) -> int:
-        return self.flight.total(self.next_psn)
+        return self.flight.bytes
 
     def _send_new(self, now: float, out: list[Transmit], budget: int) -> None:
         """New packets, a flowcell per EV (docs/DESIGN.md §11): consecutive packets on the EV the
@@ -167,7 +167,7 @@ class Sender:
             if ev is None:
                 return
             plane = ev_plane(ev)
-            room = self.flight.plane_room(plane, room, self.next_psn)
+            room = self.flight.plane_room(plane, room)
             rqmsn = self.outstanding[0].msn
             cell: list[CellPacket] = []
             if flowcell > 1:
@@ -193,7 +193,7 @@ class Sender:
                 if len(cell) == limit or this < size or not pending:
                     break
             budget -= len(cell)
-            self.log.add_cell(cell, ev, plane, now, tx_ts)
+            self.flight.add(plane, self.log.add(cell, ev, plane, now, tx_ts, rtx=False).open_bytes)
             out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
 
     def _next_ev(self, now: float) -> int | None:
@@ -221,14 +221,15 @@ class Sender:
         return ev
 
     def _plane_open(self, plane: int) -> bool:
-        return self.flight.plane_room(plane, 1, self.next_psn) > 0
+        return self.flight.plane_room(plane, 1) > 0
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
             psn, cause, avoid_plane = self.rtx_queue[0]
             rec = self.inflight.get(psn)
-            if rec is None or rec.state != LOST:
-                self.rtx_queue.popleft()
+            i = 0 if rec is None else (psn - rec.psn) & PSN_MASK
+            if rec is None or not rec.lost >> i & 1:
+                self.rtx_queue.popleft()  # acknowledged, or resent already
                 continue
             if cause == "nack_trimmed" and not self.cc.can_send(self._in_flight()):
                 return  # congestion, not loss: the resend waits for the window (docs/DESIGN.md §7)
@@ -236,9 +237,10 @@ class Sender:
             if ev is None:
                 return
             self.rtx_queue.popleft()
-            out.append(self._transmit(rec.msg, rec.index, psn, ev, now, rtx=True))
+            msg, index, _ = rec.packets[i]
+            out.append(self._transmit(msg, index, psn, ev, now, rtx=True))
             plane = ev_plane(ev)
-            self.flight.add(plane, rec.length)
+            self.flight.add(plane, rec.length(i))
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(plane).retransmits += 1
             if self.trace is not None:
@@ -265,7 +267,7 @@ class Sender:
     def _transmit(
         self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
     ) -> Transmit:
-        self.log.add(msg, index, psn, ev, ev_plane(ev), now, tx_timestamp(now), rtx=rtx)
+        self.log.add([(msg, index, psn)], ev, ev_plane(ev), now, tx_timestamp(now), rtx=rtx)
         return self._build(msg, index, psn, ev, now, rtx=rtx)
 
     # -- timers -----------------------------------------------------------------------------
@@ -292,7 +294,7 @@ class Sender:
         pl = self.paths.planes[plane]
         est = pl.rtt
         rto = est.current
-        oldest = next((r for r in fifo if r.state == INFLIGHT), None)
+        oldest = next((r for r in fifo if r.open), None)
         if oldest is None:
             return False
         if self.rtos.fired_late(plane, self.paths.planes, now):
@@ -327,8 +329,8 @@ class Sender:
             return False
         if here is not None or alive:
             for rec in list(fifo):
-                if rec.state == INFLIGHT and rec.sent_at + rto <= now:
-                    self._declare_lost(rec, "rto", avoid_plane=plane)
+                if rec.open and rec.sent_at + rto <= now:
+                    self._declare_lost(rec, rec.open_mask(), "rto", avoid_plane=plane)
                     if acked_later(rec, here) or (alive and self.rack.acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
         elif later_elsewhere and now < quiet_until:
@@ -338,7 +340,8 @@ class Sender:
             self.rtos.hold(plane, self.last_progress + est.rto)  # the window, not the peer
             return False
         elif self.rtos.stall_expiry(self.log.by_plane, plane, est, now):
-            self._declare_lost(oldest, "rto", avoid_plane=plane)  # the one probe
+            first = oldest.open_mask()
+            self._declare_lost(oldest, first & -first, "rto", avoid_plane=plane)  # the one probe
         self.rto_expiries += 1
         return (
             self.rto_expiries >= self.config.rto_retries
@@ -352,8 +355,8 @@ class Sender:
     def on_plane_down(self, plane: int) -> None:
         """Every packet in flight on a DOWN plane is lost at once (docs/DESIGN.md §4)."""
         for rec in self.log.by_plane.get(plane, ()):
-            if rec.state == INFLIGHT:
-                self._declare_lost(rec, "plane_down", avoid_plane=plane)
+            if rec.open:
+                self._declare_lost(rec, rec.open_mask(), "plane_down", avoid_plane=plane)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -454,27 +457,33 @@ class Sender:
         self.stats.nacks_received += 1
         neth = pkt.neth
         rec = self.inflight.get(neth.nack_psn)
+        i = 0 if rec is None else (neth.nack_psn - rec.psn) & PSN_MASK
+        bit = 1 << i
+        open_ = rec is not None and bool(rec.open_mask() & bit)
         reason = neth.nack_reason
         if reason in (NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP):
-            # At most one TRIMMED NACK per send record, matched by PSN and timestamp
-            # (docs/WIRE.md §4).
-            if rec is None or rec.state != INFLIGHT or rec.trim_nacked:
+            # At most one TRIMMED NACK per packet of a send record, matched by PSN and
+            # timestamp (docs/WIRE.md §4).
+            if rec is None or not open_ or rec.trim_nacked & bit:
                 return
             if rec.tx_ts != neth.tx_timestamp:
                 return
-            rec.trim_nacked = True
-            self._declare_lost(rec, "nack_trimmed", avoid_plane=None, front=True)
+            rec.trim_nacked |= bit
+            self._declare_lost(rec, bit, "nack_trimmed", avoid_plane=None, front=True)
             lasthop = reason is NackReason.TRIMMED_LASTHOP
-            self.cc.on_nack(now, nacked=rec.length, lasthop=lasthop, inflight=self._in_flight())
+            self.cc.on_nack(
+                now, nacked=rec.length(i), lasthop=lasthop, inflight=self._in_flight()
+            )
             if reason is NackReason.TRIMMED:
                 # Congestion on that path, not a failure: skip it a while (docs/WIRE.md §4).
                 self.evs.signal(
                     rec.ev, EvSignal.TRIMMED, now=now, seq=self.log.seq, sent_seq=rec.seq
                 )
-        elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and rec.state == INFLIGHT:
-            self._declare_lost(rec, "nack_other", avoid_plane=None)
+        elif reason is NackReason.PSN_OOR_WINDOW and rec is not None and open_:
+            self._declare_lost(rec, bit, "nack_other", avoid_plane=None)
         elif reason in (NackReason.BAD_RKEY, NackReason.OUT_OF_BOUNDS) and rec is not None:
-            rec.msg.failure = reason  # early; the AETH's remote access error is the outcome
+            # Early; the AETH's remote access error is the outcome.
+            rec.packets[i][0].failure = reason
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends.
 
     def on_transmit_failed(self, psn: int, count: int, ev: int, plane: int, now: float) -> None:
@@ -483,11 +492,13 @@ class Sender:
         plane's cap is cut, and no EV is blamed: the path never saw them."""
         lost = 0
         for i in reversed(range(count)):  # queued at the front: the lowest PSN goes first
-            rec = self.inflight.get((psn + i) & PSN_MASK)
-            if rec is None or rec.state != INFLIGHT or rec.ev != ev:
+            p = (psn + i) & PSN_MASK
+            rec = self.inflight.get(p)
+            bit = 0 if rec is None else 1 << ((p - rec.psn) & PSN_MASK)
+            if rec is None or not rec.open_mask() & bit or rec.ev != ev:
                 continue  # acknowledged or resent since: not this transmission
             lost += 1
-            self._declare_lost(rec, "local", avoid_plane=plane, front=True)
+            self._declare_lost(rec, bit, "local", avoid_plane=plane, front=True)
         if lost:
             self.stats.local_drops += lost
             self.cc.on_local_drop(plane, now, inflight=self.flight.by_plane[plane])
@@ -495,45 +506,61 @@ class Sender:
     # -- helpers ----------------------------------------------------------------------------
 
     def _ack(self, psns: list[int], now: float, touched: set[int]) -> None:
-        """The packets `psns` arrived (cumulatively or by SACK bits): free the records still
-        held, count their bytes, and hand first transmissions to RACK (one call per SACK: the
-        hottest loop of the receive path, so its lookups are hoisted)."""
+        """The packets `psns` (in PSN order) arrived, cumulatively or by SACK bits: mark them
+        in their records, count their bytes, and hand each flowcell touched to RACK once (one
+        call per SACK: the hottest loop of the receive path, so its lookups are hoisted)."""
         pop = self.inflight.pop
-        flight = self.flight
-        flight.total(self.next_psn)  # count the PSNs sent since, before any is freed
-        by_plane = flight.by_plane
-        rack_acked = self.rack.acked
-        ages, acked_bytes = self._ages, self._acked_bytes
-        acked = left = 0
+        by_plane = self.flight.by_plane
+        acked = left = top = cell_bytes = 0
+        cell: SentCell | None = None
         for psn in psns:
             rec = pop(psn, None)
             if rec is None:
                 continue
-            length = rec.length
-            if rec.state == INFLIGHT:
+            i = (psn - rec.psn) & PSN_MASK
+            bit = 1 << i
+            packets = rec.packets
+            length = rec.size if i < len(packets) - 1 else rec.last
+            if not rec.lost & bit:
+                rec.open -= 1
+                rec.open_bytes -= length
                 left += length
                 by_plane[rec.plane] -= length
-            rec.state = ACKED
+            rec.acked |= bit
             acked += length
-            # Only first transmissions give RTT samples (Karn) and advance RACK (RFC 8985 §6.2).
-            if rack_acked(rec, now):
-                age = now - rec.sent_at
-                plane = rec.plane
-                if age > ages.get(plane, -1.0):
-                    ages[plane] = age
-                acked_bytes[plane] = acked_bytes.get(plane, 0) + length
-                touched.add(rec.ev)
-            msg = rec.msg
+            if rec is not cell:
+                if cell is not None:
+                    self._cell_acked(cell, top, cell_bytes, now, touched)
+                cell, top, cell_bytes = rec, i, 0
+            elif i > top:
+                top = i
+            cell_bytes += length
+            msg = packets[i][0]
             msg.acked += 1
             if msg.acked == msg.npkts and msg.status is None:
                 interval = max(self.paths.planes[p].rtt.current for p in self.paths.planes)
                 self.awaiting_aeth.add(msg, now, interval)
+        if cell is not None:
+            self._cell_acked(cell, top, cell_bytes, now, touched)
         if acked:
-            flight.left(left)
+            self.flight.left(left)
             self.stats.bytes_acked += acked
             self.rtos.progress(now, self.last_progress, self.config.min_rto)
             self.last_progress = now
             self.rto_expiries = 0
+
+    def _cell_acked(
+        self, cell: SentCell, top: int, acked: int, now: float, touched: set[int]
+    ) -> None:
+        """`acked` bytes of `cell`, up to its packet `top`, were acknowledged: RACK's turn, and
+        the plane's RTT and goodput sample (first transmissions only: Karn, RFC 8985 §6.2)."""
+        if self.rack.acked(cell, top, now):
+            age = now - cell.sent_at
+            plane = cell.plane
+            if age > self._ages.get(plane, -1.0):
+                self._ages[plane] = age
+            self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + acked
+            touched.add(cell.ev)
 
     def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
         """Everything before `cack` arrived (a cumulative acknowledgement)."""
@@ -565,11 +592,11 @@ class Sender:
             self.una = (self.una + 1) & PSN_MASK
 
     def _detect_losses(self, ev: int, now: float) -> None:
-        for rec in self.rack.lost(ev, now):
-            self._declare_lost(rec, "rack", avoid_plane=None)
+        for rec, mask in self.rack.lost(ev, now):
+            self._declare_lost(rec, mask, "rack", avoid_plane=None)
             self._ev_loss(rec, now, "loss")
 
-    def _ev_loss(self, rec: SentPacket, now: float, reason: str) -> None:
+    def _ev_loss(self, rec: SentCell, now: float, reason: str) -> None:
         """A loss on `rec`'s EV retires it (MRC's rule; docs/DESIGN.md §4 and §6)."""
         self.evs.signal(
             rec.ev, EvSignal.LOSS, now=now, seq=self.log.seq, sent_seq=rec.seq, reason=reason
@@ -577,20 +604,29 @@ class Sender:
         self.spray.on_loss(rec.ev, now)
 
     def _declare_lost(
-        self,
-        rec: SentPacket,
-        cause: str,
-        *,
-        avoid_plane: int | None,
-        front: bool = False,
+        self, rec: SentCell, mask: int, cause: str, *, avoid_plane: int | None, front: bool = False
     ) -> None:
-        if rec.state == INFLIGHT:
-            self.flight.remove(rec, self.next_psn)
-            if cause in ("rack", "rto"):
-                self._lost_bytes += rec.length  # told to CC at the next output pull
-        rec.state = LOST
-        entry = (rec.psn, cause, avoid_plane)
+        """The packets of `rec` in `mask` still in flight are lost: out of the window, and
+        queued for resending (at the front for `front`, in PSN order)."""
+        mask &= rec.open_mask()
+        if not mask:
+            return
+        entries: list[tuple[int, str, int | None]] = []
+        lost = i = 0
+        bits = mask
+        while bits:
+            if bits & 1:
+                lost += rec.length(i)
+                entries.append(((rec.psn + i) & PSN_MASK, cause, avoid_plane))
+            bits >>= 1
+            i += 1
+        rec.lost |= mask
+        rec.open -= len(entries)
+        rec.open_bytes -= lost
+        self.flight.remove(rec.plane, lost)
+        if cause in ("rack", "rto"):
+            self._lost_bytes += lost  # told to CC at the next output pull
         if front:
-            self.rtx_queue.appendleft(entry)
+            self.rtx_queue.extendleft(reversed(entries))
         else:
-            self.rtx_queue.append(entry)
+            self.rtx_queue.extend(entries)

@@ -27,7 +27,7 @@ from ..wire.fast import DATA_HEADER, DATA_HEADER_IMM, DATA_HEADER_IMM_NOEVX, DAT
 from .aead import TRAILER, PacketProtection
 from .config import SessionConfig
 from .paths import ev_plane
-from .records import OutMessage, tx_timestamp
+from .records import CellPacket, OutMessage, tx_timestamp
 from .stats import SessionStats
 from .transmit import Addr, Transmit
 
@@ -82,7 +82,6 @@ def _pack_into_imm_noevx(buf: bytearray, off: int, op: int, b1: int, p_key: int,
 
 
 #: One packet of a flowcell: its message, its index in the message, its PSN.
-CellPacket = tuple[OutMessage, int, int]
 
 
 def flowcell_limit(flowcell: int, segment_size: int) -> int:

@@ -290,7 +290,7 @@ class TraceCollector:
         if sender is None:
             return
         cc, stats = session.cc, session.stats.planes
-        flight = sender.flight.planes_now(sender.next_psn)
+        flight = sender.flight.planes_now()
         for plane in sorted(session.paths.planes):
             cap = cc.plane_window(plane)
             ps = stats.get(plane)

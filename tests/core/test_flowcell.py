@@ -21,6 +21,7 @@ from mrc.core.session import Session
 from mrc.core.transmit import Transmit
 from mrc.sim import Host, LinkParams, Network
 from mrc.wire.bth import DATA_OPCODES, Opcode
+from mrc.wire.fast import encode_sack
 from mrc.wire.packet import DataPacket, decode_packet
 
 REPLY = struct.Struct(">QI")
@@ -69,7 +70,7 @@ def data_transmits(txs: list[Transmit]) -> list[Transmit]:
     return [t for t in txs if t.data[0] in DATA_OPCODES]
 
 
-def test_a_flowcell_is_one_transmit_whose_packets_carry_its_ev_and_keep_own_records() -> None:
+def test_a_flowcell_is_one_transmit_whose_packets_carry_its_ev_and_share_one_record() -> None:
     pair = Pair(payload_mtu=1024, flowcell=8)
     pair.post(0, 8 * 1024 * 2 + 5 * 1024 + 100, imm=7)  # 21 full packets and a short LAST_IMM
     txs = data_transmits(pair.pull())
@@ -80,24 +81,59 @@ def test_a_flowcell_is_one_transmit_whose_packets_carry_its_ev_and_keep_own_reco
     sender = pair.sa.sender
     assert sender is not None
     psn = PSN0
-    seqs = []
+    cells = []
     for tx in txs:
         assert tx.plane == ev_plane(tx.ev)
-        for pkt in packets(tx):
+        cell = sender.inflight[psn]
+        assert (cell.psn, cell.ev, cell.plane, cell.sent_at) == (psn, tx.ev, tx.plane, pair.net.now)
+        for i, pkt in enumerate(packets(tx)):
             assert pkt.psn == psn and pkt.ev == tx.ev and not pkt.rtx
             assert pkt.va == pair.region.base_va + (psn - PSN0) * 1024
-            rec = sender.inflight[psn]
-            assert (rec.ev, rec.plane, rec.sent_at) == (tx.ev, tx.plane, pair.net.now)
-            assert rec.tx_ts == pkt.tx_timestamp and rec.index == psn - PSN0
-            seqs.append(rec.seq)
+            # Every PSN of the flowcell maps to its one send record.
+            assert sender.inflight[psn] is cell
+            assert cell.packets[i][1:] == (psn - PSN0, psn) and cell.tx_ts == pkt.tx_timestamp
             psn += 1
-    assert seqs == list(range(seqs[0], seqs[0] + 22))
+        cells.append(cell)
+    assert [(c.size, c.last, c.open, c.open_bytes) for c in cells] == [
+        (1024, 1024, 8, 8 * 1024), (1024, 1024, 8, 8 * 1024), (1024, 100, 6, 5 * 1024 + 100)
+    ]  # fmt: skip
+    # One record per flowcell everywhere the sender keeps them: by PSN, by plane, by EV.
+    assert len({id(c) for c in sender.inflight.values()}) == 3
+    assert sum(len(f) for f in sender.log.by_plane.values()) == 3
+    assert [c.seq for c in cells] == [cells[0].seq, cells[0].seq + 1, cells[0].seq + 2]
+    assert sender.flight.bytes == 21 * 1024 + 100
     opcodes = [p.opcode for t in txs for p in packets(t)]
     assert opcodes == [Opcode.WRITE_FIRST] + [Opcode.WRITE_MIDDLE] * 20 + [Opcode.WRITE_LAST_IMM]
     assert [p.a for t in txs for p in packets(t)] == [False] * 21 + [True]
     # Each flowcell took its own EV from the rotation, and the planes took turns.
     assert len({t.ev for t in txs}) == 3
     assert txs[0].plane != txs[1].plane
+
+
+def test_a_sack_covering_a_flowcell_frees_its_record_at_once() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8)
+    pair.post(0, 16 * 1024)
+    txs = data_transmits(pair.pull())
+    sender = pair.sa.sender
+    assert sender is not None and [len(packets(t)) for t in txs] == [8, 8]
+    first, second = sender.inflight[PSN0], sender.inflight[PSN0 + 8]
+    plane = first.plane
+    # t = +0: the peer's SACK says PSNs 1000..1007 arrived (cumulative ack up to 1008).
+    sack = encode_sack(
+        dest_qp=pair.sa.qpn, cack_psn=PSN0 + 8, ev=txs[0].ev, ack_psn_offset=-1,
+        entropy=txs[0].ev, sack_offset=0, sack_bitmap=0,
+    )  # fmt: skip
+    pair.sa.receive_datagrams(plane, [(sack, 0)], pair.net.now)
+    # The whole flowcell is done in that one call: no PSN maps to it, nothing of it is in
+    # flight, and its plane's byte count dropped by all 8 packets.
+    assert (first.acked, first.open, first.open_bytes) == (0xFF, 0, 0)
+    assert all(rec is second for rec in sender.inflight.values())
+    assert len(sender.inflight) == 8 and sender.una == PSN0 + 8
+    assert sender.flight.bytes == 8 * 1024
+    assert sender.flight.by_plane[plane] == (8 * 1024 if second.plane == plane else 0)
+    # The next output pull drops it from its plane's FIFO too (no new work; nothing left).
+    pair.pull()
+    assert first not in sender.log.by_plane[plane]
 
 
 def test_flowcell_one_is_a_datagram_and_an_ev_per_packet() -> None:
