@@ -78,6 +78,8 @@ class PlaneMonitor:
         self._peer_mask = config.plane_mask
         self._mask_cack: int | None = None
         self._seen_cack: int | None = None
+        #: Until then only SACKs agreeing with the last PORT_STATUS count (`peer_ports`).
+        self._announced_until = 0.0
         self.evs.on_floor = self.floor_reached
         #: Records plane and port changes (trace.py); None: no trace.
         self.trace: TraceCollector | None = None
@@ -114,11 +116,18 @@ class PlaneMonitor:
 
         SACKs travel on several planes and overtake each other, so a SACK's PORTSTATE may
         change the mask only if its cack_psn is newer than that of the announcement that
-        last changed it; otherwise a late SACK would undo a fresh PORT_STATUS.
+        last changed it; otherwise a late SACK would undo a fresh PORT_STATUS. A PORT_STATUS
+        has no cack_psn, and SACKs sent before it may carry newer ones than we have seen: for
+        `min_rto` after it, only a SACK that agrees with it counts (and dates it).
         """
         if cack is not None:
             if self._seen_cack is None or 0 < (cack - self._seen_cack) & 0xFFFFFF < 1 << 23:
                 self._seen_cack = cack
+            if now < self._announced_until:
+                if mask == self._peer_mask:
+                    self._announced_until = 0.0
+                    self._mask_cack = cack
+                return
             if mask == self._peer_mask:
                 return
             if (
@@ -130,6 +139,8 @@ class PlaneMonitor:
             return
         self._peer_mask = mask
         self._mask_cack = cack if cack is not None else self._seen_cack
+        if cack is None:
+            self._announced_until = now + self.config.min_rto
         for plane in self.paths.planes:
             was = self.paths.usable(plane)
             if self.paths.set_peer_up(plane, bool(mask >> plane & 1)):

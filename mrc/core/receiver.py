@@ -5,8 +5,11 @@ R_Key and bounds — and only then is copied into its region at its own VA and m
 scoreboard; a failed step stops the packet and counts it by reason. SACKs are produced when
 the session's output is pulled, for everything received since the last pull (one per 64-PSN
 block touched, on io every plane one wake-up drained) plus one for each packet that asks for an
-immediate answer (duplicate, A bit, ECN-CE, probe). Message outcomes (AETH) and immediates are
-released in PSN order, which is MSN order, as `cack_psn` passes each message's LAST.
+immediate answer (duplicate, ECN-CE, probe). Message outcomes and immediates are released in
+PSN order, which is MSN order, as `cack_psn` passes each message's LAST; the AETHs of the
+messages a pull completed go out coalesced (docs/WIRE.md §4): one cumulative ACK for the newest
+success, a NAK of its own for each failure, and no ACK past a failure the requester has not
+taken yet.
 
 What it leaves to others: decoding (wire/), choosing planes and reverse EVs (paths.py), and the
 sending half (sender.py).
@@ -111,6 +114,11 @@ class Receiver:
         self._errors: dict[int, int] = {}  # msn → first failing syndrome
         self._outcomes: dict[int, int] = {}  # completed msn → syndrome, for duplicate LASTs
         self._outcome_order: deque[int] = deque()
+        #: Failed MSNs the requester may not have taken yet (its RQMSN has not passed them):
+        #: an ACK after one would claim it succeeded (docs/WIRE.md §4).
+        self._failed: deque[int] = deque()
+        #: The newest successful MSN to announce in a cumulative ACK, and its LAST's plane.
+        self._ack_due: tuple[int, int] | None = None
         self._rqmsn = 0
         self._rcvd_bytes = 0
         # Per receive batch: the last trigger of each 64-PSN block, and immediate triggers.
@@ -162,9 +170,11 @@ class Receiver:
                 drops["duplicate"] += 1
                 self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp))
                 if d >= HALF and not full:
+                    if pkt.rqmsn != self._rqmsn:
+                        self._note_rqmsn(pkt.rqmsn)  # a completion probe's news
                     status = self._outcomes.get(pkt.msn)
                     if status is not None and pkt.a:
-                        self._acknowledge(status, pkt.msn, plane)
+                        self._announce(status, pkt.msn, plane)
             else:
                 drops["out_of_window"] += 1
                 self._nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
@@ -197,9 +207,10 @@ class Receiver:
         if pkt.rqmsn != self._rqmsn:
             self._note_rqmsn(pkt.rqmsn)
         ce = tos & 3 == 3
-        if pkt.a or ce:
-            trig = _Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=ce)
-            self._immediate.append(trig)
+        if ce:
+            # The A bit asks for the AETH, which the LAST's completion sends; the SACK of
+            # its block goes with it at this pull (docs/DESIGN.md §6).
+            self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=True))
         self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
 
     def on_trimmed(self, pkt: DataPacket, plane: int, tos: int) -> None:
@@ -305,6 +316,9 @@ class Receiver:
         order = self._outcome_order
         while order and (len(order) > MAX_OUTCOMES or 0 < (rqmsn - order[0]) & 0xFFFF < 0x8000):
             self._outcomes.pop(order.popleft(), None)
+        failed = self._failed
+        while failed and 0 < (rqmsn - failed[0]) & 0xFFFF < 0x8000:
+            failed.popleft()  # the requester took its outcome: ACKs may pass it
 
     # -- end of a receive batch -------------------------------------------------------------
 
@@ -333,6 +347,7 @@ class Receiver:
             self._sack(trig)
         self._blocks.clear()
         self._immediate.clear()
+        self._flush_ack()
 
     def _complete(
         self, msn: int, imm: int | None, a: bool, plane: int, rkey: int, va: int, length: int
@@ -340,9 +355,11 @@ class Receiver:
         status = self._errors.pop(msn, 0)
         self._outcomes[msn] = status
         self._outcome_order.append(msn)
+        if status:
+            self._failed.append(msn)
         self._note_rqmsn(self._rqmsn)
         if a:
-            self._acknowledge(status, msn, plane)
+            self._announce(status, msn, plane)
         if imm is not None and status == 0:
             self.events.append(ImmediateReceived(msn, imm, rkey, va, length))
 
@@ -441,6 +458,30 @@ class Receiver:
         ).encode()
         self.stats.nacks_sent += 1
         self._emit(out_plane, ev, data)
+
+    def _announce(self, status: int, msn: int, plane: int) -> None:
+        """Message `msn`'s outcome is to be told: a failure at once, in an AETH of its own; a
+        success in the cumulative ACK this pull ends with, for the newest such message
+        (IBTA coalescing: an ACK acknowledges every message up to its MSN)."""
+        if status:
+            due = self._ack_due
+            if due is not None and 0 < (msn - due[0]) & 0xFFFF < 0x8000:
+                self._flush_ack()  # the successes before it first: their ACK cannot cover it
+            self._acknowledge(status, msn, plane)
+            return
+        due = self._ack_due
+        if due is None or (msn - due[0]) & 0xFFFF < 0x8000:
+            self._ack_due = (msn, plane)
+
+    def _flush_ack(self) -> None:
+        """Send the cumulative ACK due, unless a failure before it is not yet taken (it then
+        waits for the requester's RQMSN to pass that failure)."""
+        due = self._ack_due
+        failed = self._failed
+        if due is None or (failed and 0 < (due[0] - failed[0]) & 0xFFFF < 0x8000):
+            return
+        self._ack_due = None
+        self._acknowledge(0, *due)
 
     def _acknowledge(self, status: int, msn: int, plane: int) -> None:
         route = self._route(plane, False)

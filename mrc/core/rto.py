@@ -27,7 +27,8 @@ def acked_on_plane(fifo: deque[SentCell], after: int) -> PlaneAcks | None:
     when there are none."""
     top = top_ev = second = 0
     for rec in fifo:
-        if rec.acked and rec.seq > after:
+        # A resend acknowledged may be its original arriving elsewhere (Karn): no evidence.
+        if rec.acked and rec.seq > after and not rec.rtx:
             if rec.seq > top:
                 if rec.ev != top_ev:
                     second = top

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from ..wire.ack import NackReason, SackMark
+from ..wire.ack import NackReason, SackMark, syndrome_ok
 from ..wire.bth import MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket
 from .balance import PlaneBalance
@@ -438,11 +438,17 @@ class Sender:
         cack = self._cumulative(pkt.psn)
         if cack is not None:
             self._ack_through(cack, now, touched)
-        if msg.status is None:
-            # The AETH says every PSN of the message arrived or was consumed.
-            first = msg.first_psn
-            self._ack([(first + i) & PSN_MASK for i in range(msg.npkts)], now, touched)
-            msg.settle(pkt.aeth.syndrome)
+        syndrome = pkt.aeth.syndrome
+        # An ACK acknowledges every message up to its MSN (IBTA; the responder coalesces
+        # them, docs/WIRE.md §4); a NAK only its own. Each message's PSNs arrived or were
+        # consumed. One a NACK showed failed waits for its own AETH.
+        for older in self.outstanding if syndrome_ok(syndrome) else (msg,):
+            if older.status is None and (older is msg or older.failure is None):
+                first = older.first_psn
+                self._ack([(first + i) & PSN_MASK for i in range(older.npkts)], now, touched)
+                older.settle(syndrome)
+            if older is msg:
+                break
         self._advance_una()
         self._sample_rtts(now)
         self._acked_evs |= touched

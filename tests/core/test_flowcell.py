@@ -21,8 +21,9 @@ from mrc.core.session import Session
 from mrc.core.transmit import Transmit
 from mrc.sim import Host, LinkParams, Network
 from mrc.wire.bth import DATA_OPCODES, Opcode
+from mrc.wire.ack import AETH, NETH, NackReason, Syndrome
 from mrc.wire.fast import encode_sack
-from mrc.wire.packet import DataPacket, decode_packet
+from mrc.wire.packet import AckPacket, DataPacket, NackPacket, decode_packet
 
 REPLY = struct.Struct(">QI")
 HEADER = 40  # BTH EVXH METH TSETH RETH
@@ -302,3 +303,34 @@ def test_a_flowcell_a_local_queue_refused_goes_again_at_once_on_another_plane() 
     pair.net.drive(0.01)
     assert [e.msn for e in pair.a.events_of(WriteCompleted)] == [0]
     assert bytes(pair.dst[: 12 * 1024]) == pair.src[: 12 * 1024]
+
+
+def test_an_ack_completes_every_message_up_to_its_msn_but_not_one_a_nack_failed() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8)
+    msns = [pair.post(1024 * i, 1024) for i in range(4)]  # four one-packet WRITEs
+    txs = data_transmits(pair.pull())
+    sender = pair.sa.sender
+    assert sender is not None and msns == [0, 1, 2, 3]
+    ev = txs[0].ev
+
+    def answer(pkt: AckPacket | NackPacket) -> list[Event]:
+        pair.sa.receive_datagrams(0, [(pkt.encode(), 0)], pair.net.now)
+        return [e for e in iter(pair.sa.next_event, None) if isinstance(e, WriteCompleted)]
+
+    qp = pair.sa.qpn
+    # The responder says msn 1 failed (bad R_Key) before its AETH comes.
+    neth = NETH(nack_reason=NackReason.BAD_RKEY, entropy=ev, nack_psn=PSN0 + 1, tx_timestamp=0)
+    assert answer(NackPacket(dest_qp=qp, psn=PSN0 + 1, ev=ev, neth=neth)) == []
+    # One ACK for msn 2 (cack_psn 1003): msn 0 and 2 are done, msn 1 waits for its own AETH,
+    # and completions stay in MSN order, so only msn 0 is raised.
+    ack = AETH(syndrome=Syndrome.ACK, msn=2)
+    assert answer(AckPacket(dest_qp=qp, psn=PSN0 + 3, ev=ev, aeth=ack)) == [
+        WriteCompleted(msn=0, status=0)
+    ]
+    # msn 1's NAK: it completes with the NACK's reason, and msn 2 after it.
+    nak = AETH(syndrome=Syndrome.NAK_REMOTE_ACCESS, msn=1)
+    assert answer(AckPacket(dest_qp=qp, psn=PSN0 + 3, ev=ev, aeth=nak)) == [
+        WriteCompleted(msn=1, status=NackReason.BAD_RKEY),
+        WriteCompleted(msn=2, status=0),
+    ]
+    assert [m.msn for m in sender.outstanding] == [3]

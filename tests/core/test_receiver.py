@@ -20,6 +20,7 @@ from mrc.sim import Host, LinkParams, Network
 from mrc.wire.ack import NackReason
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import (
+    AckPacket,
     DataPacket,
     EndpointPacket,
     NackPacket,
@@ -60,6 +61,7 @@ class Pair:
         msn: int = 0,
         a: bool = True,
         tx_timestamp: int | None = 1234,
+        rqmsn: int = 0,
     ) -> bytes:
         return DataPacket(
             opcode=opcode,
@@ -68,7 +70,7 @@ class Pair:
             ev=7,
             a=a,
             rtx=False,
-            rqmsn=0,
+            rqmsn=rqmsn,
             msn=msn,
             tx_timestamp=tx_timestamp,
             va=self.region.base_va + va_offset,
@@ -327,3 +329,38 @@ def test_one_sack_per_block_answers_every_plane_received_since_the_last_pull(pai
     assert sack.cack_psn == 1002 and pair.dst[MTU : MTU + 10] == b"b" * 10
     # The next pull has nothing left to answer.
     assert pair.sb.datagrams_to_send(now) == []
+
+
+def acks(answers: list[object]) -> list[tuple[int, int, int]]:
+    """(syndrome, MSN, BTH.PSN) of each ACKNOWLEDGE answered, in order."""
+    return [(p.aeth.syndrome, p.aeth.msn, p.psn) for p in answers if isinstance(p, AckPacket)]
+
+
+def test_the_messages_a_pull_completes_get_one_cumulative_ack(pair: Pair) -> None:
+    # t = 1 ms: three one-packet WRITEs, each with the A bit, in one receive batch.
+    answers = pair.inject(*(pair.packet(1000 + i, b"m" * 10, va_offset=64 * i, msn=i)
+                            for i in range(3)))  # fmt: skip
+    # One ACK for the newest (IBTA: it acknowledges every message up to its MSN), and one
+    # SACK for their block: no SACK per A bit.
+    assert acks(answers) == [(0x1F, 2, 1003)]
+    assert len([p for p in answers if isinstance(p, SackPacket)]) == 1
+
+
+def test_no_ack_passes_a_failure_the_requester_has_not_taken(pair: Pair) -> None:
+    bad = pair.region.rkey ^ 0xFFFF
+    # t = 1 ms: msn 0 fine, msn 1 with a wrong R_Key, msn 2 fine; the requester waits on 0.
+    answers = pair.inject(
+        pair.packet(1000, b"a" * 10, msn=0),
+        pair.packet(1001, b"b" * 10, msn=1, rkey=bad, va_offset=64),
+        pair.packet(1002, b"c" * 10, msn=2, va_offset=128),
+    )
+    # msn 0's ACK goes before msn 1's NAK, so it cannot cover it; msn 2's ACK would claim
+    # msn 1 succeeded: it waits.
+    assert acks(answers) == [(0x1F, 0, 1002), (0x62, 1, 1002)]  # cack_psn as they left
+    # A duplicate LAST of msn 2 (its completion probe) from a requester still waiting on 1:
+    # still nothing for it.
+    assert acks(pair.inject(pair.packet(1002, b"c" * 10, msn=2, va_offset=128, rqmsn=1))) == []
+    # The requester took msn 1's outcome (RQMSN 2): the ACK for msn 2 goes now.
+    dup = pair.packet(1002, b"c" * 10, msn=2, va_offset=128, rqmsn=2)
+    assert acks(pair.inject(dup)) == [(0x1F, 2, 1003)]
+    assert pair.dst[64:74] == bytes(10) and pair.dst[128:138] == b"c" * 10
