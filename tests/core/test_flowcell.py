@@ -20,8 +20,8 @@ from mrc.core.paths import ev_plane
 from mrc.core.session import Session
 from mrc.core.transmit import Transmit
 from mrc.sim import Host, LinkParams, Network
-from mrc.wire.bth import DATA_OPCODES, Opcode
 from mrc.wire.ack import AETH, NETH, NackReason, Syndrome
+from mrc.wire.bth import DATA_OPCODES, Opcode
 from mrc.wire.fast import encode_sack
 from mrc.wire.packet import AckPacket, DataPacket, NackPacket, decode_packet
 
