@@ -51,6 +51,8 @@ _LAST = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
 _ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
 _FIRST_V = int(Opcode.WRITE_FIRST)
 _MIDDLE_V = int(Opcode.WRITE_MIDDLE)
+_LAST_V = int(Opcode.WRITE_LAST)
+_ONLY_V = int(Opcode.WRITE_ONLY)
 #: A trigger as `on_data` notes it for its block, until `end_batch` answers:
 #: (psn, ev, plane, tx_ts, ce).
 _Note = tuple[int, int, int, "int | None", bool]
@@ -62,7 +64,6 @@ _ZERO, _ONE = ord("0"), ord("1")
 _HDR = DATA_HEADER.size
 _HDR_NOEVX = DATA_HEADER_NOEVX.size
 _LABEL = 0xFFFFF
-_A_TS = A_BIT | TS_BIT
 
 
 def serial(d: int) -> int:
@@ -227,16 +228,17 @@ class Receiver:
         self._nack(reason, pkt, plane)
 
     def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
-        """Place the common data packet straight from its bytes, without a `DataPacket`:
-        a full-size FIRST or MIDDLE with EVXH (or, on a flow-label connection, without one and
-        with a label) and TSETH, no A bit, no CE mark, new and in
-        the window, of a message with no failure, inside its region. True if it was placed;
-        False, having changed nothing, for every other packet, which then takes
-        `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
+        """Place the common data packet straight from its bytes, without a `DataPacket`: a
+        full-size FIRST or MIDDLE without the A bit, or a LAST or ONLY without ImmDt (a small
+        WRITE is one ONLY), with EVXH (or, on a flow-label connection, without one and with a
+        label) and TSETH, no CE mark, new and in the window, of a message with no failure,
+        inside its region. True if it was placed; False, having changed nothing, for every
+        other packet, which then takes `decode_packet` and `on_data` (the same checks,
+        docs/DESIGN.md §6, in order)."""
         mtu = self.config.payload_mtu
         if self._noevx:
             hdr = _HDR_NOEVX
-            if len(data) != hdr + mtu:
+            if len(data) < hdr:
                 return False
             op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER_NOEVX.unpack_from(
                 data
@@ -248,16 +250,26 @@ class Receiver:
             w4 ^= EVX_BIT  # expected clear: the checks below read it set
         else:
             hdr = _HDR
-            if len(data) != hdr + mtu:
+            if len(data) < hdr:
                 return False
             op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(data)
+        n = len(data) - hdr
+        if op in (_MIDDLE_V, _FIRST_V):
+            if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:
+                return False
+        elif op == _ONLY_V:
+            if n != dma or not 0 < dma <= mtu:
+                return False
+        elif op == _LAST_V:
+            if not mtu < dma <= MAX_DMA_LENGTH or n != (dma - 1) % mtu + 1:
+                return False
+        else:
+            return False
         if (
-            (op != _MIDDLE_V and op != _FIRST_V)
-            or b1 & 0x0F  # TVer (docs/WIRE.md §2)
+            b1 & 0x0F  # TVer (docs/WIRE.md §2)
             or p_key != self.config.p_key
             or not w4 & EVX_BIT
-            or w8 & _A_TS != TS_BIT
-            or not mtu < dma <= MAX_DMA_LENGTH
+            or not w8 & TS_BIT
             or tos & 3 == 3
             or (self._errors and msn in self._errors)
         ):
@@ -269,14 +281,17 @@ class Receiver:
         region = self.regions.lookup(rkey)
         if region is None:
             return False
-        if not region.contains(*self._message_span(op, va, dma, mtu)):
+        span_va, span = self._message_span(op, va, dma, n)
+        if not region.contains(span_va, span):
             return False
         start = va - region.base_va
         mv = data if isinstance(data, memoryview) else memoryview(data)
-        region.view[start : start + mtu] = mv[hdr:]
-        self._placed(mtu, now)
+        region.view[start : start + n] = mv[hdr:]
+        self._placed(n, now)
         self._ring[slot] = _ONE
         self._held += 1
+        if op in (_ONLY_V, _LAST_V):
+            self._lasts[psn] = (msn, None, bool(w8 & A_BIT), plane, rkey, span_va, span)
         if rqmsn != self._rqmsn:
             self._note_rqmsn(rqmsn)
         self._blocks[psn & ~63 & PSN_MASK] = (psn, ev, plane, ts, False)

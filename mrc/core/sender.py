@@ -518,6 +518,7 @@ class Sender:
         pop = self.inflight.pop
         by_plane = self.flight.by_plane
         acked = left = top = cell_bytes = 0
+        interval = -1.0
         cell: SentCell | None = None
         for psn in psns:
             rec = pop(psn, None)
@@ -544,7 +545,8 @@ class Sender:
             msg = packets[i][0]
             msg.acked += 1
             if msg.acked == msg.npkts and msg.status is None:
-                interval = max(self.paths.planes[p].rtt.current for p in self.paths.planes)
+                if interval < 0:  # once per call: many small messages complete in one SACK
+                    interval = max(pl.rtt.current for pl in self.paths.planes.values())
                 self.awaiting_aeth.add(msg, now, interval)
         if cell is not None:
             self._cell_acked(cell, top, cell_bytes, now, touched)

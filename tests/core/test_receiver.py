@@ -268,6 +268,11 @@ def _story(pair: Pair) -> list[tuple[bytes, int]]:
 
     first = pkt(1000, 0, opcode=Opcode.WRITE_FIRST)
     middle = pkt(1001, 0)
+    imm_only = DataPacket(
+        opcode=Opcode.WRITE_ONLY_IMM, dest_qp=pair.sb.qpn, psn=1018, ev=7, a=True, rtx=False,
+        rqmsn=0, msn=7, tx_timestamp=1, va=pair.region.base_va + 34 * 1024,
+        rkey=pair.region.rkey, dma_length=100, imm=9, payload=b"o" * 100,
+    ).encode()  # fmt: skip
     return [
         (first, 2),
         (middle, 2),
@@ -285,6 +290,10 @@ def _story(pair: Pair) -> list[tuple[bytes, int]]:
         (pkt(1009, 3, opcode=Opcode.WRITE_FIRST, va_offset=64 * 1024 - MTU), 2),  # OOB
         (pkt(1012, 4, opcode=Opcode.WRITE_FIRST), 2),
         (pkt(1013, 4), 2),
+        # One-packet WRITEs: a good one, one cut short (trimmed), one with ImmDt.
+        (pair.packet(1016, b"o" * 100, msn=5, va_offset=32 * 1024), 2),
+        (pair.packet(1017, b"o" * 100, msn=6, va_offset=33 * 1024, dma_length=200), 2),
+        (imm_only, 2),
     ]
 
 
@@ -306,12 +315,14 @@ def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_de
     answers = {}
     for name, pr in (("fast", fast), ("slow", slow)):
         answers[name] = [pr.inject(d, tos=tos) for d, tos in _story(pr)]
-    # Only the FIRST, the first MIDDLE and the last message's two packets took the shortcut.
-    assert [i for i, t in enumerate(took) if t] == [0, 1, 14, 15]
+    # Only the FIRST, the first MIDDLE, the LAST, the last message's two packets and the
+    # plain one-packet WRITE took the shortcut.
+    assert [i for i, t in enumerate(took) if t] == [0, 1, 3, 14, 15, 16]
     assert fast.dst == slow.dst and fast.dst.count(b"m"[0]) == 8 * MTU
+    assert fast.dst.count(b"o"[0]) == 200
     assert answers["fast"] == answers["slow"]
     assert fast.sb.stats.drops_by_reason == slow.sb.stats.drops_by_reason
-    assert fast.sb.stats.bytes_placed == slow.sb.stats.bytes_placed == 8 * MTU
+    assert fast.sb.stats.bytes_placed == slow.sb.stats.bytes_placed == 8 * MTU + 200
     assert fast.sb.receiver.cack == slow.sb.receiver.cack == 1008  # 1008 never came
 
 
