@@ -58,7 +58,8 @@ def peer_alive(
     """Does the peer answer on other planes while `plane` is silent? True: something was
     acknowledged after `after` (resends included) and within this plane's RTO, or no other
     plane is owed anything. False: another plane has a packet out longer than its RTO
-    without backoff (a stalled peer). Else the time to ask again: when another plane's
+    without backoff (a stalled peer; planes that never answered do not count). Else the time
+    to ask again: when another plane's
     answer is expected, or due."""
     # An answer older than an RTO proves nothing about now: a peer that stopped right after
     # it (descheduled, stopped) leaves every plane silent, and its other planes' packets
@@ -68,7 +69,9 @@ def peer_alive(
     due_at: float | None = None
     stalled = False
     for other, fifo in fifos.items():
-        if other == plane:
+        # A plane that never answered anything says nothing about the peer: it may be as
+        # dead as this one (a peer address no one listens on, from the start).
+        if other == plane or not planes[other].proven_at:
             continue
         rec = next((r for r in fifo if r.open), None)
         if rec is None:

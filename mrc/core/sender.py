@@ -71,7 +71,8 @@ class Sender:
         self.next_psn = initial_psn  # next new PSN
         self.una = initial_psn  # every PSN before it is acknowledged
         self.next_msn = config.initial_msn
-        self.rtx_queue: deque[tuple[int, str, int | None]] = deque()
+        #: (psn, cause, plane to avoid, plane to prefer) of each resend due.
+        self.rtx_queue: deque[tuple[int, str, int | None, int | None]] = deque()
         self.pending: deque[OutMessage] = deque()  # not fully sent, MSN order
         self.outstanding: deque[OutMessage] = deque()  # not completed, MSN order
         self.by_msn: dict[int, OutMessage] = {}
@@ -225,7 +226,7 @@ class Sender:
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
-            psn, cause, avoid_plane = self.rtx_queue[0]
+            psn, cause, avoid_plane, prefer = self.rtx_queue[0]
             rec = self.inflight.get(psn)
             i = 0 if rec is None else (psn - rec.psn) & PSN_MASK
             if rec is None or not rec.lost >> i & 1:
@@ -233,7 +234,9 @@ class Sender:
                 continue
             if cause == "nack_trimmed" and not self.cc.can_send(self._in_flight()):
                 return  # congestion, not loss: the resend waits for the window (docs/DESIGN.md §7)
-            ev = self._resend_ev(rec.ev, avoid_plane, now)
+            ev = None if prefer is None else self.spray.next_ev_on(prefer, now)
+            if ev is None:
+                ev = self._resend_ev(rec.ev, avoid_plane, now)
             if ev is None:
                 return
             self.rtx_queue.popleft()
@@ -340,8 +343,13 @@ class Sender:
             self.rtos.hold(plane, self.last_progress + est.rto)  # the window, not the peer
             return False
         elif self.rtos.stall_expiry(self.log.by_plane, plane, est, now):
+            # The one probe, on the plane that answered last: landing on a plane as dead as
+            # this one it would prove nothing, and a window full of such planes' packets
+            # leaves the working plane idle (nothing else goes out).
             first = oldest.open_mask()
-            self._declare_lost(oldest, first & -first, "rto", avoid_plane=plane)  # the one probe
+            self._declare_lost(
+                oldest, first & -first, "rto", avoid_plane=plane, prefer=self._freshest(plane)
+            )
         self.rto_expiries += 1
         return (
             self.rto_expiries >= self.config.rto_retries
@@ -611,21 +619,30 @@ class Sender:
         )
         self.spray.on_loss(rec.ev, now)
 
+    def _freshest(self, but: int) -> int | None:
+        """The usable plane other than `but` whose answer came last, if any ever came."""
+        best, at = None, 0.0
+        for n, pl in self.paths.planes.items():
+            if n != but and pl.proven_at > at and self.paths.usable(n):
+                best, at = n, pl.proven_at
+        return best
+
     def _declare_lost(
-        self, rec: SentCell, mask: int, cause: str, *, avoid_plane: int | None, front: bool = False
-    ) -> None:
+        self, rec: SentCell, mask: int, cause: str, *, avoid_plane: int | None,
+        front: bool = False, prefer: int | None = None,
+    ) -> None:  # fmt: skip
         """The packets of `rec` in `mask` still in flight are lost: out of the window, and
         queued for resending (at the front for `front`, in PSN order)."""
         mask &= rec.open_mask()
         if not mask:
             return
-        entries: list[tuple[int, str, int | None]] = []
+        entries: list[tuple[int, str, int | None, int | None]] = []
         lost = i = 0
         bits = mask
         while bits:
             if bits & 1:
                 lost += rec.length(i)
-                entries.append(((rec.psn + i) & PSN_MASK, cause, avoid_plane))
+                entries.append(((rec.psn + i) & PSN_MASK, cause, avoid_plane, prefer))
             bits >>= 1
             i += 1
         rec.lost |= mask

@@ -1,0 +1,72 @@
+"""A peer address no one listens on, on three planes of four, from the start: the transfer
+goes through the one plane that works, and the others are found dead, on real loopback
+sockets. (It stalled for good once: the window filled with packets on the dead planes, the
+working plane went idle, and their overdue packets were taken for a stalled peer.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from mrc.core.config import SessionConfig
+from mrc.core.events import ConnectionEstablished, Event, PlaneDown, WriteCompleted
+from mrc.io.loop import new_event_loop
+from mrc.node import Node, resolve_peer
+
+A = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+B = ["127.0.0.6", "127.0.0.7", "127.0.0.8", "127.0.0.9"]
+CLOSED_PORT = 9  # discard: nothing listens on loopback here
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = new_event_loop()
+    yield loop
+    loop.close()
+
+
+def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    events: list[Event] = []
+    size = 32 << 20
+    base = SessionConfig(plane_mask=0b1111)
+    a = Node(loop, A, 0, serve=True)
+    b = Node(loop, B, 0)
+    try:
+        b.on_event = lambda s, e: events.append(e)
+        dst = a.regions.register(bytearray(size))
+        payload = bytes(i * 13 % 251 for i in range(1 << 16)) * (size >> 16)
+        src = b.regions.register(bytearray(payload))
+        a.listen(base, lambda private: b"ok")
+        a.start()
+        b.start()
+        peers = resolve_peer(A, a.port)
+        dead = resolve_peer(A, CLOSED_PORT)
+        peers.update({p: dead[p] for p in (1, 2, 3)})
+        session = b.connect(base, peers, b"")
+
+        async def until(cond: object, timeout: float) -> None:
+            end = loop.time() + timeout
+            while not cond():  # type: ignore[operator]
+                assert loop.time() < end, "timed out"
+                await asyncio.sleep(0.002)
+
+        loop.run_until_complete(
+            until(lambda: any(isinstance(e, ConnectionEstablished) for e in events), 5.0)
+        )
+        for k in range(size >> 20):  # 32 x 1 MiB, posted at once
+            session.post_write(src, k << 20, 1 << 20, dst.base_va + (k << 20), dst.rkey)
+        b.flush(session)
+        loop.run_until_complete(
+            until(lambda: sum(isinstance(e, WriteCompleted) for e in events) == 32, 10.0)
+        )
+        assert [e.status for e in events if isinstance(e, WriteCompleted)] == [0] * 32
+        assert bytes(dst.view) == payload
+        assert {e.plane for e in events if isinstance(e, PlaneDown)} == {1, 2, 3}
+        assert session.stats.planes[0].bytes_sent >= size
+    finally:
+        b.close()
+        a.close()
