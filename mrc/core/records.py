@@ -12,8 +12,10 @@ import builtins
 from dataclasses import dataclass
 
 from ..wire.ack import Syndrome, syndrome_ok
-from ..wire.bth import Opcode
+from ..wire.bth import PSN_MOD, Opcode
 from .errors import LocalProtocolError
+
+PSN_MASK = PSN_MOD - 1
 
 
 def tx_timestamp(now: float) -> int:
@@ -125,6 +127,23 @@ class SentCell:
     def open_mask(self) -> int:
         """The packets still in flight: neither acknowledged nor declared lost."""
         return ((1 << len(self.packets)) - 1) & ~(self.acked | self.lost)
+
+    def lose(self, mask: int) -> tuple[list[int], int]:
+        """Declare the packets in `mask` still in flight lost: their PSNs, and their bytes."""
+        mask &= self.open_mask()
+        psns: list[int] = []
+        lost = i = 0
+        bits = mask
+        while bits:
+            if bits & 1:
+                lost += self.length(i)
+                psns.append((self.psn + i) & PSN_MASK)
+            bits >>= 1
+            i += 1
+        self.lost |= mask
+        self.open -= len(psns)
+        self.open_bytes -= lost
+        return psns, lost
 
 
 def new_cell(

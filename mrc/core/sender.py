@@ -27,6 +27,7 @@ from .cc import CongestionControl
 from .completion import AwaitingAeth
 from .config import SessionConfig
 from .errors import LocalProtocolError
+from .evchoice import EvChoice
 from .events import Event, WriteCompleted
 from .evs import EvSignal
 from .inflight import InFlight
@@ -93,6 +94,7 @@ class Sender:
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
         self.flight = InFlight(config, cc, self.inflight, paths.planes)
+        self.choice = EvChoice(paths, spray, balance, self.flight)
         #: Bytes lost to RACK/RTO since the last output pull (docs/DESIGN.md §7).
         self._lost_bytes = 0
         self.trace: TraceCollector | None = None  # retransmits and RTT samples (trace.py)
@@ -164,7 +166,7 @@ class Sender:
         tx_ts = tx_timestamp(now)
         pending = self.pending
         while pending and budget > 0 and (room := self.flight.room(self.next_psn, self.una)) > 0:
-            ev = self._next_ev(now)
+            ev = self.choice.next_ev(now)
             if ev is None:
                 return
             plane = ev_plane(ev)
@@ -197,33 +199,6 @@ class Sender:
             self.flight.add(plane, self.log.add(cell, ev, plane, now, tx_ts, rtx=False).open_bytes)
             out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
 
-    def _next_ev(self, now: float) -> int | None:
-        """The EV of the next flowcell: on the plane the balance picks, or wherever the spray
-        rotation goes next when the balance leaves it to the spray (equal shares). A plane
-        at its own cap gives its turn to the next (as a congested plane's EVs are skipped in
-        MRC); None when every plane is at its cap."""
-        plane = self.balance.next_plane(now, self._plane_open)
-        if plane is not None:
-            return self.spray.next_ev_on(plane, now) if self._plane_open(plane) else None
-        for _ in range(4 * len(self.paths.planes)):
-            ev = self.spray.next_ev(now)
-            if ev is None or self._plane_open(ev_plane(ev)):
-                return ev
-        return None
-
-    def _resend_ev(self, avoid_ev: int, avoid_plane: int | None, now: float) -> int | None:
-        """Another EV for a resend, on a plane with room in its own cap if the rotation
-        offers one soon (a burst of resends must not overflow a slow plane's queue)."""
-        ev = self.spray.other_ev(avoid_ev, avoid_plane, now)
-        for _ in range(2 * len(self.paths.planes)):
-            if ev is None or self._plane_open(ev_plane(ev)):
-                break
-            ev = self.spray.other_ev(avoid_ev, avoid_plane, now)
-        return ev
-
-    def _plane_open(self, plane: int) -> bool:
-        return self.flight.plane_room(plane, 1) > 0
-
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
             psn, cause, avoid_plane, prefer = self.rtx_queue[0]
@@ -234,15 +209,14 @@ class Sender:
                 continue
             if cause == "nack_trimmed" and not self.cc.can_send(self._in_flight()):
                 return  # congestion, not loss: the resend waits for the window (docs/DESIGN.md §7)
-            ev = None if prefer is None else self.spray.next_ev_on(prefer, now)
-            if ev is None:
-                ev = self._resend_ev(rec.ev, avoid_plane, now)
+            ev = self.choice.resend_ev(rec.ev, avoid_plane, prefer, now)
             if ev is None:
                 return
             self.rtx_queue.popleft()
             msg, index, _ = rec.packets[i]
-            out.append(self._transmit(msg, index, psn, ev, now, rtx=True))
             plane = ev_plane(ev)
+            self.log.add([(msg, index, psn)], ev, plane, now, tx_timestamp(now), rtx=True)
+            out.append(self._build(msg, index, psn, ev, now, rtx=True))
             self.flight.add(plane, rec.length(i))
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(plane).retransmits += 1
@@ -266,12 +240,6 @@ class Sender:
         return self.framer.frame(
             [(msg, index, psn)], ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, rtx=rtx
         )
-
-    def _transmit(
-        self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
-    ) -> Transmit:
-        self.log.add([(msg, index, psn)], ev, ev_plane(ev), now, tx_timestamp(now), rtx=rtx)
-        return self._build(msg, index, psn, ev, now, rtx=rtx)
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -348,7 +316,7 @@ class Sender:
             # leaves the working plane idle (nothing else goes out).
             first = oldest.open_mask()
             self._declare_lost(
-                oldest, first & -first, "rto", avoid_plane=plane, prefer=self._freshest(plane)
+                oldest, first & -first, "rto", avoid_plane=plane, prefer=self.choice.freshest(plane)
             )
         self.rto_expiries += 1
         return (
@@ -623,35 +591,16 @@ class Sender:
         )
         self.spray.on_loss(rec.ev, now)
 
-    def _freshest(self, but: int) -> int | None:
-        """The usable plane other than `but` whose answer came last, if any ever came."""
-        best, at = None, 0.0
-        for n, pl in self.paths.planes.items():
-            if n != but and pl.proven_at > at and self.paths.usable(n):
-                best, at = n, pl.proven_at
-        return best
-
     def _declare_lost(
         self, rec: SentCell, mask: int, cause: str, *, avoid_plane: int | None,
         front: bool = False, prefer: int | None = None,
     ) -> None:  # fmt: skip
         """The packets of `rec` in `mask` still in flight are lost: out of the window, and
         queued for resending (at the front for `front`, in PSN order)."""
-        mask &= rec.open_mask()
-        if not mask:
+        psns, lost = rec.lose(mask)
+        if not psns:
             return
-        entries: list[tuple[int, str, int | None, int | None]] = []
-        lost = i = 0
-        bits = mask
-        while bits:
-            if bits & 1:
-                lost += rec.length(i)
-                entries.append(((rec.psn + i) & PSN_MASK, cause, avoid_plane, prefer))
-            bits >>= 1
-            i += 1
-        rec.lost |= mask
-        rec.open -= len(entries)
-        rec.open_bytes -= lost
+        entries = [(psn, cause, avoid_plane, prefer) for psn in psns]
         self.flight.remove(rec.plane, lost)
         if cause in ("rack", "rto"):
             self._lost_bytes += lost  # told to CC at the next output pull
