@@ -14,11 +14,15 @@ sides under `nice -n 10`), flowcell 1, read every 1 µs:
     events          11,929,163     4,470,412
     data packets       501,760       498,688     (mrc: 1,024 x 487, no retransmission)
 
-Why mrc's flows are about 19 % slower, from runs on 256 hosts of the same fabric: NSCC's plane
-queue guard (mrc.core.planeq) starts every plane's cap at 64 KiB and grows it about 1.5x per
-RTT, so a flow needs about 55 µs to reach its window (p50 226 µs with it, 206 µs with it
-bypassed in an experiment); and mrc's NSCC sizes each flow's window from its own measured base
-RTT (175 KB inside a pod) where htsim gives every flow 1.5 x BDP of the fabric's longest path.
-No packet was marked, trimmed or dropped in mrc's run: the gap is the senders' ramp, not loss.
-A flow alone on the fabric finishes in 192 µs.
+Why mrc's flows are about 19 % slower. A flow alone on this fabric takes 195.1 µs to another pod
+(178.0 within its pod, 167.0 within its rack; 487 packets serialize in 161.7 µs): about 19 µs of
+that is NSCC's plane queue guard (mrc.core.planeq), which starts every plane's cap at 64 KiB
+and grows it about 1.5x per RTT, so a flow needs about 55 µs to reach its window (on 256 hosts
+of the same fabric: p50 226 µs with it, 206 µs with it bypassed in an experiment, p99 then
+worse, 267 µs). The permutation adds about 37 µs more to mrc's flows against about 20 µs to
+htsim's: mrc's NSCC sizes each flow's window from its own measured base RTT (175 KB inside a
+pod), where htsim gives every flow 1.5 x the BDP of the fabric's longest path, so queueing of a
+few µs per hop leaves mrc's short-path flows window-limited (giving every flow htsim's window
+instead, `cc_max_cwnd=262926`, made it worse on 256 hosts: p50 233, p99 270 µs, deeper
+queues). No packet was marked, trimmed or dropped in mrc's run.
 """
