@@ -15,15 +15,15 @@ sides under `nice -n 10`), flowcell 1, read every 1 µs:
     data packets       501,760       498,688     (mrc: 1,024 x 487, no retransmission)
 
 Why mrc's flows are about 19 % slower. A flow alone on this fabric takes 195.1 µs to another pod
-(178.0 within its pod, 167.0 within its rack; 487 packets serialize in 161.7 µs): about 19 µs of
-that is NSCC's plane queue guard (mrc.core.planeq), which starts every plane's cap at 64 KiB
-and grows it about 1.5x per RTT, so a flow needs about 55 µs to reach its window (on 256 hosts
-of the same fabric: p50 226 µs with it, 206 µs with it bypassed in an experiment, p99 then
-worse, 267 µs). The permutation then adds about 37 µs to mrc's flows where it adds about
-20 µs to htsim's (htsim's lone flow would take about 176 µs): queueing of a few µs per hop under
-full load, with no packet marked, trimmed or dropped in mrc's run. Not pinned down further: one
-difference is that mrc's NSCC sizes each flow's window from its own measured base RTT (175 KB
-inside a pod) where htsim gives every flow 1.5 x the BDP of the fabric's longest path, but
-giving every flow htsim's window (`cc_max_cwnd=262926`) made mrc slower on 256 hosts (p50 233,
-p99 270 µs: deeper queues).
+in mrc (178.0 within its pod, 167.0 within its rack; its 487 packets serialize in 161.7 µs) and
+176.2 µs in htsim (flow 0 -> 1000). About 19 µs of that is NSCC's plane queue guard
+(mrc.core.planeq), which starts every plane's cap at 64 KiB and grows it about 1.5x per RTT, so
+a flow needs about 55 µs to reach its window (on 256 hosts of the same fabric: p50 226 µs with
+it, 206 µs with it bypassed in an experiment, p99 then worse, 267 µs). The permutation then adds
+about 37 µs to mrc's flows where it adds about 20 µs to htsim's: queueing of a few µs per hop
+under full load (no packet was marked, trimmed or dropped in mrc's run). Not pinned down
+further: one difference is that mrc's NSCC sizes each flow's window from its own measured base
+RTT (175 KB inside a pod) where htsim gives every flow 1.5 x the BDP of the fabric's longest
+path, but giving every flow htsim's window (`cc_max_cwnd=262926`) made mrc slower on 256 hosts
+(p50 233, p99 270 µs: deeper queues).
 """
