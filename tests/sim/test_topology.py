@@ -117,3 +117,15 @@ def test_topology_errors_are_one_line(tmp_path: Path) -> None:
         net = Network()
         build(net, FabricSpec(hosts=2, planes=1, hosts_per_rack=2, tier1=1))
         build(net, FabricSpec(hosts=2, planes=1, hosts_per_rack=2, tier1=1))
+
+
+def test_the_full_mrc_shape_builds_in_about_a_second() -> None:
+    """1,024 hosts x 8 planes, racks of 32, 32 tier-1 per plane: what issue 17 asks to run."""
+    spec = mrc_fabric()
+    net = Network()
+    fab = build(net, spec)
+    assert (spec.hosts, spec.planes, spec.racks, spec.paths_per_plane) == (1024, 8, 32, 32)
+    assert len(net.switches) == 8 * 64 == 8 * spec.switches_per_plane
+    assert sum(1 for _ in net.links()) == 2 * 8 * spec.cables_per_plane == 32768
+    assert walk(net, "h0", "h1023", 7 << 24 | 33) == ["p7.t0.r0", "p7.t1.1", "p7.t0.r31"]
+    assert fab.rack(31)[0].name == "h992"
