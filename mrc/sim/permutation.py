@@ -16,6 +16,12 @@ source buffer and every receiver writes one destination buffer of the largest fl
 1,024 hosts × 2 MB, private buffers would be 4 GB); `run_flows(..., verify=True)` gives each
 receiver its own buffer and checks the bytes.
 
+`python -m mrc.sim.permutation` runs one on the MRC shape (default 1,024 hosts x 8 planes of
+100 Gbit/s, 2 MB per host). Measured on 2026-11-24 (2 vCPU shared, load about 5, compiled
+core): every flow done, p50 44.7 µs, p99 49.4 µs, 2,350,799 events, 500,736 data packets, no
+retransmission; 96 s CPU, 229 s wall, 1.6 GB peak (mostly the packets in flight: real payload
+bytes, about 1.4 MB per host at 800 Gbit/s x 14 µs).
+
 What it leaves to others: the fabric (topology.py), forwarding and the event loop (fabric.py,
 network.py), the protocol (mrc.core), and printing (tools/htsim, experiments).
 """
