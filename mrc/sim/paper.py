@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -41,8 +41,11 @@ def _job(name: str, proto: str, scale: Scale) -> dict[str, Any]:
     return m
 
 
-def run_all(names: list[str], scale: Scale, jobs: int) -> tuple[Results, list[Verdict]]:
-    """Every run `names` need (their references too), `jobs` at a time; then the verdicts."""
+def run_all(
+    names: list[str], scale: Scale, jobs: int, *, progress: bool = False
+) -> tuple[Results, list[Verdict]]:
+    """Every run `names` need (their references too), `jobs` at a time; then the verdicts.
+    With `progress`, a line on stderr as each run ends."""
     wanted: list[str] = []
     for n in names:
         for dep in [*needs(n), n]:
@@ -50,14 +53,21 @@ def run_all(names: list[str], scale: Scale, jobs: int) -> tuple[Results, list[Ve
                 wanted.append(dep)
     tasks = [(n, p) for n in wanted for p in PROTOCOLS]
     results: Results = {n: {} for n in wanted}
+    def done(n: str, p: str, m: dict[str, Any]) -> None:
+        results[n][p] = m
+        if progress:
+            count = sum(len(r) for r in results.values())
+            print(f"paper: {n} {p} done in {m['wall']:.1f} s ({count} of {len(tasks)})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
     if jobs <= 1:
         for n, p in tasks:
-            results[n][p] = _job(n, p, scale)
+            done(n, p, _job(n, p, scale))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {(n, p): pool.submit(_job, n, p, scale) for n, p in tasks}
-            for (n, p), fut in futures.items():
-                results[n][p] = fut.result()
+            futures = {pool.submit(_job, n, p, scale): (n, p) for n, p in tasks}
+            for fut in as_completed(futures):
+                done(*futures[fut], fut.result())
     return results, [verdict(n, results) for n in names]
 
 
@@ -180,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs at once (processes)")  # fmt: skip
     ap.add_argument("-J", "--json", action="store_true", help="one JSON document")
     ap.add_argument("--json-file", metavar="FILE", help="also write the JSON document to FILE")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     ap.add_argument("--plot", metavar="DIR", help="write one PNG per experiment into DIR")
     args = ap.parse_args(argv)
     try:
@@ -204,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"paper: cannot write {args.json_file}: {e.strerror}", file=sys.stderr)
             return 2
     t0 = time.perf_counter()
-    results, verdicts = run_all(names, scale, args.jobs)
+    results, verdicts = run_all(names, scale, args.jobs, progress=not args.quiet)
     wall = time.perf_counter() - t0
     if args.plot:
         for path in _plot(args.plot, verdicts, results):
