@@ -81,6 +81,13 @@ def _summary(run: Run, res: RunResult, affected: list[int], t0: float) -> Metric
         ],
         "series": _series(res, affected),
         "failed_flows": [i for i, f in enumerate(res.failed_at) if f is not None],
+        # Neither done nor failed when the run ended: the network went quiet (no timer left)
+        # or the run's timeout passed with the flow still going.
+        "unfinished": [
+            i for i, (d, f) in enumerate(zip(res.done_at, res.failed_at, strict=True))
+            if d is None and f is None
+        ],
+        "ended_at": res.end,
         # Each RoCE QP's one path: (plane, tier-1 route), the route its EV hashes to.
         "routes": [
             [(q_plane(run, q.qpn, f), run.fab.route_of(ev_of(run, q.qpn, f))) for q, _ in pairs]
@@ -282,6 +289,9 @@ def loss1(proto: str, scale: Scale, loss: float = 0.01) -> Metrics:
     m = _summary(run, res, list(range(scale.hosts)), 0.0)
     m["share_of"] = "aggregate goodput / line rate"
     m["line_share"] = m["aggregate_bps"] / (scale.host_rate * scale.hosts)
+    # What one flow sees on average (the paper's testbed measure); the aggregate above is
+    # what a collective sees, ending with its slowest flow.
+    m["mean_flow_share"] = sum(m["flow_bps"]) / len(m["flow_bps"]) / scale.host_rate
     return m
 
 

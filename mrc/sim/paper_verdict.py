@@ -11,7 +11,8 @@ the host's line rate; "its share gone" is the affected flows' rate within 15 % o
 / planes of their fault-free rate; "minimal impact" and "nothing lost" are every flow done,
 no byte lost, and aggregate goodput from the fault on (while every flow runs) within 10 % of
 the capacity the fault leaves; "about a
-third" is at least a quarter of line rate with RoCE at under a third of MRC's; the incast
+third" is at least a quarter of line rate for the whole permutation (bytes over the time its
+slowest flow takes, what a collective sees) with RoCE at under a third of MRC's; the incast
 victim "untouched" is at least 90 % of its rate alone.
 
 What it leaves to others: running (paper_experiments.py) and printing (paper.py).
@@ -105,6 +106,8 @@ def _figure(name: str, m: Metrics, results: Results, proto: str) -> float:
 def _decide(name: str, mrc: Metrics, roce: Metrics, fm: float, fr: float) -> tuple[bool, str]:
     ok = _clean(mrc)
     done = f"MRC {mrc['completed']}/{mrc['flows']} done, {mrc['bytes_lost']} B lost"
+    if mrc.get("unfinished"):
+        done += f", flows {mrc['unfinished'][:5]} unfinished at {mrc['ended_at'] * 1e3:.2f} ms"
     if name == "ev_loss":
         after = mrc.get("retired_after")
         holds = ok and fm >= 0.85 and after is not None and mrc["victim_times_retired"] >= 1
@@ -131,7 +134,10 @@ def _decide(name: str, mrc: Metrics, roce: Metrics, fm: float, fr: float) -> tup
         return holds, f"{done}; {fm:.2f} of reference, capacity left {left:.2f}"
     if name == "loss1":
         holds = ok and fm >= 0.25 and fr < fm / 3
-        return holds, f"{done}; MRC {fm:.2f}, RoCE {fr:.2f} of line rate"
+        return holds, (
+            f"{done}; collective (to the last flow) MRC {fm:.2f}, RoCE {fr:.2f} of line rate; "
+            f"mean per flow MRC {mrc['mean_flow_share']:.2f}, RoCE {roce['mean_flow_share']:.2f}"
+        )
     if name == "incast":
         holds = ok and fm >= 0.9
         return holds, f"{done}; victim keeps {fm:.2f} (RoCE {fr:.2f}) of its rate alone"
