@@ -90,3 +90,18 @@ compare: sysdeps install
 .PHONY: hostile
 hostile: venv
 	@$(PY) -m tools.hostile -J --datagrams 1000000 $(HOSTILE_ARGS)
+
+# Issue 17's figures (tools/htsim, mrc/sim): not in `make test`. `paper` runs the MRC paper's
+# experiments for MRC and a RoCE baseline at the small scale (about a minute), `paper-large`
+# at 1,024 hosts x 8 planes (about 14 minutes); `scale` runs the 1,024-host permutation and
+# the htsim cross-check (builds htsim from an uet-htsim source tree: HTSIM_ARGS="--htsim-src DIR").
+.PHONY: paper paper-large scale
+paper: install
+	nice -n 10 $(PY) -m mrc.sim.paper -j 2 --plot paper-plots
+
+paper-large: install
+	nice -n 10 $(PY) -m mrc.sim.paper --scale paper -j 2 --plot paper-plots --json-file paper.json
+
+scale: install
+	nice -n 10 $(PY) -m mrc.sim.permutation
+	nice -n 10 $(PY) -m tools.htsim $(HTSIM_ARGS)

@@ -55,8 +55,11 @@ PER_PACKET = os.environ.get("MRC_FLOWCELL", "").strip() == "1"
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchBed]:
     skip_without_features()
     work = tmp_path_factory.mktemp("shaped")
+    # MRC_PURE: the compiled build sends the same packets faster and loses 1-2 % on the
+    # 250 Mbit/s plane where the pure build loses 0.3-0.7 % (an open problem, issue 19's
+    # notes): these stories check the balance policies' shares and stay on the pure build.
     extra = {"MRC_TESTBED_STATE_DIR": str(work / "state"),
-             "MRC_TESTBED_PREFIX": unique("ms") + "-"}
+             "MRC_TESTBED_PREFIX": unique("ms") + "-", "MRC_PURE": "1"}
     try:
         with running_testbed("pair", extra_env=extra, name=unique("shaped")) as doc:
             yield BenchBed(doc, extra, PLANES)
