@@ -10,9 +10,8 @@ probes or answer the peer: the plane monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
 record in `inflight` (the flowcell or resend that last carried it: in flight there, or lost
-while it waits in the retransmit queue); nothing
-acknowledged is ever retransmitted; PSNs of one message are consecutive and messages take PSNs
-in MSN order.
+while it waits in the retransmit queue); nothing acknowledged is ever retransmitted; PSNs of
+one message are consecutive and messages take PSNs in MSN order.
 """
 
 from __future__ import annotations
