@@ -1,7 +1,9 @@
 """Plane sockets: one non-blocking UDP socket per plane, with batched reads and GSO sends.
 
 Holds `PlaneSocket` (bind, socket options, `drain` into a ring of preallocated buffers, `send`
-with the errno mapping of docs/DESIGN.md §11) and `resolve_addr` for numeric or named addresses. It
+with the errno mapping of docs/DESIGN.md §11) and `resolve_addr` for numeric or named addresses.
+`drain` reads with `recvmmsg` (mrc.io.mmsg: many datagrams a syscall, into the same ring) where
+libc has it and `MRC_NO_RECVMMSG` is unset, with one `recvmsg_into` per datagram otherwise. It
 knows nothing about MRC packets, sessions or the event loop: `mrc.io.endpoint` registers the
 sockets with the loop and feeds what `drain` returns to the core.
 
@@ -30,6 +32,9 @@ import socket
 import struct
 from collections import Counter
 from typing import Any
+
+from mrc.io.mmsg import MmsgRing
+from mrc.io.mmsg import available as mmsg_available
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -72,6 +77,8 @@ PLANE_DOWN_ERRNOS = frozenset({errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNR
 #: Send errors that mean this datagram (or GSO batch) never left the host: the socket buffer
 #: or the interface's qdisc was full (reported to the core, which resends it elsewhere).
 LOCAL_DROP_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
+#: Read errors that only say the socket is empty (or a signal came): the drain stops.
+_AGAIN_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR})
 #: Send errors an ICMP message from the network can leave pending on a socket.
 _ICMP_ERRNOS = PLANE_DOWN_ERRNOS | {errno.ECONNREFUSED}
 #: IP_RECVERR / IPV6_RECVERR: without them the kernel hides a qdisc drop from a UDP sender
@@ -187,6 +194,13 @@ class PlaneSocket:
         self._views = [memoryview(b) for b in self._ring]
         self._iov = [[b] for b in self._ring]
         self._anc = _ANC_SIZE + (socket.CMSG_SPACE(4) if flowlabel else 0)
+        #: recvmmsg over the same ring (mrc.io.mmsg); None: the recvmsg_into loop.
+        self._mmsg: MmsgRing | None = None
+        if mmsg_available():
+            try:
+                self._mmsg = MmsgRing(self.family, self._ring, self._anc)
+            except (OSError, ValueError, TypeError):
+                self.counters["recvmmsg_unavailable"] += 1
         #: Sockets this plane also sends from, a source port each (`send(via=…)`): an EV
         #: picks one, so a fabric that hashes the 5-tuple spreads the plane's EVs.
         self.pool: list[socket.socket] = []
@@ -229,9 +243,68 @@ class PlaneSocket:
         """Read until the socket is empty or `limit` datagrams were read (at most one ring).
 
         The views point into the ring; they stay valid until the ring comes round again, so a
-        caller must consume (copy what it keeps) before the next-but-`ring_size` read.
+        caller must consume (copy what it keeps) before the next-but-`ring_size` read. With
+        recvmmsg one syscall may read several GRO batches, so a batch can pass `limit` by more
+        than the one GRO batch the `recvmsg_into` loop can pass it by.
         """
         out: list[Datagram] = []
+        if self._mmsg is not None:
+            self._drain_mmsg(limit, out)
+        else:
+            self._drain_recvmsg(limit, out)
+        if not out and _pending_icmp(self.sock):
+            # A wake-up with nothing to read may be the error queue (IP_RECVERR): ICMP
+            # errors wait there, and the loop would report the socket ready until read.
+            self.counters["icmp_errors"] += 1
+            self.error_events += 1
+        return out
+
+    @property
+    def recvmmsg(self) -> bool:
+        """True when `drain` reads with recvmmsg (mrc.io.mmsg), False for the recvmsg_into loop."""
+        return self._mmsg is not None
+
+    def _drain_mmsg(self, limit: int, out: list[Datagram]) -> None:
+        """`drain` with recvmmsg: as many slots per syscall as the ring, `limit` and the
+        remaining calls allow, without wrapping round the ring inside one call."""
+        mm = self._mmsg
+        assert mm is not None
+        fd = self.sock.fileno()
+        ring = len(self._views)
+        left = min(limit, ring)
+        idx = self._next
+        while left > 0:
+            count = min(left, ring - idx, limit - len(out))
+            if count <= 0:
+                break
+            got = mm.receive(fd, idx, count)
+            if got < 0:
+                code = -got
+                if code in _AGAIN_ERRNOS:
+                    break
+                if code == errno.ECONNREFUSED:
+                    self._read_error("econnrefused")
+                    left -= 1
+                    continue
+                self._read_error("recv_" + _errname(code))
+                break
+            if got == 0:
+                break
+            packets, nbytes, truncated = mm.collect(idx, got, self._views, out)
+            self.packets_received += packets
+            self.bytes_received += nbytes
+            if truncated:
+                self.counters["truncated"] += truncated
+            idx += got
+            if idx == ring:
+                idx = 0
+            left -= got
+            if got < count:
+                break  # the socket is empty (an error after the first datagram waits in sk_err)
+        self._next = idx
+
+    def _drain_recvmsg(self, limit: int, out: list[Datagram]) -> None:
+        """`drain` with one recvmsg_into per datagram (or GRO batch)."""
         recv = self.sock.recvmsg_into
         iovs = self._iov
         views = self._views
@@ -282,12 +355,6 @@ class PlaneSocket:
             if len(out) >= limit:
                 break
         self._next = idx
-        if not out and _pending_icmp(self.sock):
-            # A wake-up with nothing to read may be the error queue (IP_RECVERR): ICMP
-            # errors wait there, and the loop would report the socket ready until read.
-            self.counters["icmp_errors"] += 1
-            self.error_events += 1
-        return out
 
     def _read_error(self, name: str) -> None:
         """A read returned the socket's pending error (an ICMP error the kernel pinned on it).
