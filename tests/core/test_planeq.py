@@ -71,3 +71,22 @@ def test_after_a_decrease_the_cap_stays_near_the_pipe_then_is_free() -> None:
     feed(pq, t, 0.03 + BOUNDED_FOR * 0.5 * MS + 0.04, dict.fromkeys(range(4), 0.5 * MS))
     assert pq.window(3) > 4 * bounded
 
+
+
+def test_after_an_overflow_the_cap_grows_by_one_mtu_per_cap_not_by_slow_start() -> None:
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    t = feed(pq, 0.0, 0.02, dict.fromkeys(range(4), 0.5 * MS))
+    # t = 20 ms: plane 3's own qdisc refuses a transmit; the cap drops to its pipe (≈61 KB).
+    pq.on_overflow(3, inflight=256 * 1024, now=t)
+    cut = pq.window(3)
+    assert 0.85 * 61_000 < cut < 1.15 * 61_000
+    # 20-25 ms: no plane shows a queue. Slow start would add half of each MTU acknowledged
+    # (50 samples: ≈100 KB, up to the 1.5 × pipe bound); above the threshold the decrease
+    # left, each sample adds MTU × MTU / cap.
+    for i in range(50):
+        for plane in range(4):
+            pq.on_sample(plane, 0.5 * MS, MTU, 256 * 1024, t + i * 100e-6)
+    additive = cut
+    for _ in range(50):
+        additive += MTU * MTU / additive
+    assert pq.window(3) == pytest.approx(additive, rel=1e-9)

@@ -123,10 +123,9 @@ def _check_slow_plane(bed: BenchBed, doc: dict[str, Any], drops: int) -> dict[st
               "retransmits": m["retransmits_by_cause"]}
     print(json.dumps(report))
     assert not downs, (downs, report)
-    # A regression left open: since the per-flowcell records and coalesced ACKs the slow
-    # plane loses 1.0-2.2 % (0.3-0.7 % before, measured side by side on this testbed); the
-    # bound was 1 %. It must come back down (issue 19's notes).
-    assert drops < 0.025 * sent, report
+    # 0-0.4 % measured (0.3-0.7 % before the compiled build; 1.0-2.2 % with it, until the
+    # plane guard stopped slow-starting back into the queue that had just overflowed).
+    assert drops < 0.01 * sent, report
     return report
 
 
