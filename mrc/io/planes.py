@@ -194,8 +194,10 @@ class PlaneSocket:
         self._views = [memoryview(b) for b in self._ring]
         self._iov = [[b] for b in self._ring]
         self._anc = _ANC_SIZE + (socket.CMSG_SPACE(4) if flowlabel else 0)
-        #: recvmmsg over the same ring (mrc.io.mmsg); None: the recvmsg_into loop.
+        #: recvmmsg over the same ring (mrc.io.mmsg); None: the recvmsg_into loop. It reads
+        #: the socket it was made for: one put in `sock`'s place is read with recvmsg_into.
         self._mmsg: MmsgRing | None = None
+        self._mmsg_sock = sock
         if mmsg_available():
             try:
                 self._mmsg = MmsgRing(self.family, self._ring, self._anc)
@@ -248,7 +250,7 @@ class PlaneSocket:
         than the one GRO batch the `recvmsg_into` loop can pass it by.
         """
         out: list[Datagram] = []
-        if self._mmsg is not None:
+        if self._mmsg is not None and self.sock is self._mmsg_sock:
             self._drain_mmsg(limit, out)
         else:
             self._drain_recvmsg(limit, out)
@@ -262,7 +264,7 @@ class PlaneSocket:
     @property
     def recvmmsg(self) -> bool:
         """True when `drain` reads with recvmmsg (mrc.io.mmsg), False for the recvmsg_into loop."""
-        return self._mmsg is not None
+        return self._mmsg is not None and self.sock is self._mmsg_sock
 
     def _drain_mmsg(self, limit: int, out: list[Datagram]) -> None:
         """`drain` with recvmmsg: as many slots per syscall as the ring, `limit` and the
