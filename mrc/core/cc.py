@@ -211,7 +211,9 @@ class Nscc(CongestionControl):
         self._trigger_qa = False
         self._ignored = 0
         self._to_ignore = 0
-        self.planes = PlaneQueues(self.mtu, config.plane_queue_min, config.cc_min_base_rtt)
+        self.planes = PlaneQueues(
+            self.mtu, config.plane_queue_min, config.cc_min_base_rtt, config.plane_initial_cap
+        )
         #: A CE echo arrived: from now on the fabric's marks, not delay alone, say "queue".
         self._ecn_seen = False
 

@@ -80,6 +80,9 @@ class SessionConfig:
     #: NSCC's plane queue guard [beyond UEC] (planeq.py): a plane whose own queueing delay,
     #: beyond the least-queued plane's, passes this (seconds) gets its bytes in flight capped.
     plane_queue_min: float = 0.001
+    #: The plane queue guard's first cap on a plane's bytes in flight; None = 64 KiB
+    #: (planeq.INITIAL_CAP). sim/ sets it to a simulator's initial window to mirror it.
+    plane_initial_cap: int | None = None
     #: In-flight packet cap below the MPR window; None = MPR × 128.
     max_inflight: int | None = None
     #: RFC 6298 knobs, kept per plane (docs/DESIGN.md §6).
@@ -164,6 +167,8 @@ class SessionConfig:
             raise LocalProtocolError("cc_max_cwnd must be at least one payload_mtu")
         if not self.plane_queue_min > 0:
             raise LocalProtocolError("plane_queue_min must be positive")
+        if self.plane_initial_cap is not None and self.plane_initial_cap < self.payload_mtu:
+            raise LocalProtocolError("plane_initial_cap must be at least one payload_mtu")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto:
             raise LocalProtocolError("need 0 < min_rto <= initial_rto <= max_rto")
         if self.initial_psn is not None and not 0 <= self.initial_psn < 1 << 24:

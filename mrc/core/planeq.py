@@ -9,8 +9,8 @@ the slow plane's queue absorbs the whole window and overflows, and nothing tells
 So each plane's bytes in flight are capped, and the cap follows the plane's own queueing:
 its RTT samples above the plane's smallest (EWMA), beyond the mean of the other planes' (a busy
 host, or one bottleneck they share, delays every plane alike and indicts none). A plane
-starts at 64 KiB and grows by half of what it gets acknowledged (about 1.5x per
-RTT, a slow start of its own) while its own delay stays under half the threshold
+starts at 64 KiB (`plane_initial_cap`) and grows by half of what it gets acknowledged (about
+1.5x per RTT, a slow start of its own) while its own delay stays under half the threshold
 (`plane_queue_min`, or a quarter of the fastest base RTT when that is longer), and by one MTU
 per cap acknowledged below the threshold. Above it the cap drops, at most once per the plane's
 smoothed RTT, to the plane's pipe: what it delivers × (its base RTT + the delay all planes
@@ -72,8 +72,12 @@ class _Plane:
 class PlaneQueues:
     """Per-plane caps on the bytes in flight, from each plane's own queueing delay."""
 
-    def __init__(self, mtu: int, queue_min: float, min_base: float = 0.0) -> None:
+    def __init__(
+        self, mtu: int, queue_min: float, min_base: float = 0.0, initial_cap: int | None = None
+    ) -> None:
         self.mtu = mtu
+        #: A new plane's first cap (`plane_initial_cap`; None = INITIAL_CAP).
+        self.initial_cap = float(max(initial_cap or INITIAL_CAP, MIN_CAP_MTUS * mtu))
         self.queue_min = queue_min
         #: A plane's base RTT never reads below this (`cc_min_base_rtt`): the first flowcell
         #: of a connection crosses an idle host and would give its plane alone a base far
@@ -88,7 +92,7 @@ class PlaneQueues:
     def _state(self, plane: int) -> _Plane:
         st = self._planes.get(plane)
         if st is None:
-            st = self._planes[plane] = _Plane(cap=float(max(INITIAL_CAP, MIN_CAP_MTUS * self.mtu)))
+            st = self._planes[plane] = _Plane(cap=self.initial_cap)
         return st
 
     def on_sample(self, plane: int, rtt: float, acked: int, inflight: int, now: float) -> None:

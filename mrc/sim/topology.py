@@ -6,7 +6,8 @@ What it holds:
   per host per plane), `hosts_per_rack` (one tier-0 switch per rack per plane), `tier1` (per
   plane in a 2-tier Clos; per pod in a 3-tier fat tree), and for a fat tree `racks_per_pod` and
   `tier2` (core switches per plane); link parameters per tier (`host_link`, `fabric_link`,
-  `core_link`) and the switch ports' `ecn_threshold`, `trim`, `trim_size`. Its properties count
+  `core_link`), the switch ports' `ecn_threshold`, `trim`, `trim_size`, and whether control
+  packets go ahead of data (`control_priority`). Its properties count
   what `build` makes (`switches_per_plane`, `cables_per_plane`, `paths_per_plane`).
 - `mrc_fabric(...)`: the MRC shape (docs/DESIGN.md §5): N planes, each a 2-tier Clos.
 - `read_htsim_topo(path)`: a `FabricSpec` from an htsim `.topo` file (the `Nodes / Tiers /
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from .fabric import MIN_TRIM_SIZE, Clos, Port, Switch
 from .network import Link, LinkParams, Network
+from .trains import TrainQueue
 
 
 class TopologyError(ValueError):
@@ -66,6 +68,10 @@ class FabricSpec:
     ecn_threshold: int | None = None
     trim: bool = False
     trim_size: int = 64
+    #: Hosts' NIC links and every switch port serve control packets (SACK, NACK, CM: not MRC
+    #: data) ahead of data, as htsim's NICs and switch queues do (trains.py; needs
+    #: `Network(trains=True)`). Off: one FIFO for everything.
+    control_priority: bool = False
 
     def check(self) -> FabricSpec:
         """Return self, or raise TopologyError naming the first impossible field."""
@@ -303,6 +309,8 @@ def _cable(a: Switch, b: Switch, plane: int, params: LinkParams, *, uplink: bool
 def build(net: Network, spec: FabricSpec) -> Fabric:
     """Build `spec` on `net` (module docstring): hosts, switches, cables, static routes."""
     spec.check()
+    if spec.control_priority and not net.trains:
+        raise TopologyError("control_priority needs a network of packet trains (trains=True)")
     nic = replace(spec.host_link, ecn_threshold=None, trim=False)
     ecn, trim, trim_size = spec.ecn_threshold, spec.trim, spec.trim_size
     host_port = replace(spec.host_link, ecn_threshold=ecn, trim=trim, trim_size=trim_size)
@@ -358,4 +366,11 @@ def build(net: Network, spec: FabricSpec) -> Fabric:
         t0s.append(t0)
         t1s.append(t1)
         t2s.append(t2)
+    if spec.control_priority:
+        for h in hosts:
+            for up in h.links.values():
+                up.trainq = TrainQueue(False, control_first=True)
+        for sw in [sw for plane in (*t0s, *t1s, *t2s) for sw in plane]:
+            for port in sw.ports.values():
+                port.trainq = TrainQueue(port.last_hop, control_first=True)
     return Fabric(net, hosts, t0s, t1s, rack_of, t2s if spec.three_tier else [], spec)

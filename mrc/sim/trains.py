@@ -14,6 +14,11 @@ priority the moment they arrive (a 64-byte header steals 5 ns at 100 Gbit/s, not
 a host receives a whole train in one receive batch when its last packet has arrived, as GRO
 would hand it over.
 
+With `control_first` (set by `topology.build` for a `FabricSpec(control_priority=True)`), a
+packet that is not MRC data (a SACK, NACK or CM packet: `switchq.is_data` false) also goes to
+the priority lane, unmarked and never trimmed, as htsim's switch queues serve their header-only
+control packets first and its NIC sends control ahead of data.
+
 Holds `TrainQueue` (one link direction's FIFO schedule in train mode) and the event payload
 type `Train`. What it leaves to others: links, ports and switches (network.py, fabric.py) call
 it; the event loop (network.py) delivers trains to hosts; time-weighted queue statistics
@@ -26,7 +31,7 @@ from collections import deque
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from ..core.switchq import QueuePolicy, Verdict, decide
+from ..core.switchq import QueuePolicy, Verdict, decide, is_data
 
 if TYPE_CHECKING:
     from .link import Datagram, InFlight, Link
@@ -42,11 +47,13 @@ Train = tuple["Link", list["InFlight"], list[float]]
 class TrainQueue:
     """One link direction's FIFO in train mode: when its data backlog ends, what it holds."""
 
-    __slots__ = ("busy_until", "held", "held_bytes", "prio_busy", "to_host")
+    __slots__ = ("busy_until", "control_first", "held", "held_bytes", "prio_busy", "to_host")
 
-    def __init__(self, to_host: bool) -> None:
+    def __init__(self, to_host: bool, control_first: bool = False) -> None:
         #: The far end is a host (it reads whole runs of packets), not a switch.
         self.to_host = to_host
+        #: Packets that are not MRC data go in the priority lane (module docstring).
+        self.control_first = control_first
         #: When the last accepted data packet's last bit leaves.
         self.busy_until = 0.0
         #: When the last trimmed header at priority has left.
@@ -94,6 +101,7 @@ class TrainQueue:
         out_times: list[float] = []
         sent = forwarded = forwarded_bytes = 0
         waited_sum = 0.0
+        control_first = self.control_first
         for pkt, t in zip(pkts, times, strict=True):
             if plain:
                 sent += 1
@@ -103,13 +111,25 @@ class TrainQueue:
             size = len(pkt[0])
             while held and held[0][0] <= t:
                 held_bytes -= held.popleft()[2]
-            waiting = held_bytes
-            if held and held[-1][1] > t:
-                self.held_bytes = held_bytes
-                waiting = self.waiting(t)
-            verdict, new_tos, new_size = decide(
-                policy, waiting, (prio_busy - t) * rate if prio_busy > t else 0.0, size, tos, True
-            )
+            if control_first and not is_data(pkt[0]):
+                # Control ahead of data: its own lane, with the trimmed headers' room.
+                urgent = (prio_busy - t) * rate if prio_busy > t else 0.0
+                fits = urgent + size <= policy.priority_room
+                verdict = _PRIORITY if fits else Verdict.DROPPED_PRIORITY
+                new_tos, new_size = tos, size
+            else:
+                waiting = held_bytes
+                if held and held[-1][1] > t:
+                    self.held_bytes = held_bytes
+                    waiting = self.waiting(t)
+                verdict, new_tos, new_size = decide(
+                    policy,
+                    waiting,
+                    (prio_busy - t) * rate if prio_busy > t else 0.0,
+                    size,
+                    tos,
+                    True,
+                )
             if verdict is not _QUEUED:
                 c = link.counters
                 if verdict is _MARKED:

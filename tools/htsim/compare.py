@@ -9,10 +9,20 @@ trains) and `main`, which prints both side by side (p50, p99, max of the complet
 times, peak memory, packets) as a table or JSON (`-J`).
 
 What is compared, and how the two setups differ (said again in the output's `notes`):
-- Same fabric shape and links (fat_tree_1024.topo: 3 tiers, 100 Gbit/s, 1 µs per link), the
-  same queue size htsim chooses (1 × BDP = 178,450 bytes per port) and trimming on. htsim marks
-  ECN with a probability that ramps between 37,350 and 145,250 bytes queued; mrc's ports mark
-  above one threshold, set to the middle of that ramp.
+- Same fabric shape and links (fat_tree_1024.topo: 3 tiers, 100 Gbit/s, 1 µs per link), and
+  what htsim_uec derives from it (`HtsimSetup`, computed as htsim does: its base RTT is the
+  fabric's longest unloaded round trip, 2 × 6 links' latency + a 4,150-byte packet and a
+  64-byte ACK serialized on each of the 6 hops = 14.02272 µs; its queues are 1 × that BDP in
+  whole packets, 43 × 4,150 = 178,450 bytes; ECN ramps from 20 % to 80 % of it, 37,350 to
+  145,250 bytes). mrc's ports use the same queue size and trim; they mark above one threshold
+  (switchq.py has no ramp), set to the middle of htsim's.
+- Matched by default (`--as-is` runs mrc's own defaults instead; `MATCHED` lists them):
+  NSCC's base RTT and window use htsim's base RTT, and the plane queue guard's first cap is
+  htsim's initial window (htsim starts every flow at cwnd = 1.5 × BDP; mrc's guard starts a
+  plane at 64 KiB and slow-starts); control packets (SACKs, NACKs, CM) go ahead of data at the
+  host's NIC and at every switch port (htsim's NIC sends control 10:1 ahead of data and pulls
+  data one packet at a time, so an ACK never waits behind a window of data; its switch queues
+  serve header-only packets at strict priority).
 - Packets: htsim sends 4,150-byte packets carrying 4,086 bytes (490 per 2 MB flow); mrc's
   simulator counts UDP payload bytes only, so its data datagrams are made 4,150 bytes long
   (4,110 bytes of payload after the 40-byte data header): 487 packets per flow.
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import resource
@@ -36,23 +47,67 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mrc.sim import Network
 from mrc.sim.permutation import MatrixError, mrc_config, read_cm, run_flows
-from mrc.sim.topology import TopologyError, build, read_htsim_topo
+from mrc.sim.topology import FabricSpec, TopologyError, build, read_htsim_topo
 
 VENDOR = Path(__file__).resolve().parents[3] / "shared" / "vendor" / "uet-htsim"
 MATRIX = "connection_matrices/perm_1024n_1024c_0u_2000000b.cm"
 TOPOLOGY = "topologies/fat_tree_1024.topo"
-#: What htsim chose for this fabric (printed by htsim_uec: 1 × BDP, its ECN ramp, its RTT).
-QUEUE_BYTES = 178_450
-ECN_LOW, ECN_HIGH = 37_350, 145_250
-BASE_RTT = 14.02272e-6
-PACKET = 4150
+PACKET = 4150  # htsim_uec's default MTU, header included
+HTSIM_ACK = 64  # htsim's ACK size (UecBasePacket ACKSIZE)
 DATA_HEADER = 40  # mrc's data header without ImmDt (docs/WIRE.md §3)
+#: What `--as-is` leaves at mrc's own values and the default run sets as htsim does.
+MATCHED = [
+    "first window: the plane guard's first cap (plane_initial_cap) = htsim's initial cwnd, "
+    "1.5 x BDP = 262,926 bytes on this fabric (mrc's default: 64 KiB, then a slow start)",
+    "control packets (SACK, NACK, CM) ahead of data at the host's NIC and at every switch port "
+    "(FabricSpec.control_priority; mrc's simulator otherwise has one FIFO for both)",
+]
+
+
+@dataclass(frozen=True)
+class HtsimSetup:
+    """What htsim_uec derives from a topology with its default options (main_uec.cpp)."""
+
+    #: The fabric's longest unloaded round trip (htsim's network_max_unloaded_rtt), seconds.
+    base_rtt: float
+    #: Its bandwidth-delay product in bytes, and in whole packets (rounded up).
+    bdp: float
+    bdp_packets: int
+    #: Every switch queue: 1 × the BDP in whole packets (trimming on).
+    queue_bytes: int
+    #: ECN marking probability ramps from 0 at `ecn_low` to 1 at `ecn_high` bytes queued.
+    ecn_low: int
+    ecn_high: int
+    #: NSCC's first window, 1.5 × BDP (initNscc with no -cwnd).
+    initial_cwnd: int
+
+    @classmethod
+    def of(cls, spec: FabricSpec, packet: int = PACKET, ack: int = HTSIM_ACK) -> HtsimSetup:
+        links = [spec.host_link, spec.fabric_link]
+        if spec.three_tier:
+            links.append(spec.core_link or spec.fabric_link)
+        hops = 2 * len(links)
+        rate = spec.host_link.rate_bps
+        # htsim counts one packet and one ACK serialized per hop at the host's rate.
+        rtt = 2 * 2 * sum(link.latency for link in links) + (packet + ack) * 8 / rate * hops
+        bdp = rtt * rate / 8
+        packets = math.ceil(bdp / packet)
+        return cls(
+            base_rtt=rtt,
+            bdp=bdp,
+            bdp_packets=packets,
+            queue_bytes=packets * packet,
+            ecn_low=math.ceil(packets * 0.2) * packet,
+            ecn_high=math.ceil(packets * 0.8) * packet,
+            initial_cwnd=int(1.5 * bdp),
+        )
+
 
 _FINISHED = re.compile(r"finished at ([0-9.]+)")
 _EVENTS = re.compile(r"\.EVENTS (\d+) WALL ([0-9.]+) EPS ([0-9.]+)")
@@ -168,14 +223,27 @@ def run_htsim(binary: Path, matrix: Path, topology: Path, end_us: int, log: Path
 
 
 def run_mrc(
-    matrix: Path, topology: Path, *, flowcell: int, read_every: float, end_us: int, seed: int
+    matrix: Path,
+    topology: Path,
+    *,
+    flowcell: int,
+    read_every: float,
+    end_us: int,
+    seed: int,
+    matched: bool = True,
 ) -> Side:
-    """The same matrix and fabric through mrc.sim (module docstring), in this process."""
-    spec = read_htsim_topo(
-        topology,
-        queue_bytes=QUEUE_BYTES,
-        ecn_threshold=(ECN_LOW + ECN_HIGH) // 2,
+    """The same matrix and fabric through mrc.sim (module docstring), in this process; with
+    `matched`, the settings in MATCHED as htsim has them."""
+    shape = read_htsim_topo(topology)
+    setup = HtsimSetup.of(shape)
+    spec = replace(
+        shape,
+        host_link=replace(shape.host_link, queue_bytes=setup.queue_bytes),
+        fabric_link=replace(shape.fabric_link, queue_bytes=setup.queue_bytes),
+        core_link=shape.core_link and replace(shape.core_link, queue_bytes=setup.queue_bytes),
+        ecn_threshold=(setup.ecn_low + setup.ecn_high) // 2,
         trim=True,
+        control_priority=matched,
     )
     flows = read_cm(matrix)
     cpu = time.process_time()
@@ -185,8 +253,13 @@ def run_mrc(
     for host in fab.hosts:
         for nic in host.links.values():
             nic.params.queue_bytes = 1 << 30
+    extra: dict[str, Any] = {"plane_initial_cap": setup.initial_cwnd} if matched else {}
     config = mrc_config(
-        fab, base_rtt=BASE_RTT, flowcell=flowcell, payload_mtu=PACKET - DATA_HEADER
+        fab,
+        base_rtt=setup.base_rtt,
+        flowcell=flowcell,
+        payload_mtu=PACKET - DATA_HEADER,
+        **extra,
     )
     run = run_flows(net, fab, flows, config, timeout=end_us * 1e-6)
     cpu = time.process_time() - cpu
@@ -211,6 +284,8 @@ def run_mrc(
             "events_per_cpu_second": round(run.events / cpu) if cpu else 0,
             "payload_mtu": config.payload_mtu,
             "ev_per_plane": config.ev_per_plane,
+            "matched": MATCHED if matched else [],
+            "htsim_setup": asdict(setup),
         },
     )
 
@@ -218,15 +293,17 @@ def run_mrc(
 # -- output -----------------------------------------------------------------------------
 
 NOTES = [
+    "both: htsim's base RTT (14.02 µs on fat_tree_1024) for NSCC's constants and first window, "
+    "its queue size (1 x BDP, 178,450 bytes), trimming on, 64 EVs (mrc: one per core path)",
     "htsim flows start at 0 without a handshake; mrc flows are timed from the WRITE's post "
     "(after the CM handshake) to WriteCompleted",
     "htsim: 490 packets of 4,086 payload bytes per 2 MB flow; mrc: 487 datagrams of 4,150 "
     "bytes (4,110 payload)",
-    "htsim marks ECN on a ramp 37,350..145,250 bytes; mrc's ports above 91,300 bytes",
+    "htsim marks ECN on a ramp 37,350..145,250 bytes at dequeue; mrc's ports above 91,300 "
+    "bytes at enqueue",
     "mrc moves each flowcell as one event per hop (packet trains, mrc/sim/trains.py); a host "
-    "reads its arrivals at most every --read-every µs (htsim's sink ACKs about every 3 packets)",
-    "mrc's NSCC plane queue guard starts each plane's cap at 64 KiB and grows it about 1.5x per "
-    "RTT; htsim's NSCC starts at 1.5 x BDP",
+    "reads its arrivals at most every --read-every µs (htsim's sink ACKs every 16 KB, about "
+    "every 4 packets, and at once on a CE mark)",
 ]
 
 
@@ -280,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         "--read-every", type=float, default=1.0,
         help="µs between a host's reads of its arrivals (0: every arrival at once)",
     )
+    ap.add_argument(
+        "--as-is", action="store_true",
+        help="run mrc with its own defaults instead of the settings matched to htsim's",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--skip-htsim", action="store_true", help="run only mrc's side")
     ap.add_argument("--skip-mrc", action="store_true", help="run only htsim")
@@ -301,16 +382,23 @@ def main(argv: list[str] | None = None) -> int:
             if not args.skip_mrc:
                 sides.append(
                     run_mrc(matrix, topology, flowcell=args.flowcell,
-                            read_every=args.read_every * 1e-6, end_us=args.end, seed=args.seed)
+                            read_every=args.read_every * 1e-6, end_us=args.end, seed=args.seed,
+                            matched=not args.as_is)
                 )  # fmt: skip
     except (CompareError, TopologyError, MatrixError, OSError) as e:
         print(f"tools.htsim: {e}", file=sys.stderr)
         return 1
+    matched = [] if args.as_is or args.skip_mrc else MATCHED
     if args.json:
-        json.dump({"sides": [asdict(s) for s in sides], "notes": NOTES}, sys.stdout, indent=2)
+        doc = {"sides": [asdict(s) for s in sides], "matched": matched, "notes": NOTES}
+        json.dump(doc, sys.stdout, indent=2)
         print()
     else:
         print(table(sides))
+        print("mrc settings matched to htsim's:" if matched else "mrc's own settings (--as-is)")
+        for item in matched:
+            print(f"- {item}")
+        print("as the two runs are set up:")
         for note in NOTES:
             print(f"- {note}")
     return 0
