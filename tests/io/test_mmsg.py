@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -248,3 +249,20 @@ def test_environment_variable_forces_the_recvmsg_loop(monkeypatch: pytest.Monkey
         assert s.recvmmsg
     finally:
         s.close()
+
+
+def test_ipv6_source_addresses_decode_as_cpython_gives_them() -> None:
+    """Scope ids, flowinfo and v4-mapped sources, written into a slot the way the kernel does
+    (no link-local traffic on loopback to send them with)."""
+    ring = mmsg.MmsgRing(socket.AF_INET6, [bytearray(64)], 64)
+    lo = socket.if_indextoname(1)
+
+    def decode(host: str, port: int, flowinfo: int, scope: int) -> tuple[Any, ...]:
+        raw = struct.pack("=H", socket.AF_INET6) + struct.pack("!HI", port, flowinfo)
+        raw += socket.inet_pton(socket.AF_INET6, host) + struct.pack("=I", scope)
+        ring._names_view[: len(raw)] = raw
+        return ring._decode(0, raw, True)
+
+    assert decode("fe80::1", 4791, 0, 1) == (f"fe80::1%{lo}", 4791, 0, 1)
+    assert decode("2001:db8::7", 65535, 0xABCDE, 0) == ("2001:db8::7", 65535, 0xABCDE, 0)
+    assert decode("::ffff:10.0.0.1", 1, 0, 0) == ("::ffff:10.0.0.1", 1, 0, 0)
