@@ -198,6 +198,10 @@ class PlaneSocket:
         #: the socket it was made for: one put in `sock`'s place is read with recvmsg_into.
         self._mmsg: MmsgRing | None = None
         self._mmsg_sock = sock
+        #: Datagrams per read lately (GRO batches hold several): sizes the next recvmmsg so
+        #: that a drain passes `limit` by about one GRO batch, as the recvmsg_into loop does.
+        #: A GRO socket starts high: its first read may be a full batch.
+        self._per_read = 16 if self.gro else 1
         if mmsg_available():
             try:
                 self._mmsg = MmsgRing(self.family, self._ring, self._anc)
@@ -245,9 +249,8 @@ class PlaneSocket:
         """Read until the socket is empty or `limit` datagrams were read (at most one ring).
 
         The views point into the ring; they stay valid until the ring comes round again, so a
-        caller must consume (copy what it keeps) before the next-but-`ring_size` read. With
-        recvmmsg one syscall may read several GRO batches, so a batch can pass `limit` by more
-        than the one GRO batch the `recvmsg_into` loop can pass it by.
+        caller must consume (copy what it keeps) before the next-but-`ring_size` read. A GRO
+        batch is returned whole, so a drain may pass `limit` by about one batch.
         """
         out: list[Datagram] = []
         if self._mmsg is not None and self.sock is self._mmsg_sock:
@@ -267,18 +270,21 @@ class PlaneSocket:
         return self._mmsg is not None and self.sock is self._mmsg_sock
 
     def _drain_mmsg(self, limit: int, out: list[Datagram]) -> None:
-        """`drain` with recvmmsg: as many slots per syscall as the ring, `limit` and the
-        remaining calls allow, without wrapping round the ring inside one call."""
+        """`drain` with recvmmsg: as many slots per syscall as the ring, the remaining calls
+        and the room left under `limit` (counted in recent datagrams per read) allow, without
+        wrapping round the ring inside one call."""
         mm = self._mmsg
         assert mm is not None
         fd = self.sock.fileno()
         ring = len(self._views)
         left = min(limit, ring)
         idx = self._next
+        per_read = self._per_read
         while left > 0:
-            count = min(left, ring - idx, limit - len(out))
-            if count <= 0:
+            room = limit - len(out)
+            if room <= 0:
                 break
+            count = min(left, ring - idx, max(1, room // per_read))
             got = mm.receive(fd, idx, count)
             if got < 0:
                 code = -got
@@ -292,7 +298,10 @@ class PlaneSocket:
                 break
             if got == 0:
                 break
+            before = len(out)
             packets, nbytes, truncated = mm.collect(idx, got, self._views, out)
+            if packets:
+                per_read = max(1, (len(out) - before) // packets)
             self.packets_received += packets
             self.bytes_received += nbytes
             if truncated:
@@ -304,6 +313,7 @@ class PlaneSocket:
             if got < count:
                 break  # the socket is empty (an error after the first datagram waits in sk_err)
         self._next = idx
+        self._per_read = per_read
 
     def _drain_recvmsg(self, limit: int, out: list[Datagram]) -> None:
         """`drain` with one recvmsg_into per datagram (or GRO batch)."""

@@ -141,6 +141,28 @@ def test_gro_batches_split_at_their_segment_size(
     assert fast.packets_received == slow.packets_received == 3
 
 
+def test_a_gro_drain_passes_its_limit_by_one_batch_like_the_recvmsg_loop(
+    monkeypatch: pytest.MonkeyPatch, closing: list[PlaneSocket]
+) -> None:
+    fast, slow = make_pair(monkeypatch, "127.0.0.3", gro=True)
+    closing += [fast, slow]
+    if not fast.gro:
+        pytest.skip("no UDP_GRO")
+    a = PlaneSocket(0, "127.0.0.2", 0)
+    closing.append(a)
+    for i in range(6):  # 6 GSO batches of 10 datagrams: 6 reads of 10 with GRO
+        for dst in (fast, slow):
+            assert a.send(bytes([i]) * 5000, dst.local_addr, segment_size=500) is None
+    if not a.gso:
+        pytest.skip("kernel refused UDP GSO")
+    settle(fast, slow)
+    sizes = {id(s): [len(s.drain(16)) for _ in range(4)] for s in (fast, slow)}
+    # 10 < 16, then 20 >= 16: each drain stops after the batch that passes the limit (one
+    # recvmmsg call would otherwise have read all 6 batches, 60 datagrams, at once).
+    assert sizes[id(fast)] == sizes[id(slow)] == [20, 20, 20, 0]
+    assert fast.packets_received == slow.packets_received == 6
+
+
 def test_truncated_datagrams_are_counted_and_skipped(
     monkeypatch: pytest.MonkeyPatch, closing: list[PlaneSocket]
 ) -> None:
