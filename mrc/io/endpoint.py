@@ -124,6 +124,8 @@ class IoEndpoint(Generic[S]):
         self._readers: list[int] = []
         #: The plane whose socket the next wake-up drains first (they take turns).
         self._drain_start = 0
+        #: Each plane's `error_events` when io last looked (see `_on_readable`).
+        self._errors_seen: dict[int, int] = {}
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -305,15 +307,21 @@ class IoEndpoint(Generic[S]):
             self._internal_error("timer", exc)
 
     def _on_readable(self, plane: int) -> None:
-        sock = self.planes[plane]
-        seen = sock.error_events
         self._receive_all()
-        if sock.error_events != seen and not self._closed:
-            # The wake-up was (also) an error: an ICMP error queued under IP_RECVERR, or
-            # pinned on a connected socket, raises EPOLLERR, and libuv's poll handle stops
-            # watching a socket for good on EPOLLERR (uvloop closes our reader after this
-            # one last call). Watch it again, or a plane goes deaf after one ICMP error.
-            self.loop.call_soon(self._watch_again, plane)
+        if self._closed:
+            return
+        # An error was read: an ICMP error queued under IP_RECVERR, or pinned on a connected
+        # socket, raises EPOLLERR, and libuv's poll handle stops watching a socket for good
+        # on EPOLLERR (uvloop closes our reader after its callback). Watch it again, or the
+        # plane goes deaf after one ICMP error. Every plane whose error any drain read since
+        # the last look, not only this one: a wake-up drains all planes, so another plane's
+        # callback (or a timer's drain) may read this plane's error in the very iteration
+        # whose poll reported it, and this plane's own callback then finds nothing new.
+        seen = self._errors_seen
+        for p, sock in self.planes.items():
+            if sock.error_events != seen.get(p, 0):
+                seen[p] = sock.error_events
+                self.loop.call_soon(self._watch_again, p)
 
     def _watch_again(self, plane: int) -> None:
         if self._closed:

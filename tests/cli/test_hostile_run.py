@@ -28,17 +28,12 @@ pytestmark = pytest.mark.skipif(
 SOL_UDP, UDP_SEGMENT = 17, 103
 
 
-#: The harness's processes run pure Python: on the compiled build a client that connects
-#: while replays of the previous connection's packets arrive failed with "retry limit" in 2 of
-#: 6 runs (`python -m tools.hostile --seed 3 --datagrams 60000 --kinds replay -n 64M`), and
-#: 0 of 5 pure: an open problem of the compiled build, kept out of this harness until fixed.
-HOSTILE_ENV = {**env(), "MRC_PURE": "1"}
 
 
 def hostile(*args: str, timeout: float = 80) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run(
         [sys.executable, "-m", "tools.hostile", "-J", "--seed", "7", *args],
-        capture_output=True, text=True, timeout=timeout, env=HOSTILE_ENV, cwd=ROOT,
+        capture_output=True, text=True, timeout=timeout, env=env(), cwd=ROOT,
     )  # fmt: skip
     try:
         fig = json.loads(proc.stdout)

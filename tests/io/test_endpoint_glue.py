@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import select
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -541,4 +542,43 @@ def test_an_icmp_error_on_a_plane_socket_does_not_make_it_deaf(loop_name: str) -
     finally:
         io.close()
         late.close()
+        loop.close()
+
+
+def test_an_icmp_error_read_in_another_planes_wake_up_does_not_make_its_plane_deaf() -> None:
+    """One wake-up drains every plane. When plane 0's callback runs first in a loop iteration
+    whose poll also reported plane 1's EPOLLERR, plane 0's drain reads plane 1's ICMP error;
+    plane 1's own callback then finds nothing new, yet libuv has stopped watching plane 1.
+    io must watch again every plane whose error any drain read (a compiled build, being
+    faster, met this under a replay flood: the server went deaf mid-transfer)."""
+    loop = new_event_loop()
+    if "uvloop" not in type(loop).__module__:
+        loop.close()
+        pytest.skip("uvloop is not installed")
+    core = FakeCore()
+    planes = {p: PlaneSocket(p, f"127.0.0.{2 + p}", 0) for p in range(2)}
+    io: IoEndpoint[FakeSession] = IoEndpoint(loop, core, planes)
+    io.start()
+    peer = PlaneSocket(0, "127.0.0.10", 0)
+    gone = PlaneSocket(1, "127.0.0.11", 0)
+    late = PlaneSocket(1, "127.0.0.12", 0)
+    try:
+        session = io.connect(SessionConfig(plane_mask=3), {0: peer.local_addr}, b"")
+        session.outbox.clear()
+        gone_addr = gone.local_addr
+        gone.close()
+        # Before the loop polls: plane 0 becomes readable, then plane 1 gets its ICMP error.
+        peer.send(b"a", planes[0].local_addr)
+        planes[1].send(b"x", gone_addr)
+        time.sleep(0.02)
+        assert _readable(planes[0]) and _readable(planes[1])
+        loop.run_until_complete(asyncio.sleep(0.05))  # the poll reports both in one iteration
+        assert planes[1].error_events == 1
+        late.send(b"b", planes[1].local_addr)
+        run(loop, lambda: any(p == 1 for p, _ in session.received), timeout=1.0)
+        assert session.received == [(0, [b"a"]), (1, [b"b"])]
+    finally:
+        io.close()
+        for s in (peer, late):
+            s.close()
         loop.close()
