@@ -95,9 +95,21 @@ _ALIGN = ctypes.sizeof(ctypes.c_size_t)
 #: A control message header and the native int after it (the data of every kind but IP_TOS,
 #: whose one byte is read on its own).
 _CMSG_INT = struct.Struct(f"@{_SIZE_T}iii")
+#: One control message (the TOS / traffic class alone) and two (a GRO segment size, then
+#: the TOS): their areas' lengths, and each read as header(s) and a native int. The IP_TOS
+#: byte is the low byte of that int only on a little-endian host; elsewhere `available()` is
+#: False and the recvmsg_into loop runs.
+_ONE_LEN = socket.CMSG_SPACE(4)
+_TWO_LEN = 2 * socket.CMSG_SPACE(4)
+_CMSG_ONE = struct.Struct(f"@{_SIZE_T}iii")
+_CMSG_TWO = struct.Struct(f"@{_SIZE_T}iii4x{_SIZE_T}iii")
 _FLOWINFO = struct.Struct("!I")
+_unpack_result = _RESULT.unpack_from
+_unpack_one = _CMSG_ONE.unpack_from
+_unpack_two = _CMSG_TWO.unpack_from
 _SA6_KEY = struct.Struct("@4Q")  # the whole 28-byte sockaddr_in6 (and 4 zero bytes)
 _SA4 = struct.Struct("!2xH4s")
+_key6 = _SA6_KEY.unpack_from
 _SA6 = struct.Struct("!2xHI16s")
 _SCOPE = struct.Struct("@I")
 
@@ -112,7 +124,7 @@ def _load() -> _RecvMmsg | None:
     if _libc_tried:
         return _libc_recvmmsg
     _libc_tried = True
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or sys.byteorder != "little":
         return None
     for name in (None, "libc.so.6"):
         try:
@@ -139,8 +151,8 @@ class MmsgRing:
     """recvmmsg headers for a ring of receive buffers, and the parse of what was read.
 
     Message slot `i` reads into `ring[i]`; the caller keeps `ring` (and the views it hands
-    out) alive. `receive` reads into slots `start … start+count-1` (no wrap-around), `collect`
-    turns the slots filled into datagrams.
+    out) alive. `read` fills slots `start … start+count-1` (no wrap-around) with one
+    syscall and turns them into datagrams.
     """
 
     def __init__(self, family: int, ring: Sequence[bytearray], control_bytes: int) -> None:
@@ -184,6 +196,8 @@ class MmsgRing:
         self._addrs: dict[Any, tuple[Any, ...]] = {}
         self._template_view = memoryview(self._template)
         self._state = (
+            self._fn,
+            self._slot_ptr,
             self._hdr_view,
             self._ctrl_view,
             self._ctrl_slot,
@@ -192,84 +206,120 @@ class MmsgRing:
             self._names_q,
             self._v6,
             self._namelen,
+            _IPV6_TCLASS if self._v6 else _IP_TOS,
         )
 
-    def receive(self, fd: int, start: int, count: int) -> int:
-        """One recvmmsg (MSG_DONTWAIT) into slots start…start+count-1: how many datagrams
-        were read, or -errno (EAGAIN when the socket was empty)."""
-        got = self._fn(fd, self._slot_ptr[start], count, _MSG_DONTWAIT, None)
-        if got < 0:
-            return -ctypes.get_errno()
-        return got
-
-    def collect(
+    def read(
         self,
+        fd: int,
         start: int,
         count: int,
         views: Sequence[memoryview],
         out: list[tuple[memoryview, tuple[Any, ...], int]],
-    ) -> tuple[int, int, int]:
-        """Append the datagrams of slots start…start+count-1 (as filled by `receive`) to
-        `out`: (view into the ring, source address, TOS | flow label << 8), a GRO batch split
-        at its segment size; restore those slots for the next read.
+    ) -> tuple[int, int, int, int, int]:
+        """One recvmmsg (MSG_DONTWAIT) into slots start…start+count-1 (`views[i]` views
+        slot i's buffer), then append what it read to `out`: (view into the ring, source
+        address, TOS | flow label << 8), a GRO batch split at its segment size. The slots
+        read are restored for the next call.
 
-        Returns (packets read, bytes read, datagrams dropped as truncated)."""
-        # One attribute load for what the loop needs: this runs once per recvmmsg call, and
-        # a call that reads a single datagram (or GRO batch) is common.
-        (hdrs, ctrl, ctrl_slot, addrs, names, names_q, v6, want_namelen) = self._state
-        unpack_result = _RESULT.unpack_from
-        unpack_cmsg = _CMSG_INT.unpack_from
-        key6 = _SA6_KEY.unpack_from
-        packets = nbytes_total = truncated = 0
-        for i in range(start, start + count):
-            namelen, ctrllen, flags, nbytes = unpack_result(hdrs, i * _HDR_SIZE)
+        Returns (slots read or -errno, packets kept, their bytes, datagrams dropped as
+        truncated, the most datagrams one read held: 1 without GRO, 0 when none was kept).
+        -EAGAIN: the socket was empty."""
+        # One attribute load for all the state: this runs once per syscall, and a call that
+        # reads a single datagram (or GRO batch) is common, so fixed costs count.
+        (fn, slots, hdrs, ctrl, ctrl_slot, addrs, names, names_q, v6, want_namelen, tos_kind) = (
+            self._state
+        )
+        got = fn(fd, slots[start], count, _MSG_DONTWAIT, None)
+        if got <= 0:
+            return (-ctypes.get_errno() if got else 0), 0, 0, 0, 0
+        tos_level = _IPPROTO_IPV6 if v6 else _IPPROTO_IP
+        packets = nbytes_total = truncated = most = 0
+        for i in range(start, start + got):
+            namelen, ctrllen, flags, nbytes = _unpack_result(hdrs, i * _HDR_SIZE)
             if flags & _MSG_TRUNC:
                 truncated += 1
                 continue
             if namelen == want_namelen:
                 # IPv4: family, port and address are one 8-byte word, an int key.
-                key = key6(names, i * _NAME_SLOT) if v6 else names_q[i * (_NAME_SLOT // 8)]
+                key = _key6(names, i * _NAME_SLOT) if v6 else names_q[i * (_NAME_SLOT // 8)]
                 addr = addrs.get(key)
                 if addr is None:
-                    addr = self._decode(i, key, self._v6)
+                    addr = self._decode(i, key, v6)
             else:
                 addr = self._decode_other(i, namelen)
-            tos = seg = 0
-            if ctrllen:
-                off = i * ctrl_slot
-                end = off + ctrllen
-                while off + _CMSG_HDR <= end:
-                    clen, level, kind, value = unpack_cmsg(ctrl, off)
-                    if clen < _CMSG_HDR:
-                        break
-                    size = min(clen, end - off) - _CMSG_HDR
-                    if level == _IPPROTO_IP:
-                        if kind == _IP_TOS and size >= 1:
-                            tos = ctrl[off + _CMSG_HDR] | (tos & ~0xFF)
-                    elif level == _IPPROTO_IPV6:
-                        if kind == _IPV6_TCLASS and size >= 4:
-                            tos = (value & 0xFF) | (tos & ~0xFF)
-                        elif kind == _IPV6_FLOWINFO and size >= 4:
-                            label = _FLOWINFO.unpack_from(ctrl, off + _CMSG_HDR)[0]
-                            tos = (tos & 0xFF) | ((label & _FLOW_LABEL_MASK) << 8)
-                    elif level == _SOL_UDP and kind == _UDP_GRO:
-                        if size >= 4:
-                            seg = value
-                        elif size >= 2:
-                            seg = value & 0xFFFF if sys.byteorder == "little" else value >> 16
-                    off += (clen + _ALIGN - 1) & -_ALIGN
+            # The layouts this socket's options produce, read in one unpack each: the TOS
+            # (traffic class) alone, or a GRO segment size then the TOS. Anything else (a
+            # flow label, a cut-short area) goes the long way.
+            off = i * ctrl_slot
+            if ctrllen == _ONE_LEN:
+                clen, level, kind, tos = _unpack_one(ctrl, off)
+                seg = 0
+                if level != tos_level or kind != tos_kind or clen < _CMSG_HDR + 1:
+                    tos, seg = self._parse_cmsgs(off, ctrllen)
+                elif v6:
+                    tos &= 0xFF if clen >= _CMSG_HDR + 4 else 0
+                else:
+                    tos &= 0xFF  # the one TOS byte (the rest is padding)
+            elif ctrllen == _TWO_LEN:
+                clen, level, kind, seg, clen2, level2, kind2, tos = _unpack_two(ctrl, off)
+                if (
+                    level != _SOL_UDP
+                    or kind != _UDP_GRO
+                    or clen < _CMSG_HDR + 4
+                    or level2 != tos_level
+                    or kind2 != tos_kind
+                    or clen2 < _CMSG_HDR + (4 if v6 else 1)
+                ):
+                    tos, seg = self._parse_cmsgs(off, ctrllen)
+                else:
+                    tos &= 0xFF
+            elif ctrllen:
+                tos, seg = self._parse_cmsgs(off, ctrllen)
+            else:
+                tos = seg = 0
             packets += 1
             nbytes_total += nbytes
             view = views[i]
             if 0 < seg < nbytes:
                 whole = view[:nbytes]
-                for at in range(0, nbytes, seg):
-                    out.append((whole[at : at + seg], addr, tos))
+                out += [(whole[at : at + seg], addr, tos) for at in range(0, nbytes, seg)]
+                most = max(most, -(-nbytes // seg))
             else:
                 out.append((view[:nbytes], addr, tos))
-        lo, hi = start * _HDR_SIZE, (start + count) * _HDR_SIZE
+        if packets and not most:
+            most = 1
+        lo, hi = start * _HDR_SIZE, (start + got) * _HDR_SIZE
         hdrs[lo:hi] = self._template_view[lo:hi]
-        return packets, nbytes_total, truncated
+        return got, packets, nbytes_total, truncated, most
+
+    def _parse_cmsgs(self, off: int, ctrllen: int) -> tuple[int, int]:
+        """(TOS | flow label << 8, GRO segment size) from any control area: every message in
+        turn, the kinds `PlaneSocket` asks for, the rest skipped."""
+        ctrl = self._ctrl_view
+        end = off + ctrllen
+        tos = seg = 0
+        while off + _CMSG_HDR <= end:
+            clen, level, kind, value = _CMSG_INT.unpack_from(ctrl, off)
+            if clen < _CMSG_HDR:
+                break
+            size = min(clen, end - off) - _CMSG_HDR
+            if level == _IPPROTO_IP:
+                if kind == _IP_TOS and size >= 1:
+                    tos = ctrl[off + _CMSG_HDR] | (tos & ~0xFF)
+            elif level == _IPPROTO_IPV6:
+                if kind == _IPV6_TCLASS and size >= 4:
+                    tos = (value & 0xFF) | (tos & ~0xFF)
+                elif kind == _IPV6_FLOWINFO and size >= 4:
+                    label = _FLOWINFO.unpack_from(ctrl, off + _CMSG_HDR)[0]
+                    tos = (tos & 0xFF) | ((label & _FLOW_LABEL_MASK) << 8)
+            elif level == _SOL_UDP and kind == _UDP_GRO:
+                if size >= 4:
+                    seg = value
+                elif size >= 2:
+                    seg = value & 0xFFFF if sys.byteorder == "little" else value >> 16
+            off += (clen + _ALIGN - 1) & -_ALIGN
+        return tos, seg
 
     def _decode(self, i: int, key: Any, v6: bool) -> tuple[Any, ...]:
         """The source address of slot `i` as `socket.recvmsg` gives it, remembered by `key`."""

@@ -198,9 +198,9 @@ class PlaneSocket:
         #: the socket it was made for: one put in `sock`'s place is read with recvmsg_into.
         self._mmsg: MmsgRing | None = None
         self._mmsg_sock = sock
-        #: Datagrams per read lately (GRO batches hold several): sizes the next recvmmsg so
-        #: that a drain passes `limit` by about one GRO batch, as the recvmsg_into loop does.
-        #: A GRO socket starts high: its first read may be a full batch.
+        #: Most datagrams one read held in the last recvmmsg (a GRO batch holds several):
+        #: sizes the next call so that a drain passes `limit` by about one GRO batch, as the
+        #: recvmsg_into loop does. A GRO socket starts high: its first read may be a batch.
         self._per_read = 16 if self.gro else 1
         if mmsg_available():
             try:
@@ -271,12 +271,13 @@ class PlaneSocket:
 
     def _drain_mmsg(self, limit: int, out: list[Datagram]) -> None:
         """`drain` with recvmmsg: as many slots per syscall as the ring, the remaining calls
-        and the room left under `limit` (counted in recent datagrams per read) allow, without
+        and the room left under `limit` (counted in the largest recent read) allow, without
         wrapping round the ring inside one call."""
         mm = self._mmsg
         assert mm is not None
         fd = self.sock.fileno()
-        ring = len(self._views)
+        views = self._views
+        ring = len(views)
         left = min(limit, ring)
         idx = self._next
         per_read = self._per_read
@@ -285,7 +286,7 @@ class PlaneSocket:
             if room <= 0:
                 break
             count = min(left, ring - idx, max(1, room // per_read))
-            got = mm.receive(fd, idx, count)
+            got, packets, nbytes, truncated, most = mm.read(fd, idx, count, views, out)
             if got < 0:
                 code = -got
                 if code in _AGAIN_ERRNOS:
@@ -298,10 +299,10 @@ class PlaneSocket:
                 break
             if got == 0:
                 break
-            before = len(out)
-            packets, nbytes, truncated = mm.collect(idx, got, self._views, out)
-            if packets:
-                per_read = max(1, (len(out) - before) // packets)
+            if most:
+                # Up at once, down by halves: one read of single datagrams between GRO
+                # batches should not size the next call for singles.
+                per_read = max(most, per_read >> 1)
             self.packets_received += packets
             self.bytes_received += nbytes
             if truncated:

@@ -192,13 +192,13 @@ def test_limit_ring_reuse_and_one_syscall_per_batch(
     a = PlaneSocket(0, "127.0.0.2", 0)
     closing.append(a)
     calls: list[tuple[int, int]] = []
-    receive = mmsg.MmsgRing.receive
+    read = mmsg.MmsgRing.read
 
-    def counting(self: mmsg.MmsgRing, fd: int, start: int, count: int) -> int:
+    def counting(self: mmsg.MmsgRing, fd: int, start: int, count: int, *rest: Any) -> Any:
         calls.append((start, count))
-        return receive(self, fd, start, count)
+        return read(self, fd, start, count, *rest)
 
-    monkeypatch.setattr(mmsg.MmsgRing, "receive", counting)
+    monkeypatch.setattr(mmsg.MmsgRing, "read", counting)
     for i in range(20):
         for dst in (fast, slow):
             a.send(bytes([i]) * 50, dst.local_addr)
