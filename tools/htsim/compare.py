@@ -263,6 +263,7 @@ def run_mrc(
     )
     run = run_flows(net, fab, flows, config, timeout=end_us * 1e-6)
     cpu = time.process_time() - cpu
+    ports = list(fab.ports())
     fct = [t * 1e6 for t in run.fct if t is not None]
     return _side(
         "mrc",
@@ -278,6 +279,10 @@ def run_mrc(
             "packets_all_kinds": run.packets,
             "trims": run.trims,
             "drops": run.drops,
+            "ce_marked": sum(p.counters["ce_marked"] for p in ports),
+            # The deepest any switch queue got (bytes): htsim's queues reach its 10.5 µs
+            # delay target (about 130 KB) in most flows (its fair-increase counters).
+            "max_port_queue_bytes": max((p.stats.max_bytes for p in ports), default=0),
             "events_per_second": round(run.events / run.wall_seconds) if run.wall_seconds else 0,
             "flowcell": flowcell,
             "read_every_us": read_every * 1e6,
