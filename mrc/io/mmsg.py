@@ -5,10 +5,11 @@ buffer itself, so the datagrams are read in place and the views handed on are vi
 ring, as with `recvmsg_into`), one syscall that fills up to a ring's worth of them, and the
 parse of what the kernel wrote back: length, MSG_TRUNC, source address (decoded to the tuple
 `socket.recvmsg` returns) and the control messages `PlaneSocket.drain` reads (IP_TOS /
-IPV6_TCLASS, UDP_GRO segment size, IPV6_FLOWINFO). `available()` says whether the fast path
-may be used here (Linux, libc has `recvmmsg`, `MRC_NO_RECVMMSG` unset).
+IPV6_TCLASS, UDP_GRO segment size, IPV6_FLOWINFO), GRO batches split at their segment
+size. `available()` says whether it may be used here (Linux on a little-endian host, libc
+has `recvmmsg`, `MRC_NO_RECVMMSG` unset).
 
-It leaves socket options, counters, error mapping and GRO splitting policy to
+It leaves socket options, counters, error mapping and how many slots each call may fill to
 `mrc.io.planes.PlaneSocket`, which falls back to its `recvmsg_into` loop without it.
 
 Why: a `recvmsg_into` per datagram costs a syscall plus the Python objects CPython builds
@@ -101,14 +102,14 @@ _CMSG_INT = struct.Struct(f"@{_SIZE_T}iii")
 #: False and the recvmsg_into loop runs.
 _ONE_LEN = socket.CMSG_SPACE(4)
 _TWO_LEN = 2 * socket.CMSG_SPACE(4)
-_CMSG_ONE = struct.Struct(f"@{_SIZE_T}iii")
+_CMSG_ONE = _CMSG_INT
 _CMSG_TWO = struct.Struct(f"@{_SIZE_T}iii4x{_SIZE_T}iii")
 _FLOWINFO = struct.Struct("!I")
 _unpack_result = _RESULT.unpack_from
 _unpack_one = _CMSG_ONE.unpack_from
 _unpack_two = _CMSG_TWO.unpack_from
 _SA6_KEY = struct.Struct("@4Q")  # the whole 28-byte sockaddr_in6 (and 4 zero bytes)
-_SA4 = struct.Struct("!2xH4s")
+_SA4 = struct.Struct("!2xH4s")  # port, address (an IPv4 key is the slot's first 8 bytes)
 _key6 = _SA6_KEY.unpack_from
 _SA6 = struct.Struct("!2xHI16s")
 _SCOPE = struct.Struct("@I")
@@ -141,7 +142,8 @@ def _load() -> _RecvMmsg | None:
 
 
 def available() -> bool:
-    """True when `MmsgRing` can be used: Linux, libc has recvmmsg, MRC_NO_RECVMMSG not set."""
+    """True when `MmsgRing` can be used: Linux (little-endian), libc has recvmmsg,
+    MRC_NO_RECVMMSG not set."""
     if os.environ.get(NO_RECVMMSG_ENV, "").strip() not in ("", "0"):
         return False
     return _load() is not None

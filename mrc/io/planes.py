@@ -300,9 +300,9 @@ class PlaneSocket:
             if got == 0:
                 break
             if most:
-                # Up at once, down by halves: one read of single datagrams between GRO
-                # batches should not size the next call for singles.
-                per_read = max(most, per_read >> 1)
+                # Up at once, down by one a call: a few reads of single datagrams between
+                # GRO batches should not size the next call for singles.
+                per_read = max(most, per_read - 1)
             self.packets_received += packets
             self.bytes_received += nbytes
             if truncated:
