@@ -17,12 +17,16 @@ smoothed RTT, to the plane's pipe: what it delivers × (its base RTT + the delay
 share + the threshold), so a threshold's worth of queue stays (before a delivery rate is
 measured, NSCC's multiplicative decrease by the delay's excess, at most halving). For 100
 RTTs after a decrease the cap also stays under 1.5 × the pipe: the other planes are noisy too
-and may hide the plane's queue, and a slow plane's shallow queue overflows within an RTT;
-for as long, the slow start stops at the cap the decrease left (a slow start threshold, as
-TCP's after a loss) and growth above it is one MTU per cap acknowledged. The
+and may hide the plane's queue, and a slow plane's shallow queue overflows within an RTT. The
 least-queued plane is never decreased for delay, so the connection always has somewhere to send. A
 transmit the plane's own first hop refused (a full host qdisc, ENOBUFS) cuts the cap to the
 pipe at once (`on_overflow`): that queue never shows as delay, since its drops never come back.
+For 100 RTTs after such an overflow the slow start also stops at the cap it left (a slow start
+threshold, as TCP's after a loss) and growth above it is one MTU per cap acknowledged: the
+delays are too noisy to show that queue filling again, and a slow start refilled it within a few
+RTTs (a tbf-shaped plane lost 1.7-2.2 % of its packets so). A decrease for delay sets no
+threshold: on a busy host delays also indict planes with no queue of their own, which must
+get their share back quickly.
 
 What it leaves to others: the sender counts each plane's bytes in flight and asks `window`
 before a flowcell goes out; the balance policy and the spray rotation choose the plane.
@@ -62,7 +66,10 @@ class _Plane:
     excess: float = 0.0  # EWMA of RTT above base
     srtt: float = 0.0
     last_decrease: float = float("-inf")
-    ssthresh: float = float("inf")  # above it the cap grows by one MTU per cap acknowledged
+    #: Set by an overflow of the plane's own queue: above it the cap grows by one MTU per cap
+    #: acknowledged, until BOUNDED_FOR smoothed RTTs after `overflowed_at`.
+    ssthresh: float = float("inf")
+    overflowed_at: float = float("-inf")
     own: float = 0.0  # queueing delay of its own: excess beyond the other planes' mean
     rate: float = 0.0  # delivered bytes per second (EWMA), 0 until measured
     rate_bytes: int = 0
@@ -109,10 +116,10 @@ class PlaneQueues:
         if own > threshold:
             if now - st.last_decrease >= st.srtt:
                 target = pipe or max(1 - GAMMA * (own - threshold) / own, MAX_CUT) * inflight
-                st.cap = st.ssthresh = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
+                st.cap = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
                 st.last_decrease = now
         elif own < threshold / 2 and (
-            st.cap < st.ssthresh or now - st.last_decrease >= BOUNDED_FOR * st.srtt
+            st.cap < st.ssthresh or now - st.overflowed_at >= BOUNDED_FOR * st.srtt
         ):
             st.cap += acked * GROW
         else:
@@ -133,7 +140,7 @@ class PlaneQueues:
         pipe = self._pipe(st)[2]
         target = min(pipe, inflight) if pipe else MAX_CUT * inflight
         st.cap = st.ssthresh = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
-        st.last_decrease = now
+        st.last_decrease = st.overflowed_at = now
 
     def _pipe(self, st: _Plane) -> tuple[float, float, float]:
         """(the delay the other planes share, the queue threshold, `st`'s pipe): its delivery

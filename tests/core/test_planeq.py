@@ -6,6 +6,8 @@ RTT climbs above the others' while they stay flat, as behind a tbf queue that ma
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from mrc.core.planeq import BOUNDED_FOR, GROW, INITIAL_CAP, PlaneQueues
@@ -90,3 +92,21 @@ def test_after_an_overflow_the_cap_grows_by_one_mtu_per_cap_not_by_slow_start() 
     for _ in range(50):
         additive += MTU * MTU / additive
     assert pq.window(3) == pytest.approx(additive, rel=1e-9)
+
+
+def test_a_decrease_for_delay_leaves_the_slow_start_on() -> None:
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    t = feed(pq, 0.0, 0.02, dict.fromkeys(range(4), 0.5 * MS))
+    t = feed(pq, t, 0.03, {0: 0.5 * MS, 1: 0.5 * MS, 2: 0.5 * MS, 3: 4.5 * MS})
+    cut = pq.window(3)
+    # 30 ms on: the queue drained. Once plane 3's excess decays below half the threshold its
+    # cap grows by half of each MTU acknowledged again (a delay is no overflow), up to the
+    # 1.5 × pipe bound.
+    caps = [cut]
+    for i in range(100):
+        for plane in range(4):
+            pq.on_sample(plane, 0.5 * MS, MTU, 256 * 1024, t + i * 100e-6)
+        caps.append(pq.window(3))
+    steps = [b - a for a, b in pairwise(caps)]
+    assert steps.count(GROW * MTU) >= 5
+    assert caps[-1] > 1.4 * cut
