@@ -53,6 +53,7 @@ def make_pair(
         raise
     monkeypatch.delenv(mmsg.NO_RECVMMSG_ENV)
     assert fast.recvmmsg and not slow.recvmmsg
+    fast.mmsg_min_reads = 0  # every drain with recvmmsg, not only after bursts
     return fast, slow
 
 
@@ -216,6 +217,38 @@ def test_limit_ring_reuse_and_one_syscall_per_batch(
     # One recvmmsg per stretch of ring: the second drain wrapped round the 8 slots (5 up to
     # the end, 3 from the start), the last one found the socket short (asked 8, got 4).
     assert calls == [(0, 3), (3, 5), (0, 3), (3, 5), (0, 8)]
+
+
+def test_recvmmsg_takes_over_after_a_drain_that_found_a_burst(
+    monkeypatch: pytest.MonkeyPatch, closing: list[PlaneSocket]
+) -> None:
+    monkeypatch.delenv(mmsg.NO_RECVMMSG_ENV, raising=False)
+    b = PlaneSocket(0, "127.0.0.3", 0)
+    a = PlaneSocket(0, "127.0.0.2", 0)
+    closing += [a, b]
+    assert b.recvmmsg and b.mmsg_min_reads == planes.MMSG_MIN_READS == 4
+    calls: list[int] = []
+    read = mmsg.MmsgRing.read
+
+    def counting(self: mmsg.MmsgRing, fd: int, start: int, count: int, *rest: Any) -> Any:
+        calls.append(count)
+        return read(self, fd, start, count, *rest)
+
+    monkeypatch.setattr(mmsg.MmsgRing, "read", counting)
+
+    def burst(n: int) -> list[bytes]:
+        for i in range(n):
+            a.send(bytes([n, i]), b.local_addr)
+        settle(b)
+        return [bytes(v) for v, _, _ in b.drain(64)]
+
+    # (ring slot a call starts at is where the last drain stopped: count = 64 - slot)
+    assert burst(3) == [bytes([3, i]) for i in range(3)] and calls == []  # 3 reads: the loop
+    assert burst(4) == [bytes([4, i]) for i in range(4)] and calls == []  # 4: still the loop
+    assert burst(2) == [bytes([2, i]) for i in range(2)] and calls == [57]  # after 4: recvmmsg
+    assert burst(5) == [bytes([5, i]) for i in range(5)] and calls == [57]  # after 2: the loop
+    assert burst(1) == [b"\x01\x00"] and calls == [57, 50]  # after 5: recvmmsg
+    assert b.packets_received == 15
 
 
 def test_connection_refused_is_counted_like_the_recvmsg_loop(
