@@ -2,10 +2,10 @@
 
 Holds `PlaneSocket` (bind, socket options, `drain` into a ring of preallocated buffers, `send`
 with the errno mapping of docs/DESIGN.md §11) and `resolve_addr` for numeric or named addresses.
-`drain` reads with `recvmmsg` (mrc.io.mmsg: many datagrams a syscall, into the same ring) where
-libc has it and `MRC_NO_RECVMMSG` is unset, with one `recvmsg_into` per datagram otherwise. It
-knows nothing about MRC packets, sessions or the event loop: `mrc.io.endpoint` registers the
-sockets with the loop and feeds what `drain` returns to the core.
+`drain` reads with one `recvmsg_into` per datagram (or GRO batch), and after a drain that found a
+burst with `recvmmsg` (mrc.io.mmsg: many a syscall, into the same ring) where libc has it and
+`MRC_NO_RECVMMSG` is unset. It knows nothing about MRC packets, sessions or the event loop:
+`mrc.io.endpoint` registers the sockets with the loop and feeds what `drain` returns to the core.
 
 Socket facts this module relies on (docs/DESIGN.md §11, checked on Linux 6.x):
 
