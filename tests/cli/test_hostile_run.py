@@ -145,9 +145,11 @@ def test_the_same_forgeries_corrupt_an_unsecured_transfer() -> None:
     # duplicates of PSNs the forgeries had taken (a secured run counts next to none).
     assert fig["drops_by_reason"]["server"]["duplicate"] >= 1500
     # The verified client then reports the damage, or the sender, acknowledged for PSNs it
-    # never sent, gives up on the connection.
+    # never sent, gives up on the connection (closed by the core, or by the bench's own
+    # no-progress watchdog when the wedged connection stays open: 1 run in 3 here).
     errors = [c.get("error", "") for c in fig["clients"]]
-    assert any("integrity check failed" in e or "connection closed" in e for e in errors), errors
+    damage = ("integrity check failed", "connection closed", "no progress for")
+    assert any(d in e for e in errors for d in damage), errors
     if any("integrity check failed" in e for e in errors):
         assert fig["messages_corrupted"] >= 1 and fig["forged_bytes_placed"] >= 4096
 
