@@ -46,6 +46,24 @@ class OutMessage:
     completion_deadline: float | None = None
     completion_interval: float = 0.0
 
+    # Written out (the dataclass keeps it): compiled, the `__init__` dataclasses generates
+    # stays interpreted, about 0.6 µs of every posted WRITE.
+    def __init__(
+        self, msn: int, src: builtins.memoryview, remote_va: int, rkey: int, imm: int | None,
+        npkts: int,
+    ) -> None:  # fmt: skip
+        self.msn = msn
+        self.src = src
+        self.remote_va = remote_va
+        self.rkey = rkey
+        self.imm = imm
+        self.npkts = npkts
+        self.first_psn = self.last_psn = -1
+        self.sent = self.acked = 0
+        self.status = self.failure = None
+        self.completion_deadline = None
+        self.completion_interval = 0.0
+
     @property
     def length(self) -> int:
         return len(self.src)
