@@ -39,7 +39,7 @@ queues and RTT; htsim there: p50 193.7, p99 201.3 µs):
 - What remains: matched, mrc's flows are 6-8 % faster than htsim's. Alone they agree; under
   the permutation htsim adds about 20 µs and mrc about 8. In mrc's run nothing was trimmed or
   resent, 4 packets were marked and the deepest switch queue held 99,600 bytes (24 packets,
-  8 µs); in htsim 125 of 128 flows saw an RTT 10.5 µs (its delay target) above
+  8 µs); in htsim (128-host run) 125 of 128 flows saw an RTT 10.5 µs (its delay target) above
   base at least once (its fair-increase counters). The likely cause, not isolated here:
   htsim's switches hash (flow, EV) onto their uplinks at every tier, so a flow's 64 EVs fall
   unevenly on the 8 x 8 core paths, while MRC routes EV i onto path i exactly
