@@ -113,7 +113,9 @@ def test_report_text_and_goals() -> None:
         "failover": {"mrc": {"pre_bps": 4e9, "longest_gap_s": 0.004, "longest_gap_at_s": None,
                              "fault_gap_s": 0.004, "pre_gap_s": 0.002, "to_half_s": 0.0,
                              "lost_in_first_s": 0.01, "post_bps": 3.9e9,
-                             "post_vs_3_of_4": 1.3},
+                             "post_vs_3_of_4": 1.3, "fault": "link-down",
+                             "runs_within_10ms": 10,
+                             "runs": [{"longest_gap_s": 0.004, "integrity": "ok"}] * 10},
                      "mptcp": {"error": "mptcp client: exit status 1: x"}},
     }
     doc["ratios"] = report.ratios(doc["throughput"])
@@ -122,7 +124,8 @@ def test_report_text_and_goals() -> None:
     assert doc["ratios"]["mrc/aioquic"] is None
     met = {g["goal"]: g["met"] for g in doc["goals"]}
     assert met["mrc goodput >= 0.30 x iperf3"] is True
-    assert met["mrc failover: longest gap <= 10 ms"] is True
+    assert met["mrc failover (link-down): longest gap <= 10 ms in 10 of 10 runs"] is True
+    assert met["mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs"] is None
     assert met["mrc encrypt goodput >= 20 x aioquic"] is None
     assert doc["ratios"]["mrc_encrypt/mrc"] == pytest.approx(0.65)
     assert doc["ratios"]["mrc_auth/mrc"] == pytest.approx(0.85)
@@ -141,3 +144,40 @@ def test_not_root_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
     assert cli.main(["-o", "/nonexistent/x.json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs root" in err[0]
+
+
+def test_failover_runs_listed_and_judged_per_kind_of_fault() -> None:
+    """Ten link-down runs all within 10 ms, ten blackhole runs with one at 12.5 ms and one
+    failed: each kind gets its own goal row and a line with every run's gap."""
+    blackhole = [{"longest_gap_s": 0.003, "integrity": "ok"}] * 8 + [
+        {"longest_gap_s": 0.0125, "integrity": "ok"}, {"error": "mrc client: exit status 1"}]
+    doc: dict[str, Any] = {
+        "params": {"fault": ["link-down", "blackhole"], "fail_plane": 0, "fault_after": 1.0,
+                   "failover_seconds": 3.0},
+        "failover": {
+            "mrc": {"fault": "link-down", "longest_gap_s": 0.002, "runs_within_10ms": 10,
+                    "runs": [{"longest_gap_s": 0.002, "integrity": "ok"}] * 10},
+            "mrc-blackhole": {"fault": "blackhole", "longest_gap_s": 0.003,
+                              "runs_within_10ms": 8, "runs": blackhole},
+        },
+    }
+    doc["goals"] = report.goals(doc)
+    got = {g["goal"]: (g["value"], g["met"]) for g in doc["goals"]}
+    assert got["mrc failover (link-down): longest gap <= 10 ms in 10 of 10 runs"] == (10, True)
+    assert got["mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs"] == (8, False)
+    text = report.text(doc)
+    assert ("  mrc blackhole, 10 runs, longest gap (ms): 3.0 3.0 3.0 3.0 3.0 3.0 3.0 3.0 "
+            "12.5 FAILED; <= 10 ms in 8 of 10") in text.splitlines()
+    assert "[NOT met] mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs: 8" in text
+    assert "failover: link-down, blackhole of plane 0 1.0 s into a 3.0 s transfer" in text
+
+
+def test_fault_kinds_parse_and_key() -> None:
+    assert cli.parser().parse_args([]).fault == ["link-down", "blackhole"]
+    assert cli.parser().parse_args(["--fault", "blackhole"]).fault == ["blackhole"]
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["--fault", "blackhole,blackhole"])
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["--fault", "unplug"])
+    assert cli.fault_key("mrc", "blackhole", ["link-down", "blackhole"]) == "mrc-blackhole"
+    assert cli.fault_key("mrc", "blackhole", ["blackhole"]) == "mrc"

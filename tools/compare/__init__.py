@@ -22,10 +22,15 @@ runs one after another, h1 sending and h2 receiving, each moving the same `-n` b
    when `make install` built them, then the same run with `MRC_PURE=1` (`mrc_pure`): the pure
    Python build. Each mrc row's notes say which ran (`mrc.implementation()`).
 
-Then the failover comparison (`tools.compare.failover`): a `--failover-seconds` (6 s) timed
-transfer for MPTCP and for mrc, with plane `--fail-plane` (0) failed by `--fault`
-(`link-down`: `faults.link_down` of tools.testbed on link h1-p<plane>, both ends down)
-`--fault-after` (2 s) after data started flowing.
+Then the failover comparison (`tools.compare.failover`): a `--failover-seconds` (3 s) timed
+transfer for MPTCP and for mrc, with plane `--fail-plane` (0) failed `--fault-after` (1 s)
+after data started flowing, once for each kind of `--fault` (default both: `link-down`,
+`faults.link_down` of tools.testbed on link h1-p<plane>, both ends down; then `blackhole`,
+`faults.blackhole`, an nftables drop at both ends, a silent failure). MPTCP runs once per
+kind, mrc `--repeat` (10) times: issue 19's goal is a longest gap of at most 10 ms in 10 of
+10 runs for each kind, and the report lists every run's gap. The first kind's results are
+`failover.mrc` / `failover.mptcp` in compare.json, the second's `failover.mrc-blackhole` /
+`failover.mptcp-blackhole`.
 
 Last the latency section (`tools.compare.latency`, about 25 s): 5000 round trips of 64 bytes,
 one in flight, for UDP and for TCP (`tools.compare.pingpong`: blocking sockets, TCP_NODELAY,

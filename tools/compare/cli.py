@@ -1,7 +1,8 @@
 """`python -m tools.compare`: build the testbed, run every comparison, print, write JSON, tear down.
 
 The order is fixed: iperf3, MPTCP, aioquic, raw UDP, mrc, mrc on pure Python (throughput),
-then the MPTCP and mrc failover runs, then the round trips (UDP and TCP ping-pong, `mrc bench
+then the MPTCP and mrc failover runs (one MPTCP run and `--repeat` mrc runs for each `--fault`
+kind: link-down, then blackhole), then the round trips (UDP and TCP ping-pong, `mrc bench
 --latency`) and the `mrc bench --sweep` of message sizes (`latency`). A run that fails is
 recorded as `{"error": …}` with a one-line reason on stderr and the others go on; the exit
 status is then 1. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import json
 import os
 import platform
@@ -51,6 +53,25 @@ def parse_size(text: str) -> int:
     return value
 
 
+FAULTS = ("link-down", "blackhole")
+
+
+def _faults(text: str) -> list[str]:
+    """`link-down`, `blackhole` or both, comma-separated, each once."""
+    kinds = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [k for k in kinds if k not in FAULTS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(
+            f"bad fault list {text!r} (one or more of {', '.join(FAULTS)}, each once)")
+    return kinds
+
+
+def fault_key(transport: str, kind: str, kinds: Sequence[str]) -> str:
+    """Where a failover result goes in compare.json: the first fault kind under the
+    transport's own name (what `mrc plot` and the older goals read), others suffixed."""
+    return transport if kind == kinds[0] else f"{transport}-{kind}"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"compare: {message} (see {self.prog} --help)", file=sys.stderr)
@@ -72,13 +93,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--planes", type=int, default=4, help="planes of the pair testbed (4)")
     p.add_argument("--quic-max-seconds", type=float, default=15.0,
                    help="aioquic stops sending after this long and reports what moved (15)")
-    p.add_argument("--failover-seconds", type=float, default=6.0,
-                   help="length of each failover transfer (6)")
-    p.add_argument("--fault-after", type=float, default=2.0,
-                   help="seconds into the failover transfer the plane fails (2)")
+    p.add_argument("--failover-seconds", type=float, default=3.0,
+                   help="length of each failover transfer (3)")
+    p.add_argument("--fault-after", type=float, default=1.0,
+                   help="seconds into the failover transfer the plane fails (1)")
     p.add_argument("--fail-plane", type=int, default=0, help="plane that fails (0)")
-    p.add_argument("--fault", choices=("link-down", "blackhole"), default="link-down",
-                   help="how it fails (link-down: both ends down; blackhole: nftables drop)")
+    p.add_argument("--fault", type=_faults, default=list(FAULTS),
+                   help="how it fails, one case each, comma-separated (link-down: both ends "
+                        "down; blackhole: nftables drop both ways); default link-down,blackhole")
+    p.add_argument("--repeat", type=int, default=10,
+                   help="mrc failover runs per fault (10; the goal is <= 10 ms in 10 of 10)")
     p.add_argument("--only", help=f"comma-separated subset of: {', '.join(RUNS)}")
     p.add_argument("--run-timeout", type=float, default=240.0,
                    help="deadline of each run in seconds (240)")
@@ -149,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         _say(f"unknown run(s) {', '.join(sorted(unknown))}; choose from {', '.join(RUNS)}")
         return 2
+    if args.repeat < 1:
+        _say("--repeat must be >= 1")
+        return 2
     if not 0 <= args.fail_plane < args.planes or args.planes < 2:
         _say("--planes must be >= 2 and --fail-plane one of them")
         return 2
@@ -172,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "failover_seconds": args.failover_seconds,
                                       "fault_after": args.fault_after,
                                       "fail_plane": args.fail_plane, "fault": args.fault,
+                                      "repeat": args.repeat,
                                       "mrc_args": args.mrc_args, "runs": sorted(only)},
                            "throughput": {}, "failover": {}, "latency": {}, "sweep": {},
                            "errors": []}
@@ -192,34 +220,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["machine"] = _machine(bed.ns1)
         extra = shlex.split(args.mrc_args)
         n = args.bytes
-        plan: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
-            ("iperf3", "throughput", lambda: runs.run_iperf3(bed, n)),
-            ("mptcp", "throughput", lambda: runs.run_mptcp(bed, n)),
-            ("aioquic", "throughput", lambda: runs.run_quic(bed, n, args.quic_max_seconds)),
-            ("raw_udp", "throughput", lambda: runs.run_raw(bed, n)),
-            ("mrc", "throughput", lambda: runs.run_mrc(bed, n, extra)),
-            ("mrc_pure", "throughput", lambda: runs.run_mrc(bed, n, extra, pure=True)),
-            ("mrc_auth", "throughput", lambda: runs.run_mrc(bed, n, extra, "auth")),
-            ("mrc_encrypt", "throughput", lambda: runs.run_mrc(bed, n, extra, "encrypt")),
-            ("failover-mptcp", "failover", lambda: failover.run_mptcp(
-                bed, args.failover_seconds, args.fail_plane, args.fault, args.fault_after,
-                state, runner)),
-            ("failover-mrc", "failover", lambda: failover.run_mrc(
-                bed, args.failover_seconds, args.fail_plane, args.fault, args.fault_after,
-                state, runner, extra)),
-            ("latency-udp", "latency", lambda: latency.run_pingpong(bed, "udp")),
-            ("latency-tcp", "latency", lambda: latency.run_pingpong(bed, "tcp")),
-            ("latency-mrc", "latency", lambda: latency.run_mrc_latency(bed, extra)),
-            ("sweep-mrc", "sweep", lambda: latency.run_mrc_sweep(bed, extra)),
+        fo_args = (args.failover_seconds, args.fail_plane)
+        # (run name for --only, section, key in the section, the run)
+        plan: list[tuple[str, str, str, Callable[[], dict[str, Any]]]] = [
+            ("iperf3", "throughput", "iperf3", lambda: runs.run_iperf3(bed, n)),
+            ("mptcp", "throughput", "mptcp", lambda: runs.run_mptcp(bed, n)),
+            ("aioquic", "throughput", "aioquic",
+             lambda: runs.run_quic(bed, n, args.quic_max_seconds)),
+            ("raw_udp", "throughput", "raw_udp", lambda: runs.run_raw(bed, n)),
+            ("mrc", "throughput", "mrc", lambda: runs.run_mrc(bed, n, extra)),
+            ("mrc_pure", "throughput", "mrc_pure",
+             lambda: runs.run_mrc(bed, n, extra, pure=True)),
+            ("mrc_auth", "throughput", "mrc_auth", lambda: runs.run_mrc(bed, n, extra, "auth")),
+            ("mrc_encrypt", "throughput", "mrc_encrypt",
+             lambda: runs.run_mrc(bed, n, extra, "encrypt")),
+        ]
+        for kind in args.fault:
+            plan.append(("failover-mptcp", "failover", fault_key("mptcp", kind, args.fault),
+                         functools.partial(failover.run_mptcp, bed, *fo_args, kind,
+                                           args.fault_after, state, runner)))
+            plan.append(("failover-mrc", "failover", fault_key("mrc", kind, args.fault),
+                         functools.partial(failover.run_mrc_repeated, bed, *fo_args, kind,
+                                           args.fault_after, state, runner, extra,
+                                           args.repeat, _say)))
+        plan += [
+            ("latency-udp", "latency", "udp", lambda: latency.run_pingpong(bed, "udp")),
+            ("latency-tcp", "latency", "tcp", lambda: latency.run_pingpong(bed, "tcp")),
+            ("latency-mrc", "latency", "mrc", lambda: latency.run_mrc_latency(bed, extra)),
+            ("sweep-mrc", "sweep", "mrc", lambda: latency.run_mrc_sweep(bed, extra)),
         ]
         if only & {"mptcp", "failover-mptcp"}:
             runs.mptcp_setup(bed)
         todo = [step for step in plan if step[0] in only]
-        for i, (key, section, fn) in enumerate(todo, 1):
+        for i, (name, section, short, fn) in enumerate(todo, 1):
+            key = name if section != "failover" else f"{name} ({short})"
             _say(f"[{i}/{len(todo)}] {key} …")
             t0 = time.monotonic()
             busy0 = _busy()
-            short = key.split("-", 1)[1] if "-" in key else key
             try:
                 result = fn()
             except (ProcError, TestbedError, OSError) as e:
@@ -247,6 +284,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif section == "sweep":
                 _say(f"[{i}/{len(todo)}] {key}: 4 KiB {result['writes_per_s_4k']} WRITEs/s, "
                      f"64K/1M goodput {result['goodput_64k_over_1m']} "
+                     f"({result['wall_seconds']} s)")
+            elif "runs" in result:
+                _say(f"[{i}/{len(todo)}] {key}: longest gap <= 10 ms in "
+                     f"{result['runs_within_10ms']} of {len(result['runs'])} runs "
                      f"({result['wall_seconds']} s)")
             else:
                 _say(f"[{i}/{len(todo)}] {key}: gap {result['longest_gap_s'] * 1e3:.1f} ms, "
