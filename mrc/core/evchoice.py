@@ -7,6 +7,8 @@ the sender (sender.py): what is sent, its records and its accounting.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from .balance import PlaneBalance
 from .inflight import InFlight
 from .paths import PathTable, ev_plane
@@ -15,16 +17,19 @@ from .spray import SprayPolicy
 
 class EvChoice:
     def __init__(
-        self, paths: PathTable, spray: SprayPolicy, balance: PlaneBalance, flight: InFlight
-    ) -> None:
+        self, paths: PathTable, spray: SprayPolicy, balance: PlaneBalance, flight: InFlight,
+        avoid: Container[int] = frozenset(),
+    ) -> None:  # fmt: skip
         self.paths = paths
         self.spray = spray
         self.balance = balance
         self.flight = flight
+        #: Planes suspected silent (silence.py): no new flowcell and no resend goes there.
+        self.avoid = avoid
 
     def plane_open(self, plane: int) -> bool:
-        """`plane`'s own cap lets one more packet go."""
-        return self.flight.plane_room(plane, 1) > 0
+        """`plane` is not suspected silent and its own cap lets one more packet go."""
+        return plane not in self.avoid and self.flight.plane_room(plane, 1) > 0
 
     def next_ev(self, now: float) -> int | None:
         """The EV of the next flowcell: on the plane the balance picks, or wherever the spray

@@ -9,7 +9,7 @@ is the smallest of the PSN window, the packet cap, CC's window and, per plane, N
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
+from collections.abc import Collection, Iterable, Sized
 
 from ..wire.bth import PSN_MOD
 from .cc import CongestionControl
@@ -29,6 +29,8 @@ class InFlight:
         self.bytes = 0
         #: Payload bytes in flight by plane.
         self.by_plane: dict[int, int] = dict.fromkeys(planes, 0)
+        #: Planes suspected silent (silence.py): their bytes do not hold CC's window.
+        self.uncounted: Collection[int] = frozenset()
 
     def planes_now(self) -> dict[int, int]:
         """Payload bytes in flight by plane (reports)."""
@@ -59,7 +61,9 @@ class InFlight:
         if room <= 0:
             return 0
         inflight = self.bytes
-        if not inflight:
+        for plane in self.uncounted:
+            inflight -= self.by_plane[plane]
+        if inflight <= 0:
             return room
         return min(room, int((self.cc.window - inflight) // config.payload_mtu))
 

@@ -4,8 +4,9 @@ Four kinds of probing live here, all answered by the peer at once:
 
 - retired (ASSUMED_BAD) EVs get a RELIABILITY_PROBE at 10 ms doubling to 1 s; after an answer,
   confirming probes at 10 ms; three clean answers restore the EV (the EV table counts them);
-- a plane at its EV floor has its last EVs probed every 10 ms: three answers in a row missing
-  (each older than the plane's RTO) take the plane DOWN;
+- a plane at its EV floor, or one the sender suspects silent (silence.py), has its EVs
+  probed every 10 ms: three answers in a row missing (each older than the plane's RTO) take
+  the plane DOWN; an answer to a suspected plane's probe ends its probing;
 - a DOWN plane is probed at 10 ms doubling to 1 s and comes back after three answers;
 - reverse EVs (what our SACKs, NACKs and answers ride on) are validated with EV_PROBE on every
   plane nothing else proved in the last interval; a plane whose EV_PROBEs stop being answered
@@ -78,6 +79,8 @@ class PlaneMonitor:
         self._peer_mask = config.plane_mask
         self._mask_cack: int | None = None
         self._seen_cack: int | None = None
+        #: Planes the sender suspects silent, probed until they answer or go DOWN.
+        self._suspected: set[int] = set()
         #: Until then only SACKs agreeing with the last PORT_STATUS count (`peer_ports`).
         self._announced_until = 0.0
         self.evs.on_floor = self.floor_reached
@@ -101,7 +104,18 @@ class PlaneMonitor:
             pl.probing = True
             self._start_probing(plane, now)
 
+    def suspect(self, plane: int, now: float) -> None:
+        """The sender suspects `plane` silent while the peer answers elsewhere (silence.py):
+        probe it every 10 ms, as a plane at its EV floor."""
+        pl = self.paths.planes[plane]
+        if pl.state is PlaneState.UP:
+            self._suspected.add(plane)
+            if not pl.probing:
+                pl.probing = True
+                self._start_probing(plane, now)
+
     def down(self, plane: int, reason: str, now: float) -> None:
+        self._suspected.discard(plane)
         was = self.paths.usable(plane)
         if not self.paths.set_state(plane, PlaneState.DOWN, reason):
             return
@@ -153,8 +167,12 @@ class PlaneMonitor:
         pl = self.paths.planes[plane]
         if plane not in self.peer_addrs or (pl.state is PlaneState.UP and not pl.probing):
             return
-        if pl.state is PlaneState.UP and not self.evs.planes[plane].at_floor:
-            pl.probing = False  # EVs came back above the floor
+        if (
+            pl.state is PlaneState.UP
+            and not self.evs.planes[plane].at_floor
+            and plane not in self._suspected
+        ):
+            pl.probing = False  # EVs came back above the floor, or the plane answered
             return
         if pl.probe_outstanding:
             # Unanswered = older than the plane's RTO: a busy receiver is not a dead plane.
@@ -214,7 +232,8 @@ class PlaneMonitor:
         pl.probe_outstanding = False
         pl.unanswered = 0
         if pl.state is PlaneState.UP:
-            return  # a floor probe answered: the plane still works
+            self._suspected.discard(plane)
+            return  # a floor or suspicion probe answered: the plane still works
         pl.answers += 1
         if pl.answers >= self.config.restore_answers:
             was = self.paths.usable(plane)

@@ -17,6 +17,7 @@ one message are consecutive and messages take PSNs in MSN order.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable
 
 from ..wire.ack import NackReason, SackMark, syndrome_ok
 from ..wire.bth import MSN_MOD, PSN_MOD
@@ -38,6 +39,7 @@ from .rto import RtoTimers, acked_later, acked_on_plane, peer_alive
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import Framer, flowcell_limit, packet_size
+from .silence import SilentPlanes
 from .spray import SprayPolicy
 from .stats import SessionStats
 from .timers import Timer, TimerTable
@@ -93,7 +95,12 @@ class Sender:
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
         self.flight = InFlight(config, cc, self.inflight, paths.planes)
-        self.choice = EvChoice(paths, spray, balance, self.flight)
+        #: Planes gone silent while the peer answers elsewhere (silence.py).
+        self.silent = SilentPlanes(config.reorder_min)
+        self.flight.uncounted = self.silent.until
+        self.choice = EvChoice(paths, spray, balance, self.flight, self.silent.until)
+        #: Told of each plane newly suspected silent, with `now` (the session: plane probes).
+        self.on_suspect: Callable[[int, float], None] | None = None
         #: Bytes lost to RACK/RTO since the last output pull (docs/DESIGN.md §7).
         self._lost_bytes = 0
         self.trace: TraceCollector | None = None  # retransmits and RTT samples (trace.py)
@@ -143,6 +150,7 @@ class Sender:
             touched, self._acked_evs = self._acked_evs, set()
             for ev in touched:
                 self._detect_losses(ev, now)
+        self._judge_silence(now)
         if self._lost_bytes:
             self.cc.on_loss(now, lost=self._lost_bytes, inflight=self._in_flight())
             self._lost_bytes = 0
@@ -326,6 +334,32 @@ class Sender:
     def on_reorder_timer(self, now: float) -> None:
         for ev in self.rack.pending():
             self._detect_losses(ev, now)
+
+    def _judge_silence(self, now: float) -> None:
+        """Suspect planes silent while the peer answers on others, end suspicions, send the
+        tail probe when nothing else can bring evidence (silence.py); look again when due."""
+        new, wake = self.silent.judge(
+            self.log.by_plane, self.paths.planes, now, self.rtos.resumed_at
+        )
+        if self.on_suspect is not None:
+            for plane in new:
+                self.on_suspect(plane, now)  # the plane monitor probes it
+        if not self.pending or self.flight.room(self.next_psn, self.una) <= 0:
+            probe, due = self.silent.tail_probe(
+                self.log.by_plane, self.paths.planes, now, self.rtos.resumed_at
+            )
+            if probe is not None:
+                first = probe.open_mask()
+                self._declare_lost(
+                    probe, first & -first, "tail_probe", avoid_plane=probe.plane,
+                    prefer=self.choice.freshest(probe.plane),
+                )  # fmt: skip
+            elif due is not None and (wake is None or due < wake):
+                wake = due
+        if wake is not None:
+            due = self.timers.get(Timer.REORDER)
+            if due is None or wake < due:
+                self.timers.set(Timer.REORDER, wake)
 
     def on_plane_down(self, plane: int) -> None:
         """Every packet in flight on a DOWN plane is lost at once (docs/DESIGN.md §4)."""

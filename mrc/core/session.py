@@ -256,6 +256,7 @@ class Session:
             send_seq=lambda: sender.seq, on_down=sender.on_plane_down,
         )  # fmt: skip
         self.planes.peer_qpn = self.peer_qpn
+        self.sender.on_suspect = self.planes.suspect
         self.timers.cancel(Timer.CM_RETRY)
         if self._protection is not None:
             self.sender.framer.protection = self._protection

@@ -127,23 +127,29 @@ def test_silent_blackhole_on_one_plane_is_found_by_rto_and_probes() -> None:
     t.run()
     t.assert_placed_exactly_once()
     assert_in_order(t)
+    # Plane 2, silent while the others answer, was suspected (mrc/core/silence.py): no new
+    # flowcell went there and its bytes stopped holding the window, so the transfer ended at
+    # 27.9 ms (41.99 ms before that rule) with 376 packets sent into plane 2 (693 before).
+    assert round(t.net.now, 6) == 0.027924
     session = t.a.session()
     stats = session.stats
-    assert stats.retransmits_by_cause["rto"] > 0
+    assert stats.planes[2].packets_sent == 376
+    assert dict(stats.retransmits_by_cause) == {"rto": 244}
     # RTOs of plane 2 retired its EVs and the backups that replaced them, down to the floor
-    # (a quarter of 16 active, out of 32). From the other side, the receiver's EV_PROBEs on
-    # plane 2 went unanswered, so it announced it cannot receive there: the plane left the
-    # rotation at 30 ms. The floor EVs' own probes then went unanswered too and the plane
-    # is DOWN by our own judgement as well, even after the transfer is over.
+    # (a quarter of 16 active, out of 32).
     t.net.drive(t.net.now + 0.05)
     retired = t.a.events_of(PathRetired)
     assert len(retired) == 28 and {e.plane for e in retired} == {2}
     assert {e.reason for e in retired} == {"timeout"}
     retired_at = [ts for ts, _, e in t.a.events if isinstance(e, PathRetired)]
-    assert 0.005 <= min(retired_at) <= max(retired_at) <= 0.011
-    assert t.a.events_of(PlaneDown) == [PlaneDown(plane=2, reason="peer cannot receive")]
+    assert 0.005 <= min(retired_at) <= max(retired_at) <= 0.012
+    # The suspicion had the plane probed: three probes unanswered while the peer answered
+    # elsewhere took it DOWN by our own judgement at 31.5 ms (before: only when the peer
+    # announced it could not receive there, at 40.1 ms), and it stays DOWN after the
+    # transfer is over.
+    assert t.a.events_of(PlaneDown) == [PlaneDown(plane=2, reason="probes unanswered")]
     (down_at,) = [ts for ts, _, e in t.a.events if isinstance(e, PlaneDown)]
-    assert 0.0005 + 0.020 <= down_at <= 0.0005 + 0.050
+    assert round(down_at, 6) == 0.03152
     assert stats.probes_sent >= 3 and stats.probes_answered == 0
     assert session.paths.evs.rotation(2) and not session.paths.usable(2)
     assert session.plane_state(2) == "down"

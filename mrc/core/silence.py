@@ -1,0 +1,159 @@
+"""A plane suspected silent while the peer answers on the others (docs/DESIGN.md §6).
+
+A failure nothing reports (a blackhole, a dead switch) leaves a plane's flowcells in flight
+until its RTO says the plane is dead, 12-30 ms on loopback planes whose SRTT is about 5 ms.
+Meanwhile they stay in congestion control's window; once the window shrinks (NSCC's quick
+adapt falls back to the bytes achieved) the dead plane's bytes hold all of it and every plane
+stops. The RTO cannot be cut to fit: on a busy host one plane's acknowledgements lag the
+others' by up to about 10 ms beyond its SRTT, as the peer drains its sockets in turn, which
+a dead plane also looks like at first.
+
+So a suspicion that costs nothing when wrong: a plane whose oldest flowcell in flight is late
+by more than a reordering window beyond the plane's SRTT (¼ SRTT, at least `reorder_min`),
+silent itself for that window, while another plane has had a packet sent no earlier answered
+(RACK's evidence, RFC 8985 §6.2, across planes) and either went on being acknowledged after
+this one fell silent or has nothing left in flight, is suspected. While suspected it takes no
+new flowcell (evchoice.py) and its bytes in flight do not count against CC's window
+(inflight.py), so the other planes go on at the full window, and the plane monitor probes it
+(planes.py: three probes unanswered take it DOWN, an answer ends the probing). Nothing is
+resent and no EV is blamed on suspicion: its flowcells stay in flight (and in the PSN
+window) until the RTO (rto.py, sender.py), the probes or the peer's port announcements
+judge the plane, as before. A stalled peer, or our own stall, leaves every plane quiet
+alike and suspects none.
+
+One case gives no evidence at all: the window shrank to what one plane has out and that
+plane died just after, so no other plane owes or answers anything. `tail_probe` finds it
+two SRTTs on (RACK's tail loss probe, RFC 8985 §7): the sender resends one packet of it on
+another plane, whose answer is the evidence.
+
+Holds `SilentPlanes`: the planes suspected; `judge`, which ends suspicions (the plane
+acknowledged something, or one RTO of it passed, doubling while it stays silent) and finds
+new ones, with the time to look again; and `tail_probe`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from .paths import Plane
+from .records import SentCell
+
+#: A plane suspected again without answering in between is left alone up to 2^this RTOs.
+MAX_BACKOFF = 4
+
+
+class SilentPlanes:
+    def __init__(self, reorder_min: float) -> None:
+        self.reorder_min = reorder_min
+        #: Per suspected plane, when the suspicion ends at the latest.
+        self.until: dict[int, float] = {}
+        #: Per plane, suspicions in a row without an acknowledgement in between, and when
+        #: the last one began.
+        self._strikes: dict[int, int] = {}
+        self._since: dict[int, float] = {}
+        #: Per plane, when its tail was last probed (tail_probe).
+        self._probed: dict[int, float] = {}
+
+    def judge(
+        self,
+        fifos: Mapping[int, deque[SentCell]],
+        planes: Mapping[int, Plane],
+        now: float,
+        resumed_at: float = 0.0,
+    ) -> tuple[list[int], float | None]:
+        """Update the suspicions at `now`: the planes newly suspected, and when to look
+        again: the earliest time another plane with a flowcell out may be suspected or a
+        suspicion ends (None: nothing to wait for). `resumed_at`:
+        the first acknowledgement after a stall of the peer (rto.py's `RtoTimers.resumed_at`)."""
+        until = self.until
+        for plane in [p for p, t in until.items()
+                      if t <= now or planes[p].acked_at > self._since[p]]:  # fmt: skip
+            del until[plane]
+        wake: float | None = None
+        new: list[int] = []
+        for plane, fifo in fifos.items():
+            if plane in until or not fifo:
+                continue
+            rec = next((r for r in fifo if r.open), None)
+            pl = planes[plane]
+            srtt = pl.rtt.srtt
+            if rec is None or srtt is None:
+                continue  # nothing out, or nothing known to expect
+            sent, quiet = rec.sent_at, pl.acked_at
+            reorder = max(self.reorder_min, srtt / 4)
+            # Only a plane not itself suspected speaks for the peer: a suspected plane is
+            # idle because it gets nothing new, and two lagging planes must not suspect
+            # each other until no plane is left to send on.
+            if not any(
+                q.answered_sent_at >= sent
+                and (q.acked_at > quiet + reorder or not _open(fifos.get(n)))
+                for n, q in planes.items()
+                if n != plane and n not in until
+            ):
+                continue
+            if resumed_at > quiet:
+                # Silent since before the peer's stall ended: a peer catching up reads its
+                # planes' backlogs in turn, one maybe several SRTTs after the others. Its
+                # silence counts from the end of the stall, for an RTO, as rto.py counts it.
+                due = max(sent, resumed_at) + pl.rtt.rto
+            else:
+                due = max(sent + srtt, quiet) + reorder
+            if now >= due:
+                self._suspect(plane, pl, now)
+                new.append(plane)
+            elif wake is None or due < wake:
+                wake = due
+        for end in until.values():
+            # New flowcells may go there again then: a pull must come even if nothing else
+            # does (the other planes may have nothing in flight to bring one).
+            if wake is None or end < wake:
+                wake = end
+        return new, wake
+
+    def tail_probe(
+        self,
+        fifos: Mapping[int, deque[SentCell]],
+        planes: Mapping[int, Plane],
+        now: float,
+        resumed_at: float = 0.0,
+    ) -> tuple[SentCell | None, float | None]:
+        """The window holds one plane's flowcells only and no other plane owes anything:
+        no answer can bring evidence about that plane (a window shrunk to the bytes sent on
+        a plane that died just after). RACK's tail loss probe (RFC 8985 §7), two SRTTs and a
+        reordering window after the plane's oldest left or last answered: the oldest open
+        flowcell to probe with, once per silence (on another plane; its answer is the
+        evidence `judge` needs), else when to look again. A stalled peer leaves every plane
+        owing, which this never probes; the RTO's stall probe (rto.py) is for that."""
+        held: int | None = None
+        for plane, fifo in fifos.items():
+            if _open(fifo):
+                if held is not None:
+                    return None, None  # more than one plane owes: judge's case, or a stall
+                held = plane
+        if held is None or held in self.until:
+            return None, None
+        pl = planes[held]
+        srtt = pl.rtt.srtt
+        rec = next((r for r in fifos[held] if r.open), None)
+        if rec is None or srtt is None or self._probed.get(held, -1.0) >= pl.acked_at:
+            return None, None  # already probed since it last answered
+        quiet = max(pl.acked_at, resumed_at)
+        due = max(rec.sent_at + srtt, quiet) + srtt + max(self.reorder_min, srtt / 4)
+        if now < due:
+            return None, due
+        self._probed[held] = now
+        return rec, None
+
+    def _suspect(self, plane: int, pl: Plane, now: float) -> None:
+        strikes = self._strikes.get(plane, 0)
+        if pl.acked_at > self._since.get(plane, 0.0):
+            strikes = 0  # it answered since it was last suspected
+        self._strikes[plane] = min(strikes + 1, MAX_BACKOFF)
+        self._since[plane] = now
+        self.until[plane] = now + pl.rtt.rto * (1 << strikes)
+
+
+def _open(fifo: deque[SentCell] | None) -> bool:
+    """A flowcell of this FIFO is still in flight."""
+    return fifo is not None and any(r.open for r in fifo)

@@ -1,0 +1,163 @@
+"""Stories of a plane suspected silent (mrc/core/silence.py, docs/DESIGN.md §6), in explicit time.
+
+Four planes with an SRTT of 5 ms each (so a reordering window of 1.25 ms and an RTO of
+8 ms); plane 0's last flowcell left at t = 1.000 s and its last acknowledgement came at
+0.999 s. The sender's FIFOs of flowcells are built by hand: one flowcell per entry.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from mrc.core.config import SessionConfig
+from mrc.core.paths import Plane, RttEstimator
+from mrc.core.records import SentCell
+from mrc.core.silence import SilentPlanes
+
+SRTT = 0.005
+T0 = 1.000
+
+
+def plane(n: int, *, acked_at: float, answered_sent_at: float) -> Plane:
+    rtt = RttEstimator(min_rto=0.005, max_rto=1.0, rto=0.1)
+    rtt.sample(SRTT)  # srtt 5 ms, rttvar 2.5 ms
+    rtt.sample(SRTT)  # rttvar 1.875 ms: rto = 5 + 4 × 1.875 = 12.5 ms
+    pl = Plane(number=n, rtt=rtt)
+    pl.acked_at, pl.answered_sent_at = acked_at, answered_sent_at
+    return pl
+
+
+def cell(plane: int, sent_at: float, seq: int) -> SentCell:
+    """One flowcell of 4 packets of 4096 bytes, all in flight."""
+    return SentCell(psn=seq * 4, packets=[], ev=plane + 100, plane=plane, sent_at=sent_at,
+                    seq=seq, tx_ts=0, rtx=False, size=4096, last=4096, open=4,
+                    open_bytes=4 * 4096)  # fmt: skip
+
+
+def network() -> tuple[dict[int, deque[SentCell]], dict[int, Plane]]:
+    """Plane 0 owes a flowcell sent at T0; planes 1-3 answered flowcells sent at T0 (the
+    same burst) at 1.004 s and owe nothing."""
+    fifos = {0: deque([cell(0, T0, 1)]), 1: deque(), 2: deque(), 3: deque()}
+    planes = {0: plane(0, acked_at=0.999, answered_sent_at=0.996)}
+    for n in (1, 2, 3):
+        planes[n] = plane(n, acked_at=1.004, answered_sent_at=T0)
+    return fifos, planes
+
+
+def test_a_plane_silent_past_its_srtt_while_the_others_answered_is_suspected() -> None:
+    fifos, planes = network()
+    silent = SilentPlanes(reorder_min=0.001)
+    # Due at T0 + 5 ms + 1.25 ms: before that, only when to look again.
+    new, wake = silent.judge(fifos, planes, 1.006)
+    assert new == [] and wake == pytest.approx(1.00625)
+    assert silent.until == {}
+    new, wake = silent.judge(fifos, planes, 1.00625)
+    assert new == [0]
+    # Suspected for one RTO (12.5 ms); the next look is when that ends.
+    assert silent.until == {0: pytest.approx(1.01875)}
+    assert wake == pytest.approx(1.01875)
+    # Suspected once: no second report while it lasts.
+    assert silent.judge(fifos, planes, 1.010)[0] == []
+
+
+def test_an_acknowledgement_on_the_plane_ends_its_suspicion_and_its_backoff() -> None:
+    fifos, planes = network()
+    silent = SilentPlanes(reorder_min=0.001)
+    silent.judge(fifos, planes, 1.007)
+    assert 0 in silent.until
+    planes[0].acked_at = 1.008  # it only lagged
+    fifos[0].clear()
+    assert silent.judge(fifos, planes, 1.009) == ([], None)
+    assert silent.until == {}
+
+
+def test_a_plane_suspected_again_without_answering_is_left_alone_twice_as_long() -> None:
+    fifos, planes = network()
+    silent = SilentPlanes(reorder_min=0.001)
+    silent.judge(fifos, planes, 1.007)
+    assert silent.until[0] == pytest.approx(1.0195)  # one RTO
+    # The suspicion ended; a new flowcell went out at 1.020 and is as silent.
+    fifos[0] = deque([cell(0, 1.020, 2)])
+    for n in (1, 2, 3):
+        planes[n].answered_sent_at, planes[n].acked_at = 1.020, 1.024
+    assert silent.judge(fifos, planes, 1.0262)[0] == []
+    assert silent.judge(fifos, planes, 1.027)[0] == [0]
+    assert silent.until[0] == pytest.approx(1.027 + 2 * 0.0125)
+
+
+def test_every_plane_quiet_alike_is_a_stalled_peer_and_suspects_none() -> None:
+    """Every plane owes a flowcell of the same burst and none has answered since: a peer
+    that stopped reading. No plane speaks for it, so none is suspected however long."""
+    fifos, planes = network()
+    for n in (1, 2, 3):
+        fifos[n].append(cell(n, T0, n + 1))
+        planes[n].acked_at, planes[n].answered_sent_at = 0.999, 0.996
+    silent = SilentPlanes(reorder_min=0.001)
+    assert silent.judge(fifos, planes, 1.100) == ([], None)
+
+
+def test_a_plane_read_late_after_the_peers_stall_counts_its_silence_from_the_stalls_end() -> None:
+    """The peer stalled; its first acknowledgement after the stall came at 1.004 s
+    (`resumed_at`). Plane 0, silent since 0.999 s, is given an RTO from then, not 1.25 ms."""
+    fifos, planes = network()
+    silent = SilentPlanes(reorder_min=0.001)
+    new, wake = silent.judge(fifos, planes, 1.010, resumed_at=1.004)
+    assert new == [] and wake == pytest.approx(1.004 + 0.0125)
+    assert silent.judge(fifos, planes, 1.0165, resumed_at=1.004)[0] == [0]
+
+
+def test_another_suspected_plane_does_not_speak_for_the_peer() -> None:
+    """Planes 1-3 suspected (idle because they get nothing new): plane 0 stays unsuspected."""
+    fifos, planes = network()
+    silent = SilentPlanes(reorder_min=0.001)
+    silent.until.update({1: 2.0, 2: 2.0, 3: 2.0})
+    silent._since.update({1: 1.0, 2: 1.0, 3: 1.0})
+    for n in (1, 2, 3):
+        planes[n].acked_at = 0.9  # no acknowledgement since they were suspected
+    assert silent.judge(fifos, planes, 1.010)[0] == []
+
+
+def test_a_window_held_by_one_planes_flowcell_is_probed_after_two_srtts() -> None:
+    """Plane 0 holds the whole window (one flowcell sent at T0); the other planes owe
+    nothing and answered nothing sent as late: no evidence can come. The tail probe is due
+    two SRTTs and a reordering window after T0, once until plane 0 answers again."""
+    fifos, planes = network()
+    for n in (1, 2, 3):
+        planes[n].answered_sent_at = 0.996
+    silent = SilentPlanes(reorder_min=0.001)
+    assert silent.judge(fifos, planes, 1.0113) == ([], None)
+    probe, wake = silent.tail_probe(fifos, planes, 1.011)
+    assert probe is None and wake == pytest.approx(1.01125)
+    probe, wake = silent.tail_probe(fifos, planes, 1.01125)
+    assert probe is fifos[0][0] and wake is None
+    assert silent.tail_probe(fifos, planes, 1.030) == (None, None)  # once
+    planes[0].acked_at = 1.031
+    assert silent.tail_probe(fifos, planes, 1.050)[0] is fifos[0][0]  # answered since
+
+
+def test_no_tail_probe_while_two_planes_owe() -> None:
+    fifos, planes = network()
+    fifos[1].append(cell(1, T0, 2))
+    silent = SilentPlanes(reorder_min=0.001)
+    assert silent.tail_probe(fifos, planes, 1.100) == (None, None)
+
+
+def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flowcell() -> None:
+    from mrc.core.balance import make_balance
+    from mrc.core.cc import make_cc
+    from mrc.core.evchoice import EvChoice
+    from mrc.core.inflight import InFlight
+
+    config = SessionConfig(plane_mask=0b1111, cc="none")
+    cc = make_cc("none", config)
+    flight = InFlight(config, cc, {}, range(4))
+    window = int(cc.window)
+    flight.add(0, window - 4096)  # plane 0's bytes fill the window but one packet
+    assert flight.room(0, 0) == 1
+    suspected = {0: 2.0}
+    flight.uncounted = suspected
+    assert flight.room(0, 0) == window // 4096
+    choice = EvChoice(None, None, make_balance("equal", config), flight, suspected)  # type: ignore[arg-type]
+    assert not choice.plane_open(0) and choice.plane_open(1)
