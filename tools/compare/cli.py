@@ -252,8 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if only & {"mptcp", "failover-mptcp"}:
             runs.mptcp_setup(bed)
         todo = [step for step in plan if step[0] in only]
-        for i, (name, section, short, fn) in enumerate(todo, 1):
-            key = name if section != "failover" else f"{name} ({short})"
+        for i, (run, section, short, fn) in enumerate(todo, 1):
+            key = run if section != "failover" else f"{run} ({short})"
             _say(f"[{i}/{len(todo)}] {key} …")
             t0 = time.monotonic()
             busy0 = _busy()
