@@ -582,6 +582,11 @@ class Sender:
                 self._ages[plane] = age
             self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + acked
             touched.add(cell.ev)
+            pl = self.paths.planes[plane]
+            if cell.sent_at > pl.answered_sent_at:
+                # Every flowcell acknowledged, not only the one a SACK names as its trigger
+                # (a coalesced SACK covers many planes): silence.py weighs planes by it.
+                pl.answered_sent_at = cell.sent_at
 
     def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
         """Everything before `cack` arrived (a cumulative acknowledgement)."""
