@@ -22,9 +22,12 @@ judge the plane, as before. A stalled peer, or our own stall, leaves every plane
 alike and suspects none.
 
 One case gives no evidence at all: the window shrank to what one plane has out and that
-plane died just after, so no other plane owes or answers anything. `tail_probe` finds it
-two SRTTs on (RACK's tail loss probe, RFC 8985 §7): the sender resends one packet of it on
-another plane, whose answer is the evidence.
+plane died just after, so no other plane owes or answers anything while data waits. The
+sender asks `tail_probe` only then (data waiting, the window full): two SRTTs on (RACK's
+tail loss probe, RFC 8985 §7) it resends one packet of it on another plane, whose answer is
+the evidence. An idle tail (one message in flight, nothing waiting) stays the RTO's: a
+general tail probe cost a CPython ping-pong beside CPU hogs hundreds of spurious resends
+(docs/DESIGN.md §6).
 
 Holds `SilentPlanes`: the planes suspected; `judge`, which ends suspicions (the plane
 acknowledged something, or one RTO of it passed, doubling while it stays silent) and finds

@@ -1,51 +1,17 @@
 """Stories of a plane that goes silent while the peer answers on the others (docs/DESIGN.md §6,
 mrc/core/silence.py): the sender suspects it, sends it nothing new, stops counting its bytes
-against the window and has it probed; a window held by one dead plane's last packets gets a
-tail probe. And the price a plane that only lags must not pay: nothing resent, nothing blamed.
+against the window and has it probed. And the price a plane that only lags must not pay:
+nothing resent, nothing blamed. (The tail probe's stories are in tests/core/test_silence.py.)
 """
 
 from __future__ import annotations
 
 from sim_story import chunks, make_transfer
 
-from mrc.core.config import SessionConfig
 from mrc.core.events import PathRetired, PlaneDown
 from mrc.sim import LinkParams
 
 MiB = 1 << 20
-KiB = 1 << 10
-
-
-def test_a_last_packet_lost_on_a_plane_that_died_is_probed_two_srtts_on() -> None:
-    """Eight 60 KiB WRITEs go through (every plane has an SRTT of 65 µs). At 1.18 ms plane
-    3 dies silently; at 2.18 ms a ninth WRITE leaves as a 14-packet flowcell on plane 2 and
-    its last packet on plane 3. Plane 2 answers; then nothing is in flight but that packet,
-    and no answer can say anything about plane 3. The tail probe resends it on plane 2
-    about 1.1 ms (two SRTTs and the 1 ms reordering floor) after it left, where before
-    only plane 3's RTO did, 5 ms on: the WRITE completes 9.07 ms after it was posted
-    instead of 13.03 ms."""
-    config = SessionConfig(plane_mask=0b1111, flowcell=15)
-    t = make_transfer(messages=chunks(8 * 60 * KiB, 60 * KiB), size=9 * 60 * KiB, config=config)
-    t.run()
-    assert round(t.net.now, 6) == 0.000183
-    session = t.a.session()
-    before = [session.stats.planes[p].packets_sent for p in range(4)]
-    t.net.set_link(t.a, 3, False, at=t.net.now + 0.001, notify=False)
-    posted = t.net.now + 0.002
-    va, rkey = t.dst_region.base_va, t.dst_region.rkey
-    last = (8 * 60 * KiB, 60 * KiB, 8)
-
-    def post() -> None:
-        session.post_write(t.src_region, last[0], last[1], va + last[0], rkey, last[2])
-
-    t.net.at(posted, post)
-    t.messages.append(last)
-    t.run()
-    t.assert_placed_exactly_once()
-    assert round(t.net.now - posted, 6) == 0.009073
-    assert dict(session.stats.retransmits_by_cause) == {"tail_probe": 1}
-    # 14 packets and the probe on plane 2, the lost one on plane 3.
-    assert [session.stats.planes[p].packets_sent - before[p] for p in range(4)] == [0, 0, 15, 1]
 
 
 def test_a_plane_silent_at_1gbit_is_taken_down_by_its_own_probes() -> None:
