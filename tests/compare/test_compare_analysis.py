@@ -181,3 +181,23 @@ def test_fault_kinds_parse_and_key() -> None:
         cli.parser().parse_args(["--fault", "unplug"])
     assert cli.fault_key("mrc", "blackhole", ["link-down", "blackhole"]) == "mrc-blackhole"
     assert cli.fault_key("mrc", "blackhole", ["blackhole"]) == "mrc"
+
+
+def test_failover_goal_needs_every_run_and_ten_of_them() -> None:
+    """15 of 25 runs within 10 ms is not "10 of 10"; 4 of 4 is too few to say; a blackhole
+    case alone leaves the link-down goal unjudged."""
+    def doc(within: int, n: int) -> dict[str, Any]:
+        runs = [{"longest_gap_s": 0.005, "integrity": "ok"}] * n
+        return {"failover": {"mrc": {"fault": "blackhole", "runs_within_10ms": within,
+                                     "runs": runs}}}
+
+    def met(d: dict[str, Any]) -> tuple[Any, Any]:
+        got = {g["goal"]: (g["value"], g["met"]) for g in report.goals(d)}
+        assert got["mrc failover (link-down): longest gap <= 10 ms in 10 of 10 runs"] == (
+            None, None)
+        return got["mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs"]
+
+    assert met(doc(15, 25)) == (15, False)
+    assert met(doc(4, 4)) == (4, False)
+    assert met(doc(10, 10)) == (10, True)
+    assert met(doc(25, 25)) == (25, True)
