@@ -321,10 +321,12 @@ class Sender:
             # The one probe, on the plane that answered last: landing on a plane as dead as
             # this one it would prove nothing, and a window full of such planes' packets
             # leaves the working plane idle (nothing else goes out).
+            # Later probes of the same silence go wherever the rotation sends them: the plane
+            # that answered last may be the one that died, and the peer answers on the plane a
+            # packet came in on, so probing only there could never be answered.
             first = oldest.open_mask()
-            self._declare_lost(
-                oldest, first & -first, "rto", avoid_plane=plane, prefer=self.choice.freshest(plane)
-            )
+            prefer = self.choice.freshest(plane) if not self.rto_expiries else None
+            self._declare_lost(oldest, first & -first, "rto", avoid_plane=plane, prefer=prefer)
         self.rto_expiries += 1
         return (
             self.rto_expiries >= self.config.rto_retries
