@@ -7,6 +7,7 @@ Four planes with an SRTT of 5 ms each (so a reordering window of 1.25 ms and an 
 
 from __future__ import annotations
 
+import random
 from collections import deque
 
 import pytest
@@ -149,6 +150,8 @@ def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flow
     from mrc.core.cc import make_cc
     from mrc.core.evchoice import EvChoice
     from mrc.core.inflight import InFlight
+    from mrc.core.paths import PathTable
+    from mrc.core.spray import make_spray
 
     config = SessionConfig(plane_mask=0b1111, cc="none")
     cc = make_cc("none", config)
@@ -159,5 +162,7 @@ def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flow
     suspected = {0: 2.0}
     flight.uncounted = suspected
     assert flight.room(0, 0) == window // 4096
-    choice = EvChoice(None, None, make_balance("equal", config), flight, suspected)  # type: ignore[arg-type]
+    paths = PathTable(config, random.Random(3))
+    spray = make_spray("bitmap", paths, random.Random(4))
+    choice = EvChoice(paths, spray, make_balance("equal", paths), flight, suspected)
     assert not choice.plane_open(0) and choice.plane_open(1)
