@@ -124,6 +124,9 @@ def test_report_text_and_goals() -> None:
     assert doc["ratios"]["mrc/aioquic"] is None
     met = {g["goal"]: g["met"] for g in doc["goals"]}
     assert met["mrc goodput >= 0.30 x iperf3"] is True
+    assert met["mrc goodput >= 0.4 x iperf3"] is True
+    assert met["mrc goodput >= 30 x aioquic"] is None  # aioquic failed
+    assert met["mrc CPU s/GB <= 1.5 x raw-UDP ceiling's"] is None  # no raw-UDP run
     assert met["mrc failover (link-down): longest gap <= 10 ms in 10 of 10 runs"] is True
     assert met["mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs"] is None
     assert met["mrc encrypt goodput >= 20 x aioquic"] is None

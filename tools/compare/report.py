@@ -28,6 +28,10 @@ GOALS = (
     ("mrc encrypt goodput >= 0.7 x mrc none", "mrc_encrypt/mrc", ">=", 0.7),
     ("mrc auth goodput >= 0.8 x mrc none", "mrc_auth/mrc", ">=", 0.8),
     ("mrc goodput >= 0.7 x raw-UDP ceiling", "mrc/raw_udp", ">=", 0.7),
+    # Issue 19's ratios for the datapath, beside issue 9's 0.30 above.
+    ("mrc goodput >= 0.4 x iperf3", "mrc/iperf3", ">=", 0.4),
+    ("mrc CPU s/GB <= 1.5 x raw-UDP ceiling's", "cpu mrc/raw_udp", "<=", 1.5),
+    ("mrc goodput >= 30 x aioquic", "mrc/aioquic", ">=", 30.0),
     # Issue 19: every one of 10 runs, for a link going down and for a silent blackhole.
     # "runs": met when every run met it and there were at least that many runs.
     ("mrc failover (link-down): longest gap <= 10 ms in 10 of 10 runs",
