@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from loopback import ipv6_loopback
 from node_pair import move_one_write
 
 from mrc.core.config import SessionConfig
@@ -26,16 +27,7 @@ IPV6_FLOWINFO = 11
 SACK = Opcode.RELIABILITY_SACK.value
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+pytestmark = pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback")
 
 
 def listener() -> socket.socket:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from loopback import ipv6_loopback
 
 from mrc.io import mmsg, planes
 from mrc.io.planes import ECT0, PlaneSocket
@@ -25,17 +26,8 @@ pytestmark = pytest.mark.skipif(not mmsg.available(), reason="no recvmmsg in thi
 Got = list[tuple[bytes, tuple[Any, ...], int]]
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 V6 = pytest.param(
-    "::1", marks=pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+    "::1", marks=pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback")
 )
 
 
@@ -273,7 +265,7 @@ def test_connection_refused_is_counted_like_the_recvmsg_loop(
 def test_flow_label_reaches_the_core_above_the_tclass(
     monkeypatch: pytest.MonkeyPatch, closing: list[PlaneSocket]
 ) -> None:
-    if not _ipv6_loopback():
+    if not ipv6_loopback():
         pytest.skip("no IPv6 loopback")
     fast, slow = make_pair(monkeypatch, "::1", flowlabel=True)
     closing += [fast, slow]
