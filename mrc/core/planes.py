@@ -5,8 +5,8 @@ Four kinds of probing live here, all answered by the peer at once:
 - retired (ASSUMED_BAD) EVs get a RELIABILITY_PROBE at 10 ms doubling to 1 s; after an answer,
   confirming probes at 10 ms; three clean answers restore the EV (the EV table counts them);
 - a plane at its EV floor, or one the sender suspects silent (silence.py), has its EVs
-  probed every 10 ms: three answers in a row missing (each older than the plane's RTO) take
-  the plane DOWN; an answer to a suspected plane's probe ends its probing;
+  probed every 10 ms: at the floor, three answers in a row missing (each older than the
+  plane's RTO) take the plane DOWN; an answer to a suspected plane's probe ends its probing;
 - a DOWN plane is probed at 10 ms doubling to 1 s and comes back after three answers;
 - reverse EVs (what our SACKs, NACKs and answers ride on) are validated with EV_PROBE on every
   plane nothing else proved in the last interval; a plane whose EV_PROBEs stop being answered
@@ -185,8 +185,16 @@ class PlaneMonitor:
                 plane, pl.probe_sent_at
             ):
                 pl.unanswered += 1
-            if pl.state is PlaneState.UP and pl.unanswered >= self.config.restore_answers:
-                # The floor EVs stopped answering: the plane is DOWN (docs/DESIGN.md §4).
+            if (
+                pl.state is PlaneState.UP
+                and pl.unanswered >= self.config.restore_answers
+                and self.evs.planes[plane].at_floor
+            ):
+                # The floor EVs stopped answering: the plane is DOWN (docs/DESIGN.md §4). A
+                # plane only suspected silent is not taken DOWN by its probes: behind a dead
+                # switch of an ECMP fabric only some of its EVs are dead, and three probes
+                # may all hash there (a silent tier-1 took its plane DOWN so); its dead EVs
+                # go to the RTO and the floor, and an answer ends the suspicion.
                 self.down(plane, "probes unanswered", now)
                 return
         evs = self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)

@@ -15,7 +15,8 @@ silent itself for that window, while another plane has had a packet sent no earl
 this one fell silent or has nothing left in flight, is suspected. While suspected it takes no
 new flowcell (evchoice.py) and its bytes in flight do not count against CC's window
 (inflight.py), so the other planes go on at the full window, and the plane monitor probes it
-(planes.py: three probes unanswered take it DOWN, an answer ends the probing). Nothing is
+(planes.py: an answer ends the probing; three unanswered take it DOWN once its EVs are at
+their floor). Nothing is
 resent and no EV is blamed on suspicion: its flowcells stay in flight (and in the PSN
 window) until the RTO (rto.py, sender.py), the probes or the peer's port announcements
 judge the plane, as before. A stalled peer, or our own stall, leaves every plane quiet
