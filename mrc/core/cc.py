@@ -114,6 +114,10 @@ class CongestionControl(ABC):
     def on_local_drop(self, plane: int, now: float, *, inflight: int) -> None:  # noqa: B027
         """A local queue of `plane` refused a transmit (`inflight` bytes still out there)."""
 
+    def on_plane_silent(self, plane: int, now: float) -> None:  # noqa: B027
+        """Everything `plane` carried was declared lost while the peer answered on the other
+        planes (its RTO, or the silent-plane resend): it delivers nothing for now."""
+
 
 class WindowOnly(CongestionControl):
     """`none`: the packet window in bytes; only the receiver's push-back narrows it."""
@@ -228,6 +232,11 @@ class Nscc(CongestionControl):
     def on_local_drop(self, plane: int, now: float, *, inflight: int) -> None:
         # The plane's own first hop overflowed: its cap's business, not the window's.
         self.planes.on_overflow(plane, inflight, now)
+
+    def on_plane_silent(self, plane: int, now: float) -> None:
+        # A dead plane never sends the RTT samples that shrink its cap: restart it, as TCP
+        # restarts its window after an RTO, so it takes a flowcell or two, not megabytes.
+        self.planes.restart(plane)
 
     # -- inputs -----------------------------------------------------------------------------
 

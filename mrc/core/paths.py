@@ -71,6 +71,8 @@ class Plane:
     probing: bool = False
     probe_outstanding: bool = False
     probe_sent_at: float = 0.0
+    #: The EV the outstanding plane probe went on (an UP plane's: unanswered, it is a loss there).
+    probe_ev: int = 0
     #: Probes in a row that went unanswered; three take a probed plane DOWN.
     unanswered: int = 0
     #: DOWN planes: answers in a row toward restoration.

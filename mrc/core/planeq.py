@@ -142,6 +142,12 @@ class PlaneQueues:
         st.cap = st.ssthresh = max(min(st.cap, target), MIN_CAP_MTUS * self.mtu)
         st.last_decrease = st.overflowed_at = now
 
+    def restart(self, plane: int) -> None:
+        """`plane` delivered nothing while the others did: back to the first cap (its
+        measurements stay; its answers, when they come, grow the cap again)."""
+        st = self._state(plane)
+        st.cap = min(st.cap, self.initial_cap)
+
     def _pipe(self, st: _Plane) -> tuple[float, float, float]:
         """(the delay the other planes share, the queue threshold, `st`'s pipe): its delivery
         rate × (its base RTT + the shared delay + the threshold); 0 before a rate."""

@@ -27,7 +27,7 @@ from ..wire.packet import EndpointPacket, ProbePacket
 from ..wire.probe import EETH, ERTH, PETH, EndpointOp
 from .config import SessionConfig
 from .events import Event, PlaneDown, PlaneUp, PortStateChanged
-from .evs import ev_plane
+from .evs import EvSignal, ev_plane
 from .paths import PathTable, PlaneState
 from .records import tx_timestamp
 from .stats import SessionStats
@@ -185,6 +185,13 @@ class PlaneMonitor:
                 plane, pl.probe_sent_at
             ):
                 pl.unanswered += 1
+                if self.paths.usable(plane):
+                    # A packet lost on its EV while the peer answers elsewhere: MRC's rule
+                    # retires the EV (docs/DESIGN.md §4), so a dead plane's EVs fall to the
+                    # floor even once no data is left to lose there, and an ECMP plane
+                    # loses only the EVs hashed onto its dead switch.
+                    self.evs.signal(pl.probe_ev, EvSignal.LOSS, now=now, seq=self.send_seq(),
+                                    reason="probe unanswered")
             if (
                 pl.state is PlaneState.UP
                 and pl.unanswered >= self.config.restore_answers
@@ -198,7 +205,8 @@ class PlaneMonitor:
                 self.down(plane, "probes unanswered", now)
                 return
         evs = self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)
-        self._send_probe(PLANE, plane, evs[self._probe_id % len(evs)], now)
+        pl.probe_ev = evs[self._probe_id % len(evs)]
+        self._send_probe(PLANE, plane, pl.probe_ev, now)
         pl.probe_outstanding = True
         pl.probe_sent_at = now
         self.timers.set(Timer.PLANE_PROBE, now + pl.probe_interval, plane)

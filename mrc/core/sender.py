@@ -311,6 +311,8 @@ class Sender:
                     self._declare_lost(rec, rec.open_mask(), "rto", avoid_plane=plane)
                     if acked_later(rec, here) or (alive and self.rack.acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
+            if alive:
+                self.cc.on_plane_silent(plane, now)
         elif later_elsewhere and now < quiet_until:
             self.rtos.hold(plane, quiet_until)  # lagging: wait
             return False
@@ -360,10 +362,52 @@ class Sender:
                 )  # fmt: skip
             elif due is not None and (wake is None or due < wake):
                 wake = due
+        due = self._resend_silent(now)
+        if due is not None and (wake is None or due < wake):
+            wake = due
         if wake is not None:
             due = self.timers.get(Timer.REORDER)
             if due is None or wake < due:
                 self.timers.set(Timer.REORDER, wake)
+
+    def _resend_silent(self, now: float) -> float | None:
+        """The PSN window closed on one plane's packet leaves every plane waiting for that
+        plane's RTO, which on a busy host is several times the RTT an idle window sees (its
+        SRTT carries our own queues). Once every other plane has had all it carried
+        answered, packets sent after this one among them, the peer has nothing else to read:
+        a plane that only lagged is read then. Silent for a reordering window beyond the
+        last answer, the plane is dead to us: what it holds is resent on the others, and
+        its cap restarts (RACK's evidence across planes, RFC 8985 §6.2; silence.py). No
+        path is blamed: a late answer makes the copies duplicates the peer drops, sent
+        while the closed window left the other planes idle anyway; a dead plane's EVs are
+        retired by its unanswered probes (planes.py). Returns the time to look again."""
+        if not self.pending or (self.next_psn - self.una) & PSN_MASK < self.config.window:
+            return None
+        held = self.inflight.get(self.una)
+        if held is None or not held.open_mask() >> ((self.una - held.psn) & PSN_MASK) & 1:
+            return None
+        plane = held.plane
+        planes = self.paths.planes
+        last = 0.0
+        later = False
+        for other, fifo in self.log.by_plane.items():
+            if other != plane:
+                if any(r.open for r in fifo):
+                    return None  # the peer still owes there: its answer brings a pull
+                pl = planes[other]
+                last = max(last, pl.acked_at)
+                later = later or pl.answered_sent_at > held.sent_at
+        if not later:
+            return None  # nothing sent after it was answered: no evidence (tail_probe's case)
+        srtt = planes[plane].rtt.srtt or 0.0
+        due = max(last, planes[plane].acked_at) + max(self.config.reorder_min, srtt / 4)
+        if now < due:
+            return due
+        for rec in list(self.log.by_plane[plane]):
+            if rec.open:
+                self._declare_lost(rec, rec.open_mask(), "silent", avoid_plane=plane)
+        self.cc.on_plane_silent(plane, now)
+        return None
 
     def on_plane_down(self, plane: int) -> None:
         """Every packet in flight on a DOWN plane is lost at once (docs/DESIGN.md §4)."""

@@ -15,12 +15,11 @@ silent itself for that window, while another plane has had a packet sent no earl
 this one fell silent or has nothing left in flight, is suspected. While suspected it takes no
 new flowcell (evchoice.py) and its bytes in flight do not count against CC's window
 (inflight.py), so the other planes go on at the full window, and the plane monitor probes it
-(planes.py: an answer ends the probing; three unanswered take it DOWN once its EVs are at
-their floor). Nothing is
-resent and no EV is blamed on suspicion: its flowcells stay in flight (and in the PSN
-window) until the RTO (rto.py, sender.py), the probes or the peer's port announcements
-judge the plane, as before. A stalled peer, or our own stall, leaves every plane quiet
-alike and suspects none.
+(planes.py: an answer ends the probing; each unanswered one retires the EV it went on, and
+three take it DOWN once its EVs are at their floor). Nothing is resent and no EV is blamed
+on suspicion alone: its flowcells stay in flight until the RTO (rto.py), the probes, the
+peer's port announcements or a PSN window they close (sender.py `_resend_silent`) judge
+them. A stalled peer, or our own stall, leaves every plane quiet alike and suspects none.
 
 One case gives no evidence at all: the window shrank to what one plane has out and that
 plane died just after, so no other plane owes or answers anything while data waits. The
@@ -31,8 +30,8 @@ general tail probe cost a CPython ping-pong beside CPU hogs hundreds of spurious
 (docs/DESIGN.md §6).
 
 Holds `SilentPlanes`: the planes suspected; `judge`, which ends suspicions (the plane
-acknowledged something, or one RTO of it passed, doubling while it stays silent) and finds
-new ones, with the time to look again; and `tail_probe`.
+answered something, an acknowledgement or a probe, or four RTOs of it passed, doubling while
+it stays silent) and finds new ones, with the time to look again; and `tail_probe`.
 """
 
 from __future__ import annotations
@@ -45,6 +44,8 @@ from .records import SentCell
 
 #: A plane suspected again without answering in between is left alone up to 2^this RTOs.
 MAX_BACKOFF = 4
+#: A first suspicion lasts this many of the plane's RTOs, unless the plane answers.
+SUSPECT_RTOS = 4
 
 
 class SilentPlanes:
@@ -72,7 +73,7 @@ class SilentPlanes:
         the first acknowledgement after a stall of the peer (rto.py's `RtoTimers.resumed_at`)."""
         until = self.until
         for plane in [p for p, t in until.items()
-                      if t <= now or planes[p].acked_at > self._since[p]]:  # fmt: skip
+                      if t <= now or _answered(planes[p], self._since[p])]:  # fmt: skip
             del until[plane]
         wake: float | None = None
         new: list[int] = []
@@ -84,7 +85,8 @@ class SilentPlanes:
             srtt = pl.rtt.srtt
             if rec is None or srtt is None:
                 continue  # nothing out, or nothing known to expect
-            sent, quiet = rec.sent_at, pl.acked_at
+            # Silent since its last answer: an acknowledgement, or a probe answered.
+            sent, quiet = rec.sent_at, max(pl.acked_at, pl.proven_at)
             reorder = max(self.reorder_min, srtt / 4)
             # Only a plane not itself suspected speaks for the peer: a suspected plane is
             # idle because it gets nothing new, and two lagging planes must not suspect
@@ -151,11 +153,18 @@ class SilentPlanes:
 
     def _suspect(self, plane: int, pl: Plane, now: float) -> None:
         strikes = self._strikes.get(plane, 0)
-        if pl.acked_at > self._since.get(plane, 0.0):
+        if _answered(pl, self._since.get(plane, 0.0)):
             strikes = 0  # it answered since it was last suspected
         self._strikes[plane] = min(strikes + 1, MAX_BACKOFF)
         self._since[plane] = now
-        self.until[plane] = now + pl.rtt.rto * (1 << strikes)
+        # Long enough for the plane monitor's probes (10 ms apart) to judge it: ended
+        # early by any answer, and a dead plane must not get new flowcells in between.
+        self.until[plane] = now + pl.rtt.rto * (SUSPECT_RTOS << strikes)
+
+
+def _answered(pl: Plane, since: float) -> bool:
+    """`pl` answered something since `since`: data acknowledged, or a probe answered."""
+    return pl.acked_at > since or pl.proven_at > since
 
 
 def _open(fifo: deque[SentCell] | None) -> bool:

@@ -23,7 +23,8 @@ class PlaneStats:
 class SessionStats:
     planes: dict[int, PlaneStats] = field(default_factory=dict)
     #: rack, rto, plane_down, nack_trimmed, nack_other, local, completion (a LAST resent to
-    #: fetch its AETH), tail_probe (silence.py).
+    #: fetch its AETH), tail_probe (silence.py), silent (a window closed on a silent plane:
+    #: sender.py).
     retransmits_by_cause: Counter[str] = field(default_factory=Counter)
     #: Receiver drops, one key per reason (docs/DESIGN.md §6: every drop is counted by reason).
     drops_by_reason: Counter[str] = field(default_factory=Counter)

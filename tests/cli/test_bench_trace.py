@@ -19,7 +19,7 @@ from mrc.core.trace import CC_SAMPLE_SECONDS, RECORDS_PER_SECOND
 #: The bound docs/DESIGN.md §10 ("Traces") promises for a 10 s run.
 TEN_SECOND_BOUND = 8 << 20
 CAUSES = {"rack", "rto", "nack_trimmed", "nack_other", "plane_down", "local", "completion",
-          "tail_probe"}
+          "tail_probe", "silent"}
 
 
 def read_trace(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -56,9 +56,10 @@ def test_a_plane_silent_past_its_srtt_while_the_others_answered_is_suspected() -
     assert silent.until == {}
     new, wake = silent.judge(fifos, planes, 1.00625)
     assert new == [0]
-    # Suspected for one RTO (12.5 ms); the next look is when that ends.
-    assert silent.until == {0: pytest.approx(1.01875)}
-    assert wake == pytest.approx(1.01875)
+    # Suspected for four RTOs (4 x 12.5 ms), time for the plane monitor's probes to judge
+    # it, unless it answers first; the next look is when that ends.
+    assert silent.until == {0: pytest.approx(1.05625)}
+    assert wake == pytest.approx(1.05625)
     # Suspected once: no second report while it lasts.
     assert silent.judge(fifos, planes, 1.010)[0] == []
 
@@ -78,14 +79,23 @@ def test_a_plane_suspected_again_without_answering_is_left_alone_twice_as_long()
     fifos, planes = network()
     silent = SilentPlanes(reorder_min=0.001)
     silent.judge(fifos, planes, 1.007)
-    assert silent.until[0] == pytest.approx(1.0195)  # one RTO
-    # The suspicion ended; a new flowcell went out at 1.020 and is as silent.
-    fifos[0] = deque([cell(0, 1.020, 2)])
-    for n in (1, 2, 3):
-        planes[n].answered_sent_at, planes[n].acked_at = 1.020, 1.024
-    assert silent.judge(fifos, planes, 1.0262)[0] == []
-    assert silent.judge(fifos, planes, 1.027)[0] == [0]
-    assert silent.until[0] == pytest.approx(1.027 + 2 * 0.0125)
+    assert silent.until[0] == pytest.approx(1.057)  # four RTOs
+    # The suspicion ended unanswered, and the same silence suspects it again at once.
+    assert silent.judge(fifos, planes, 1.057)[0] == [0]
+    assert silent.until[0] == pytest.approx(1.057 + 8 * 0.0125)
+
+
+def test_an_answered_probe_ends_a_suspicion() -> None:
+    """The plane monitor probes a suspected plane (planes.py); its answer (the plane's
+    `proven_at`) ends the suspicion at once, as an acknowledgement would."""
+    fifos, planes = network()
+    silent = SilentPlanes(reorder_min=0.001)
+    silent.judge(fifos, planes, 1.007)
+    assert 0 in silent.until
+    assert silent.judge(fifos, planes, 1.009)[0] == [] and 0 in silent.until
+    planes[0].proven_at = 1.0095
+    assert silent.judge(fifos, planes, 1.010) == ([], pytest.approx(1.0095 + 0.00125))
+    assert silent.until == {}
 
 
 def test_every_plane_quiet_alike_is_a_stalled_peer_and_suspects_none() -> None:

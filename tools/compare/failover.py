@@ -107,7 +107,9 @@ def run_mptcp(bed: Bed, seconds: float, plane: int, kind: str, after: float, sta
 
 
 def run_mrc(bed: Bed, seconds: float, plane: int, kind: str, after: float, state: State,
-            runner: Runner, extra: list[str]) -> dict[str, Any]:
+            runner: Runner, extra: list[str], run: int = 1) -> dict[str, Any]:
+    """One mrc failover run; its raw documents go to `--logs` as
+    `failover-mrc-<kind>-<run>-{client,server,sampler,fault}.json`."""
     link = f"h1-p{plane}"
     sampler = _sampler(bed, seconds)
     try:
@@ -119,10 +121,11 @@ def run_mrc(bed: Bed, seconds: float, plane: int, kind: str, after: float, state
         sampler.kill()
         faults.clear(state, link, runner)
     cdoc, sdoc = client.json(), server.json()
-    bed.keep("failover-mrc-client.json", cdoc)
-    bed.keep("failover-mrc-server.json", sdoc)
-    bed.keep("failover-mrc-sampler.json", wire_doc)
-    bed.keep("failover-mrc-fault.json", {"t_fault": t_fault})
+    tag = f"failover-mrc-{kind}-{run}"
+    bed.keep(f"{tag}-client.json", cdoc)
+    bed.keep(f"{tag}-server.json", sdoc)
+    bed.keep(f"{tag}-sampler.json", wire_doc)
+    bed.keep(f"{tag}-fault.json", {"t_fault": t_fault})
     total, _ = analysis.sampler_windows(wire_doc)
     t0 = analysis.first_data(total, DATA_PACKET)
     if t0 is None:
@@ -175,7 +178,7 @@ def run_mrc_repeated(bed: Bed, seconds: float, plane: int, kind: str, after: flo
     first: dict[str, Any] | None = None
     for i in range(repeat):
         try:
-            m = run_mrc(bed, seconds, plane, kind, after, state, runner, extra)
+            m = run_mrc(bed, seconds, plane, kind, after, state, runner, extra, i + 1)
         except ProcError as e:
             runs.append({"error": str(e)})
             say(f"  mrc {kind} run {i + 1}/{repeat} FAILED: {e}")
