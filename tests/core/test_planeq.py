@@ -110,3 +110,18 @@ def test_a_decrease_for_delay_leaves_the_slow_start_on() -> None:
     steps = [b - a for a, b in pairwise(caps)]
     assert steps.count(GROW * MTU) >= 5
     assert caps[-1] > 1.4 * cut
+
+
+def test_a_plane_found_silent_restarts_at_the_first_cap_and_grows_again_when_it_answers() -> None:
+    """A dead plane sends no RTT samples, so nothing else would shrink its cap: the sender's
+    `on_plane_silent` (its RTO or the closed-window resend found it silent) restarts it."""
+    pq = PlaneQueues(MTU, queue_min=1 * MS)
+    t = feed(pq, 0.0, 5 * MS, {0: 0.5 * MS, 1: 0.5 * MS})
+    grown = pq.window(1)
+    assert pq.window(0) == grown > 2 * INITIAL_CAP
+    pq.restart(0)
+    assert pq.window(0) == INITIAL_CAP
+    assert pq.window(1) == grown  # the other plane keeps its cap
+    # Back and answering without a queue of its own: slow start again.
+    pq.on_sample(0, 0.5 * MS, 8 * MTU, 0, now=t)
+    assert pq.window(0) == INITIAL_CAP + GROW * 8 * MTU
