@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from enum import Enum
 
 from .paths import Plane, RttEstimator
 from .records import SentCell
@@ -20,6 +21,16 @@ from .timers import Timer, TimerTable
 
 #: (top send seq acknowledged on a plane, its EV, top seq acknowledged on any other EV).
 PlaneAcks = tuple[int, int, int]
+
+
+class Expiry(Enum):
+    """What an expired RTO of a plane concludes (`RtoTimers.judge`)."""
+
+    HELD = "held"  # no judgement yet: the timer was put off (a hold)
+    LOST = "lost"  # a later packet on the plane was acknowledged: its overdue packets are lost
+    SILENT = "silent"  # the plane is silent while the peer answers elsewhere: lost, dead paths
+    STALL_PROBE = "stall_probe"  # nothing later acknowledged anywhere: the one stall probe
+    BACKED_OFF = "backed_off"  # the same, but the probe is another plane's to send
 
 
 def acked_on_plane(fifo: deque[SentCell], after: int) -> PlaneAcks | None:
@@ -135,6 +146,53 @@ class RtoTimers:
             else:
                 timers.cancel(Timer.RETRANSMIT, plane)
                 armed.pop(plane, None)
+
+    def judge(
+        self, plane: int, oldest: SentCell, fifos: Mapping[int, deque[SentCell]],
+        planes: Mapping[int, Plane], *, top_seq: int, last_progress: float,
+        reorder_min: float, now: float,
+    ) -> tuple[Expiry, PlaneAcks | None]:  # fmt: skip
+        """The verdict on `plane`'s expired RTO, whose oldest open flowcell is `oldest`
+        (`top_seq`: the latest send seq acknowledged anywhere); with this plane's
+        acknowledgements after it (`acked_on_plane`), for the sender to blame paths by."""
+        pl = planes[plane]
+        est = pl.rtt
+        if self.fired_late(plane, planes, now):
+            # A stall of ours: read what waits before judging (docs/DESIGN.md §6).
+            self.hold(plane, now + reorder_min)
+            return Expiry.HELD, None
+        # A plane is one FIFO at the peer (one socket), so a later packet on this plane
+        # acknowledged says the old ones are not merely queued: they are lost, and so are
+        # their paths. Later packets acknowledged only on other planes say that only once
+        # this plane has been silent for an RTO and the peer shows it is alive elsewhere;
+        # while this plane's acknowledgements still flow it lags (the peer drains its
+        # planes' sockets in turn, and one can fall behind by more than an RTO), so wait.
+        # Nothing sent later acknowledged: the peer stalled, or our window did; resend
+        # only the connection's oldest, as RFC 6298 §5.4 does, back off, and blame no path.
+        here = acked_on_plane(fifos[plane], oldest.seq)
+        if here is not None:
+            return Expiry.LOST, here
+        later_elsewhere = top_seq > oldest.seq
+        # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
+        # Silent since its last acknowledgement, or since the peer's stall ended if later.
+        quiet_until = max(pl.acked_at, self.resumed_at) + est.rto
+        if later_elsewhere and now >= quiet_until:
+            alive = peer_alive(fifos, planes, plane, after=pl.acked_at + est.rto / 2,
+                               last_progress=last_progress, now=now)
+            if isinstance(alive, float):
+                self.hold(plane, alive)  # the other planes' answers are still due
+                return Expiry.HELD, None
+            if alive:
+                return Expiry.SILENT, None
+        elif later_elsewhere:
+            self.hold(plane, quiet_until)  # lagging: wait
+            return Expiry.HELD, None
+        if now < last_progress + est.rto:
+            self.hold(plane, last_progress + est.rto)  # the window, not the peer
+            return Expiry.HELD, None
+        if self.stall_expiry(fifos, plane, est, now):
+            return Expiry.STALL_PROBE, None
+        return Expiry.BACKED_OFF, None
 
     def fired_late(self, plane: int, planes: Mapping[int, Plane], now: float) -> bool:
         """`plane`'s RTO runs more than half an RTO after the deadline it was armed for, and

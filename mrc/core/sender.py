@@ -35,11 +35,11 @@ from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import CellPacket, OutMessage, SentCell, new_message, tx_timestamp
-from .rto import RtoTimers, acked_later, acked_on_plane, peer_alive
+from .rto import Expiry, RtoTimers, acked_later
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import Framer, flowcell_limit, packet_size
-from .silence import SilentPlanes
+from .silence import SilentPlanes, closed_on_silent
 from .spray import SprayPolicy
 from .stats import SessionStats
 from .timers import Timer, TimerTable
@@ -267,59 +267,26 @@ class Sender:
     def on_retransmit_timer(self, plane: int, now: float) -> bool:
         """The RTO of `plane` expired (docs/DESIGN.md §6). True: give up on the connection."""
         fifo = self.log.by_plane.get(plane)
-        if not fifo:
+        oldest = next((r for r in fifo if r.open), None) if fifo else None
+        if fifo is None or oldest is None:
             return False
-        pl = self.paths.planes[plane]
-        est = pl.rtt
-        rto = est.current
-        oldest = next((r for r in fifo if r.open), None)
-        if oldest is None:
+        verdict, here = self.rtos.judge(
+            plane, oldest, self.log.by_plane, self.paths.planes, top_seq=self.rack.top_seq,
+            last_progress=self.last_progress, reorder_min=self.config.reorder_min, now=now,
+        )  # fmt: skip
+        if verdict is Expiry.HELD:
             return False
-        if self.rtos.fired_late(plane, self.paths.planes, now):
-            # A stall of ours: read what waits before judging (docs/DESIGN.md §6).
-            self.rtos.hold(plane, now + self.config.reorder_min)
-            return False
-        # A plane is one FIFO at the peer (one socket), so a later packet on this plane
-        # acknowledged says the old ones are not merely queued: they are lost, and so are
-        # their paths. Later packets acknowledged only on other planes say that only once
-        # this plane has been silent for an RTO and the peer shows it is alive elsewhere;
-        # while this plane's acknowledgements still flow it lags (the peer drains its
-        # planes' sockets in turn, and one can fall behind by more than an RTO), so wait.
-        # Nothing sent later acknowledged: the peer stalled, or our window did; resend
-        # only the connection's oldest, as RFC 6298 §5.4 does, back off, and blame no path.
-        here = acked_on_plane(fifo, oldest.seq)
-        later_elsewhere = self.rack.top_seq > oldest.seq
-        # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
-        # Silent since its last acknowledgement, or since the peer's stall ended if later.
-        quiet_until = max(pl.acked_at, self.rtos.resumed_at) + est.rto
-        alive: bool | float = False
-        if later_elsewhere and now >= quiet_until and here is None:
-            alive = peer_alive(
-                self.log.by_plane,
-                self.paths.planes,
-                plane,
-                after=pl.acked_at + est.rto / 2,
-                last_progress=self.last_progress,
-                now=now,
-            )
-        if isinstance(alive, float):
-            self.rtos.hold(plane, alive)  # the other planes' answers are still due
-            return False
-        if here is not None or alive:
+        if verdict is Expiry.LOST or verdict is Expiry.SILENT:
+            silent = verdict is Expiry.SILENT
+            rto = self.paths.planes[plane].rtt.current
             for rec in list(fifo):
                 if rec.open and rec.sent_at + rto <= now:
                     self._declare_lost(rec, rec.open_mask(), "rto", avoid_plane=plane)
-                    if acked_later(rec, here) or (alive and self.rack.acked_elsewhere(rec)):
+                    if acked_later(rec, here) or (silent and self.rack.acked_elsewhere(rec)):
                         self._ev_loss(rec, now, "timeout")
-            if alive:
+            if silent:
                 self.cc.on_plane_silent(plane, now)
-        elif later_elsewhere and now < quiet_until:
-            self.rtos.hold(plane, quiet_until)  # lagging: wait
-            return False
-        elif now < self.last_progress + est.rto:
-            self.rtos.hold(plane, self.last_progress + est.rto)  # the window, not the peer
-            return False
-        elif self.rtos.stall_expiry(self.log.by_plane, plane, est, now):
+        elif verdict is Expiry.STALL_PROBE:
             # The one probe, on the plane that answered last: landing on a plane as dead as
             # this one it would prove nothing, and a window full of such planes' packets
             # leaves the working plane idle (nothing else goes out).
@@ -371,43 +338,23 @@ class Sender:
                 self.timers.set(Timer.REORDER, wake)
 
     def _resend_silent(self, now: float) -> float | None:
-        """The PSN window closed on one plane's packet leaves every plane waiting for that
-        plane's RTO, which on a busy host is several times the RTT an idle window sees (its
-        SRTT carries our own queues). Once every other plane has had all it carried
-        answered, packets sent after this one among them, the peer has nothing else to read:
-        a plane that only lagged is read then. Silent for a reordering window beyond the
-        last answer, the plane is dead to us: what it holds is resent on the others, and
-        its cap restarts (RACK's evidence across planes, RFC 8985 §6.2; silence.py). No
-        path is blamed: a late answer makes the copies duplicates the peer drops, sent
-        while the closed window left the other planes idle anyway; a dead plane's EVs are
-        retired by its unanswered probes (planes.py). Returns the time to look again."""
+        """A PSN window closed on a plane found silent (silence.py `closed_on_silent`): what
+        it holds goes out on the others, no path blamed, and its cap restarts. Returns the
+        time to look again."""
         if not self.pending or (self.next_psn - self.una) & PSN_MASK < self.config.window:
             return None
         held = self.inflight.get(self.una)
         if held is None or not held.open_mask() >> ((self.una - held.psn) & PSN_MASK) & 1:
             return None
         plane = held.plane
-        planes = self.paths.planes
-        last = 0.0
-        later = False
-        for other, fifo in self.log.by_plane.items():
-            if other != plane:
-                if any(r.open for r in fifo):
-                    return None  # the peer still owes there: its answer brings a pull
-                pl = planes[other]
-                last = max(last, pl.acked_at)
-                later = later or pl.answered_sent_at > held.sent_at
-        if not later:
-            return None  # nothing sent after it was answered: no evidence (tail_probe's case)
-        srtt = planes[plane].rtt.srtt or 0.0
-        due = max(last, planes[plane].acked_at) + max(self.config.reorder_min, srtt / 4)
-        if now < due:
-            return due
-        for rec in list(self.log.by_plane[plane]):
-            if rec.open:
-                self._declare_lost(rec, rec.open_mask(), "silent", avoid_plane=plane)
-        self.cc.on_plane_silent(plane, now)
-        return None
+        fifos = self.log.by_plane
+        dead, due = closed_on_silent(held, fifos, self.paths.planes, self.config.reorder_min, now)
+        if dead:
+            for rec in list(fifos[plane]):
+                if rec.open:
+                    self._declare_lost(rec, rec.open_mask(), "silent", avoid_plane=plane)
+            self.cc.on_plane_silent(plane, now)
+        return due
 
     def on_plane_down(self, plane: int) -> None:
         """Every packet in flight on a DOWN plane is lost at once (docs/DESIGN.md §4)."""

@@ -31,7 +31,8 @@ general tail probe cost a CPython ping-pong beside CPU hogs hundreds of spurious
 
 Holds `SilentPlanes`: the planes suspected; `judge`, which ends suspicions (the plane
 answered something, an acknowledgement or a probe, or four RTOs of it passed, doubling while
-it stays silent) and finds new ones, with the time to look again; and `tail_probe`.
+it stays silent) and finds new ones, with the time to look again; and `tail_probe`. And
+`closed_on_silent`: whether a PSN window closed on one plane's packet has found it dead.
 """
 
 from __future__ import annotations
@@ -160,6 +161,42 @@ class SilentPlanes:
         # Long enough for the plane monitor's probes (10 ms apart) to judge it: ended
         # early by any answer, and a dead plane must not get new flowcells in between.
         self.until[plane] = now + pl.rtt.rto * (SUSPECT_RTOS << strikes)
+
+
+def closed_on_silent(
+    held: SentCell,
+    fifos: Mapping[int, deque[SentCell]],
+    planes: Mapping[int, Plane],
+    reorder_min: float,
+    now: float,
+) -> tuple[bool, float | None]:
+    """The PSN window is closed on `held`'s open packet: is its plane dead to us? (True, None)
+    if so; else (False, when to look again, or None when an answer will bring the next look).
+
+    A closed window leaves every plane waiting for that plane's RTO, which on a busy host is
+    several times the RTT an idle window sees (its SRTT carries our own queues). Once every
+    other plane has had all it carried answered, packets sent after `held` among them, the
+    peer has nothing else to read, and a plane that only lags is read then. Silent for a
+    reordering window past the last answer, it is dead to us (RACK's evidence across planes,
+    RFC 8985 §6.2): the sender resends what it holds on the others and restarts its cap, and
+    blames no path. If it only lagged longer, the copies are duplicates the peer drops, sent
+    while the closed window left the other planes idle anyway; a dead plane's EVs are retired
+    by its unanswered probes (planes.py). docs/DESIGN.md §6 has the measurements."""
+    plane = held.plane
+    last = 0.0
+    later = False
+    for other, fifo in fifos.items():
+        if other != plane:
+            if _open(fifo):
+                return False, None  # the peer still owes there: its answer brings a pull
+            pl = planes[other]
+            last = max(last, pl.acked_at)
+            later = later or pl.answered_sent_at > held.sent_at
+    if not later:
+        return False, None  # nothing sent after it was answered: tail_probe's case
+    srtt = planes[plane].rtt.srtt or 0.0
+    due = max(last, planes[plane].acked_at) + max(reorder_min, srtt / 4)
+    return (True, None) if now >= due else (False, due)
 
 
 def _answered(pl: Plane, since: float) -> bool:

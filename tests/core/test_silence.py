@@ -15,7 +15,7 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.paths import Plane, RttEstimator
 from mrc.core.records import SentCell
-from mrc.core.silence import SilentPlanes
+from mrc.core.silence import SilentPlanes, closed_on_silent
 
 SRTT = 0.005
 T0 = 1.000
@@ -176,3 +176,32 @@ def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flow
     spray = make_spray("bitmap", paths, random.Random(4))
     choice = EvChoice(paths, spray, make_balance("equal", paths), flight, suspected)
     assert not choice.plane_open(0) and choice.plane_open(1)
+
+
+def test_a_closed_window_finds_its_plane_dead_a_reordering_window_past_the_last_answer() -> None:
+    """The PSN window is closed on plane 0's flowcell. Planes 1-3 had packets sent after it
+    answered (sent at 1.0001, the last answer at 1.004) and owe nothing: the peer has nothing
+    else to read. Plane 0 silent 1.25 ms past that answer (a reordering window: ¼ SRTT) is
+    dead to us, long before its RTO (12.5 ms after 1.000)."""
+    fifos, planes = network()
+    for n in (1, 2, 3):
+        planes[n].answered_sent_at = T0 + 0.0001
+    held = fifos[0][0]
+    assert closed_on_silent(held, fifos, planes, 0.001, 1.005) == (False, pytest.approx(1.00525))
+    assert closed_on_silent(held, fifos, planes, 0.001, 1.00525) == (True, None)
+    # It answers after all (it only lagged): its silence counts from there.
+    planes[0].acked_at = 1.0055
+    assert closed_on_silent(held, fifos, planes, 0.001, 1.006) == (False, pytest.approx(1.00675))
+
+
+def test_a_closed_window_judges_nothing_while_another_owes_or_nothing_later_answered() -> None:
+    fifos, planes = network()
+    held = fifos[0][0]
+    # Only packets of the same burst answered elsewhere (sent at 1.000, not after): no
+    # evidence, the tail probe's case.
+    assert closed_on_silent(held, fifos, planes, 0.001, 1.100) == (False, None)
+    for n in (1, 2, 3):
+        planes[n].answered_sent_at = T0 + 0.0001
+    # Plane 1 still owes a flowcell: its answer (or its own silence) comes first.
+    fifos[1].append(cell(1, T0 + 0.0002, 2))
+    assert closed_on_silent(held, fifos, planes, 0.001, 1.100) == (False, None)
