@@ -22,6 +22,7 @@ from collections.abc import Callable
 from ..wire.ack import NackReason, SackMark, syndrome_ok
 from ..wire.bth import MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket
+from .acks import AckLedger
 from .balance import PlaneBalance
 from .cc import CongestionControl
 from .completion import AwaitingAeth
@@ -83,10 +84,6 @@ class Sender:
         self.log = SendLog(config.payload_mtu, self.rack, self.evs)
         #: The records of the packets not yet acknowledged, by PSN.
         self.inflight = self.log.records
-        #: Per plane, the age of the oldest first transmission the current ACK covers.
-        self._ages: dict[int, float] = {}
-        #: Per plane, payload bytes of first transmissions the current ACK covers.
-        self._acked_bytes: dict[int, int] = {}
         self.rtos = RtoTimers()
         #: EVs with newly acknowledged first transmissions since the last output pull.
         self._acked_evs: set[int] = set()
@@ -95,6 +92,9 @@ class Sender:
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
         self.flight = InFlight(config, cc, self.inflight, paths.planes)
+        self.acks = AckLedger(
+            self.inflight, self.flight, self.rack, paths, self.awaiting_aeth, stats, balance, cc
+        )
         #: Planes gone silent while the peer answers elsewhere (silence.py).
         self.silent = SilentPlanes(config.reorder_min)
         self.flight.uncounted = self.silent.until
@@ -416,7 +416,7 @@ class Sender:
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
         self._ack(self.scoreboard.new_psns(base, seth.sack_bitmap, cack, sent_span), now, touched)
         self._advance_una()
-        self._sample_rtts(now)
+        self.acks.sample_rtts(now)
         self.scoreboard.forget_behind(self.una)
         if touched:
             self.spray.on_acked(touched, ce_ev, now)
@@ -458,7 +458,7 @@ class Sender:
             if older is msg:
                 break
         self._advance_una()
-        self._sample_rtts(now)
+        self.acks.sample_rtts(now)
         self._acked_evs |= touched
         while self.outstanding and self.outstanding[0].status is not None:
             done = self.outstanding.popleft()
@@ -520,93 +520,17 @@ class Sender:
     # -- helpers ----------------------------------------------------------------------------
 
     def _ack(self, psns: list[int], now: float, touched: set[int]) -> None:
-        """The packets `psns` (in PSN order) arrived, cumulatively or by SACK bits: mark them
-        in their records, count their bytes, and hand each flowcell touched to RACK once (one
-        call per SACK: the hottest loop of the receive path, so its lookups are hoisted)."""
-        pop = self.inflight.pop
-        by_plane = self.flight.by_plane
-        acked = left = top = cell_bytes = 0
-        interval = -1.0
-        cell: SentCell | None = None
-        for psn in psns:
-            rec = pop(psn, None)
-            if rec is None:
-                continue
-            i = (psn - rec.psn) & PSN_MASK
-            bit = 1 << i
-            packets = rec.packets
-            length = rec.size if i < len(packets) - 1 else rec.last
-            if not rec.lost & bit:
-                rec.open -= 1
-                rec.open_bytes -= length
-                left += length
-                by_plane[rec.plane] -= length
-            rec.acked |= bit
-            acked += length
-            if rec is not cell:
-                if cell is not None:
-                    self._cell_acked(cell, top, cell_bytes, now, touched)
-                cell, top, cell_bytes = rec, i, 0
-            elif i > top:
-                top = i
-            cell_bytes += length
-            msg = packets[i][0]
-            msg.acked += 1
-            if msg.acked == msg.npkts and msg.status is None:
-                if interval < 0:  # once per call: many small messages complete in one SACK
-                    interval = max(pl.rtt.current for pl in self.paths.planes.values())
-                self.awaiting_aeth.add(msg, now, interval)
-        if cell is not None:
-            self._cell_acked(cell, top, cell_bytes, now, touched)
-        if acked:
-            self.flight.left(left)
-            self.stats.bytes_acked += acked
+        """The packets `psns` (in PSN order) arrived (acks.py); any new byte is progress."""
+        if self.acks.ack(psns, now, touched):
             self.rtos.progress(now, self.last_progress, self.config.min_rto)
             self.last_progress = now
             self.rto_expiries = 0
-
-    def _cell_acked(
-        self, cell: SentCell, top: int, acked: int, now: float, touched: set[int]
-    ) -> None:
-        """`acked` bytes of `cell`, up to its packet `top`, were acknowledged: RACK's turn, and
-        the plane's RTT and goodput sample (first transmissions only: Karn, RFC 8985 §6.2)."""
-        if self.rack.acked(cell, top, now):
-            age = now - cell.sent_at
-            plane = cell.plane
-            if age > self._ages.get(plane, -1.0):
-                self._ages[plane] = age
-            self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + acked
-            touched.add(cell.ev)
-            pl = self.paths.planes[plane]
-            if cell.sent_at > pl.answered_sent_at:
-                # Every flowcell acknowledged, not only the one a SACK names as its trigger
-                # (a coalesced SACK covers many planes): silence.py weighs planes by it.
-                pl.answered_sent_at = cell.sent_at
 
     def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
         """Everything before `cack` arrived (a cumulative acknowledgement)."""
         una = self.una
         self._ack([(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)], now, touched)
         self.una = cack
-
-    def _sample_rtts(self, now: float) -> None:
-        """One RTT sample per plane per acknowledgement: the longest a first transmission
-        it newly acknowledged took (Karn's rule: never a retransmitted PSN). The RTO has to
-        cover the slowest acknowledgement, not the freshest: a receive batch acknowledges
-        packets that waited in the peer's socket queue together with ones that did not."""
-        if self._ages:
-            planes = self.paths.planes
-            for plane, age in self._ages.items():
-                pl = planes[plane]
-                pl.rtt.sample(max(0.0, age))
-                pl.acked_at = now
-                acked = self._acked_bytes.get(plane, 0)
-                self.balance.on_acked(plane, acked, age, now)
-                self.cc.on_plane_sample(
-                    plane, age, acked=acked, inflight=self.flight.by_plane[plane], now=now
-                )
-            self._ages.clear()
-            self._acked_bytes.clear()
 
     def _advance_una(self) -> None:
         while self.una != self.next_psn and self.una not in self.inflight:
