@@ -5,8 +5,9 @@ Four kinds of probing live here, all answered by the peer at once:
 - retired (ASSUMED_BAD) EVs get a RELIABILITY_PROBE at 10 ms doubling to 1 s; after an answer,
   confirming probes at 10 ms; three clean answers restore the EV (the EV table counts them);
 - a plane at its EV floor, or one the sender suspects silent (silence.py), has its EVs
-  probed every 10 ms: at the floor, three answers in a row missing (each older than the
-  plane's RTO) take the plane DOWN; an answer to a suspected plane's probe ends its probing;
+  probed every 10 ms: each answer missing (older than the plane's RTO) while the peer
+  answers elsewhere is a loss on the EV the probe went on, which retires it; at the floor,
+  three missing in a row take the plane DOWN; an answer ends a suspected plane's probing;
 - a DOWN plane is probed at 10 ms doubling to 1 s and comes back after three answers;
 - reverse EVs (what our SACKs, NACKs and answers ride on) are validated with EV_PROBE on every
   plane nothing else proved in the last interval; a plane whose EV_PROBEs stop being answered
