@@ -276,7 +276,7 @@ class Sender:
         )  # fmt: skip
         if verdict is Expiry.HELD:
             return False
-        if verdict is Expiry.LOST or verdict is Expiry.SILENT:
+        if verdict is Expiry.LOST or verdict is Expiry.SILENT or verdict is Expiry.RESUMED:
             silent = verdict is Expiry.SILENT
             rto = self.paths.planes[plane].rtt.current
             for rec in list(fifo):
@@ -522,7 +522,7 @@ class Sender:
     def _ack(self, psns: list[int], now: float, touched: set[int]) -> None:
         """The packets `psns` (in PSN order) arrived (acks.py); any new byte is progress."""
         if self.acks.ack(psns, now, touched):
-            self.rtos.progress(now, self.last_progress, self.config.min_rto)
+            self.rtos.progress(now, self.last_progress, self.config.min_rto, self.paths.planes)
             self.last_progress = now
             self.rto_expiries = 0
 
