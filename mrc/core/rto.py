@@ -118,6 +118,8 @@ class RtoTimers:
         #: a plane's own silence counts from here, as the peer may still be reading its other
         #: planes' sockets first.
         self.resumed_at = 0.0
+        #: How long that silence lasted.
+        self.silence = 0.0
 
     def progress(
         self, now: float, last_progress: float, min_rto: float, planes: Mapping[int, Plane]
@@ -129,6 +131,7 @@ class RtoTimers:
         lost a whole window each would free only what one stall probe brings back."""
         if now - last_progress > min_rto:
             self.resumed_at = now
+            self.silence = now - last_progress
             self.holds.clear()
             for pl in planes.values():
                 pl.rtt.backoff = 0
@@ -185,13 +188,15 @@ class RtoTimers:
         resumed = self.resumed_at
         if oldest.sent_at < resumed <= last_progress and pl.acked_at <= resumed:
             # Sent before a silence of the peer's that has ended: a peer that was only
-            # stalled reads its backlog at once, so what it has not answered an RTO after it
-            # came back was lost with the silence (an outage that took the whole window).
-            # No path is blamed: every plane lost alike, and the answers that ended the
-            # silence were resends (Karn).
-            if now >= resumed + est.rto:
+            # stalled reads the backlog of that silence within about as long again (it
+            # reads faster than we sent), so what it has not answered by then, and an RTO
+            # after it came back, was lost with the silence (an outage that took the whole
+            # window). No path is blamed: every plane lost alike, and the answers that ended
+            # the silence were resends (Karn).
+            due = resumed + max(est.rto, self.silence)
+            if now >= due:
                 return Expiry.RESUMED, None
-            self.hold(plane, resumed + est.rto)
+            self.hold(plane, due)
             return Expiry.HELD, None
         later_elsewhere = top_seq > oldest.seq
         # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.

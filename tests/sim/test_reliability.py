@@ -158,8 +158,9 @@ def test_an_outage_of_every_plane_is_recovered_an_rto_after_the_peer_answers_aga
     """Every plane of the writer goes silent from 1 ms to 15 ms: the whole window is lost, and
     the SACKs of what arrived just before. The RTO's stall probes (one packet for the whole
     connection, backing off) find the peer again at 16 ms. What it has not answered an RTO
-    after that (17.3 ms: the RTT samples of the late SACKs raised it) was lost with the
-    outage: it is all resent at once, no path blamed, and the transfer ends at 39.8 ms.
+    after that (17.3 ms: the RTT samples of the late SACKs raised it; and at least the 15 ms
+    the silence lasted) was lost with the outage: it is all resent at once, no path blamed,
+    and the transfer ends at 39.8 ms.
     Before, each backed-off probe's answer freed only the packets it brought back: it ended
     at 579.5 ms."""
 
