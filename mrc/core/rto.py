@@ -29,7 +29,6 @@ class Expiry(Enum):
     HELD = "held"  # no judgement yet: the timer was put off (a hold)
     LOST = "lost"  # a later packet on the plane was acknowledged: its overdue packets are lost
     SILENT = "silent"  # the plane is silent while the peer answers elsewhere: lost, dead paths
-    RESUMED = "resumed"  # unanswered an RTO after the peer came back: lost, no path blamed
     STALL_PROBE = "stall_probe"  # nothing later acknowledged anywhere: the one stall probe
     BACKED_OFF = "backed_off"  # the same, but the probe is another plane's to send
 
@@ -118,8 +117,6 @@ class RtoTimers:
         #: a plane's own silence counts from here, as the peer may still be reading its other
         #: planes' sockets first.
         self.resumed_at = 0.0
-        #: How long that silence lasted.
-        self.silence = 0.0
 
     def progress(
         self, now: float, last_progress: float, min_rto: float, planes: Mapping[int, Plane]
@@ -131,7 +128,6 @@ class RtoTimers:
         lost a whole window each would free only what one stall probe brings back."""
         if now - last_progress > min_rto:
             self.resumed_at = now
-            self.silence = now - last_progress
             self.holds.clear()
             for pl in planes.values():
                 pl.rtt.backoff = 0
@@ -185,19 +181,6 @@ class RtoTimers:
         here = acked_on_plane(fifos[plane], oldest.seq)
         if here is not None:
             return Expiry.LOST, here
-        resumed = self.resumed_at
-        if oldest.sent_at < resumed <= last_progress and pl.acked_at <= resumed:
-            # Sent before a silence of the peer's that has ended: a peer that was only
-            # stalled reads the backlog of that silence within about as long again (it
-            # reads faster than we sent), so what it has not answered by then, and an RTO
-            # after it came back, was lost with the silence (an outage that took the whole
-            # window). No path is blamed: every plane lost alike, and the answers that ended
-            # the silence were resends (Karn).
-            due = resumed + max(est.rto, self.silence)
-            if now >= due:
-                return Expiry.RESUMED, None
-            self.hold(plane, due)
-            return Expiry.HELD, None
         later_elsewhere = top_seq > oldest.seq
         # Compared as deadlines: a hold re-armed at `acked_at + rto` must find it passed.
         # Silent since its last acknowledgement, or since the peer's stall ended if later.

@@ -276,7 +276,7 @@ class Sender:
         )  # fmt: skip
         if verdict is Expiry.HELD:
             return False
-        if verdict is Expiry.LOST or verdict is Expiry.SILENT or verdict is Expiry.RESUMED:
+        if verdict is Expiry.LOST or verdict is Expiry.SILENT:
             silent = verdict is Expiry.SILENT
             rto = self.paths.planes[plane].rtt.current
             for rec in list(fifo):
