@@ -346,21 +346,23 @@ class Sender:
         held = self.inflight.get(self.una)
         if held is None or not held.open_mask() >> ((self.una - held.psn) & PSN_MASK) & 1:
             return None
-        plane = held.plane
-        fifos = self.log.by_plane
-        dead, due = closed_on_silent(held, fifos, self.paths.planes, self.config.reorder_min, now)
+        dead, due = closed_on_silent(
+            held, self.log.by_plane, self.paths.planes, self.config.reorder_min, now
+        )
         if dead:
-            for rec in list(fifos[plane]):
-                if rec.open:
-                    self._declare_lost(rec, rec.open_mask(), "silent", avoid_plane=plane)
-            self.cc.on_plane_silent(plane, now)
+            self._lose_plane(held.plane, "silent")
+            self.cc.on_plane_silent(held.plane, now)
         return due
 
     def on_plane_down(self, plane: int) -> None:
         """Every packet in flight on a DOWN plane is lost at once (docs/DESIGN.md §4)."""
+        self._lose_plane(plane, "plane_down")
+
+    def _lose_plane(self, plane: int, cause: str) -> None:
+        """Every packet in flight on `plane` is lost, to be resent on the others."""
         for rec in self.log.by_plane.get(plane, ()):
             if rec.open:
-                self._declare_lost(rec, rec.open_mask(), "plane_down", avoid_plane=plane)
+                self._declare_lost(rec, rec.open_mask(), cause, avoid_plane=plane)
 
     # -- input ------------------------------------------------------------------------------
 
