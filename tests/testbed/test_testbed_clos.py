@@ -27,6 +27,10 @@ from testbed_support import (
     tx_packets,
 )
 
+from tools.testbed import faults
+from tools.testbed.build import load_state
+from tools.testbed.runner import Runner
+
 pytestmark = requires_root
 N = 40  # datagrams per SRv6 check
 
@@ -139,6 +143,37 @@ def test_fault_blackhole_loss_clear(clos: dict[str, Any]) -> None:
         tb("fault", "--name", name, "clear", "h2-p3")
         assert "drop" not in nft_ruleset(h2) and "drop" not in nft_ruleset(t0)
         assert ping(h2, dst) == {dst: 2}
+    finally:
+        tb("fault", "--name", name, "clear", "h2-p3", check=False)
+
+
+def test_an_armed_blackhole_acts_only_when_fired(clos: dict[str, Any]) -> None:
+    """tools/compare arms its fault while the transfer ramps up: armed, nothing is dropped
+    yet; fired, both ends drop and the fault is recorded; an armed fault cancelled unfired
+    leaves nothing behind."""
+    name, h2, t0 = clos["name"], ns_of(clos, "h2"), ns_of(clos, "t0r1p3")
+    dst = addr_of(clos, "h4", 3)
+    runner = Runner()
+    try:
+        armed = faults.arm_blackhole(load_state(name), "h2-p3", runner)
+        try:
+            assert ping(h2, dst) == {dst: 2}
+            assert "drop" not in nft_ruleset(h2) and "drop" not in nft_ruleset(t0)
+            msg = armed.fire()
+        finally:
+            armed.cancel()
+        assert msg == "h2-p3: blackholed (everything arriving at h2:p3, t0r1p3:h2 dropped)"
+        assert "drop" in nft_ruleset(h2) and "drop" in nft_ruleset(t0)
+        assert ping(h2, dst, timeout=0.3) == {dst: 0}
+        link = next(lk for lk in status(name)["links"] if lk["name"] == "h2-p3")
+        assert link["faults"]["h2:p3"] == {"blackhole": True}
+        tb("fault", "--name", name, "clear", "h2-p3")
+        unfired = faults.arm_link_down(load_state(name), "h2-p3", runner)
+        unfired.cancel()
+        unfired.cancel()  # twice is harmless
+        assert ping(h2, dst) == {dst: 2}
+        link = next(lk for lk in status(name)["links"] if lk["name"] == "h2-p3")
+        assert link["state"] == "up" and not link["faults"]
     finally:
         tb("fault", "--name", name, "clear", "h2-p3", check=False)
 

@@ -26,7 +26,8 @@ Then the failover comparison (`tools.compare.failover`): a `--failover-seconds` 
 transfer for MPTCP and for mrc, with plane `--fail-plane` (0) failed `--fault-after` (1 s)
 after data started flowing, once for each kind of `--fault` (default both: `link-down`,
 `faults.link_down` of tools.testbed on link h1-p<plane>, both ends down; then `blackhole`,
-`faults.blackhole`, an nftables drop at both ends, a silent failure). MPTCP runs once per
+`faults.blackhole`, an nftables drop at both ends, a silent failure; either is armed while
+the flow ramps up and fired at the fault instant, both ends at once). MPTCP runs once per
 kind, mrc `--repeat` (10) times: issue 19's goal is a longest gap of at most 10 ms in 10 of
 10 runs for each kind, and the report lists every run's gap. The first kind's results are
 `failover.mrc` / `failover.mptcp` in compare.json, the second's `failover.mrc-blackhole` /

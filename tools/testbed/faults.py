@@ -19,6 +19,12 @@ A fault targets a link by name (`h1-p0`, `t0r1p0-t1ap0`: both ends) or one end a
   topology gave the link), brings the interfaces up and re-installs their routes.
 
 The records of active faults live in the testbed's state file (`build.State.faults`).
+
+Link-down, loss and blackhole reach every end at once: one command per end is started first,
+blocked on its script (`ArmedFault`, `runner.Armed`), and all are then handed their scripts
+together, so the ends change within about a millisecond of each other rather than one tool
+start-up (5–10 ms, more on a busy host) apart. `ARM` lets a caller arm a fault early and fire
+it at the instant it measures from (tools/compare's failover runs).
 """
 
 from __future__ import annotations
@@ -31,14 +37,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from tools.testbed.build import TBF_LATENCY, State, kill_flap, restore_iface, tbf_line
 from tools.testbed.model import Endpoint, Link, TestbedError
-from tools.testbed.runner import Runner, ensure_tools
+from tools.testbed.runner import Armed, Runner, ensure_tools
 from tools.testbed.topology import parse_rate
 
 NFT_TABLE = "mrc_testbed"
@@ -75,22 +81,68 @@ def _record(state: State, ends: list[Endpoint], key: str, value: Any) -> None:
             del state.faults[str(end)]
 
 
-def _set_down(state: State, ends: list[Endpoint], runner: Runner) -> None:
-    for end in ends:
-        runner.batch("ip", [f"link set dev {end.iface} down"], state.ns(end.node))
-
-
 def _set_up(state: State, ends: list[Endpoint], runner: Runner) -> None:
     for end in ends:
         restore_iface(state, end.node, [end.iface], runner)
 
 
-def link_down(state: State, spec: str, runner: Runner) -> str:
+class ArmedFault:
+    """A fault whose commands already run, one per end, each waiting for its script
+    (`runner.Armed`): `fire` hands every end its script, so the ends fail within about a
+    millisecond of each other, waits for them, records the fault and returns what the CLI
+    prints. `cancel` ends it unfired. The CLI arms and fires at once; tools/compare arms
+    before the instant it measures from, so starting the tools costs the transfer under
+    test nothing at that instant."""
+
+    def __init__(
+        self, runner: Runner, tool: str, jobs: list[tuple[str, str]], done: Callable[[], str]
+    ) -> None:
+        self._done = done
+        self._jobs: list[tuple[Armed, str]] = []
+        try:
+            for ns, script in jobs:
+                armed = runner.armed_nft(ns) if tool == "nft" else runner.armed_batch(tool, ns)
+                self._jobs.append((armed, script))
+        except BaseException:
+            self.cancel()
+            raise
+
+    def fire(self) -> str:
+        try:
+            for armed, script in self._jobs:
+                armed.fire(script)
+            for armed, _ in self._jobs:
+                armed.wait()
+        finally:
+            self.cancel()
+        return self._done()
+
+    def cancel(self) -> None:
+        for armed, _ in self._jobs:
+            armed.cancel()
+
+
+def _down_jobs(state: State, ends: list[Endpoint]) -> list[tuple[str, str]]:
+    return [(state.ns(e.node), f"link set dev {e.iface} down\n") for e in ends]
+
+
+def _set_down(state: State, ends: list[Endpoint], runner: Runner) -> None:
+    ArmedFault(runner, "ip", _down_jobs(state, ends), str).fire()
+
+
+def arm_link_down(state: State, spec: str, runner: Runner) -> ArmedFault:
     _, ends = target(state, spec)
-    _set_down(state, ends, runner)
-    _record(state, ends, "down", True)
-    state.save()
-    return f"{spec}: down ({', '.join(map(str, ends))})"
+
+    def done() -> str:
+        _record(state, ends, "down", True)
+        state.save()
+        return f"{spec}: down ({', '.join(map(str, ends))})"
+
+    return ArmedFault(runner, "ip", _down_jobs(state, ends), done)
+
+
+def link_down(state: State, spec: str, runner: Runner) -> str:
+    return arm_link_down(state, spec, runner).fire()
 
 
 def link_up(state: State, spec: str, runner: Runner) -> str:
@@ -163,8 +215,11 @@ def _chain(iface: str) -> str:
     return "in_" + iface.replace("-", "_")
 
 
-def _nft_drop(state: State, ends: list[Endpoint], rule: str, runner: Runner) -> None:
+def _arm_drop(
+    state: State, ends: list[Endpoint], rule: str, runner: Runner, done: Callable[[], str]
+) -> ArmedFault:
     ensure_tools(["nft"], runner)
+    jobs = []
     for end in ends:
         chain = _chain(end.iface)
         script = (
@@ -174,7 +229,8 @@ def _nft_drop(state: State, ends: list[Endpoint], rule: str, runner: Runner) -> 
             f"flush chain netdev {NFT_TABLE} {chain}\n"
             f"add rule netdev {NFT_TABLE} {chain} {rule}\n"
         )
-        runner.nft(state.ns(end.node), script)
+        jobs.append((state.ns(end.node), script))
+    return ArmedFault(runner, "nft", jobs, done)
 
 
 def loss(state: State, spec: str, percent: float, runner: Runner) -> str:
@@ -187,20 +243,37 @@ def loss(state: State, spec: str, percent: float, runner: Runner) -> str:
         rule = f"numgen random mod 100 < {int(percent)} counter drop"
     else:
         rule = f"numgen random mod 10000 < {round(percent * 100)} counter drop"
-    _nft_drop(state, ends, rule, runner)
-    _record(state, ends, "blackhole", None)
-    _record(state, ends, "loss", percent)
-    state.save()
-    return f"{spec}: {percent:g} % random loss arriving at {', '.join(map(str, ends))}"
+
+    def done() -> str:
+        _record(state, ends, "blackhole", None)
+        _record(state, ends, "loss", percent)
+        state.save()
+        return f"{spec}: {percent:g} % random loss arriving at {', '.join(map(str, ends))}"
+
+    return _arm_drop(state, ends, rule, runner, done).fire()
+
+
+def arm_blackhole(state: State, spec: str, runner: Runner) -> ArmedFault:
+    _, ends = target(state, spec)
+
+    def done() -> str:
+        _record(state, ends, "loss", None)
+        _record(state, ends, "blackhole", True)
+        state.save()
+        return f"{spec}: blackholed (everything arriving at {', '.join(map(str, ends))} dropped)"
+
+    return _arm_drop(state, ends, "counter drop", runner, done)
 
 
 def blackhole(state: State, spec: str, runner: Runner) -> str:
-    _, ends = target(state, spec)
-    _nft_drop(state, ends, "counter drop", runner)
-    _record(state, ends, "loss", None)
-    _record(state, ends, "blackhole", True)
-    state.save()
-    return f"{spec}: blackholed (everything arriving at {', '.join(map(str, ends))} dropped)"
+    return arm_blackhole(state, spec, runner).fire()
+
+
+#: The faults a caller can arm ahead of time, by name (tools/compare's failover kinds).
+ARM: dict[str, Callable[[State, str, Runner], ArmedFault]] = {
+    "link-down": arm_link_down,
+    "blackhole": arm_blackhole,
+}
 
 
 def rate(

@@ -9,12 +9,13 @@ by `build` and `faults`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tools.testbed.model import TestbedError
 
@@ -117,7 +118,90 @@ class Runner:
         argv = ["ip", "netns", "exec", ns, "nft", "-f", "-"]
         return self.run(argv, check=check, input=script, show=False)
 
+    def armed_nft(self, ns: str) -> Armed:
+        """An `nft -f -` inside namespace `ns`, started now, that acts when fired."""
+        return Armed(self, ["ip", "netns", "exec", ns, "nft", "-f", "-"],
+                     lambda line: f"ip netns exec {ns} nft {shlex.quote(line)}")
+
+    def armed_batch(self, tool: str, ns: str) -> Armed:
+        """An `ip -batch -` (or `tc -batch -`) inside namespace `ns`, started now, that acts
+        when fired."""
+        return Armed(self, [tool, "-n", ns, "-batch", "-"], lambda line: f"{tool} -n {ns} {line}")
+
     def sysctl(self, ns: str, settings: Sequence[tuple[str, str]]) -> None:
         argv = ["ip", "netns", "exec", ns, "sysctl", "-q", "-w"]
         argv += [f"{k}={v}" for k, v in settings]
         self.run(argv)
+
+
+class Armed:
+    """A command started ahead of the moment it must act, blocked reading its script on stdin.
+
+    Starting `ip netns exec NS nft` costs a fork, two execs and the tool's start-up: about
+    5 ms of CPU each on an idle 2-core host, 20 ms for both ends of a link under a transfer
+    that keeps both cores busy, stolen from the very transfer whose reaction to the fault is
+    being measured, and the two ends of a link would fail that far apart. `fire` only writes
+    the script and closes stdin, so the ends fail within about a millisecond of each other;
+    `wait` then collects the result as `Runner.run` would. An armed command never fired is
+    ended by `cancel` (it then reads an empty script and does nothing)."""
+
+    def __init__(self, runner: Runner, argv: list[str], shown: Callable[[str], str]) -> None:
+        self.runner = runner
+        self.argv = argv
+        self.shown = shown  # the standalone command a script line stands for
+        try:
+            self.proc: subprocess.Popen[str] | None = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True,
+            )
+        except FileNotFoundError:
+            raise TestbedError(f"{argv[0]}: command not found") from None
+        self.script = ""
+
+    def fire(self, script: str) -> None:
+        """Hand the command its script (it acts as soon as it has read it to the end)."""
+        proc = self.proc
+        if proc is None or proc.stdin is None:
+            raise TestbedError(f"{shlex.join(self.argv[:6])}: already fired or cancelled")
+        self.script = script
+        try:
+            proc.stdin.write(script)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it ended early: wait() reports its error
+        for line in script.strip().splitlines():
+            self.runner.show(self.shown(line.strip()))
+
+    def wait(self, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The fired command's result; on failure with `check`, `TestbedError` naming it."""
+        proc = self.proc
+        if proc is None:
+            raise TestbedError(f"{shlex.join(self.argv[:6])}: cancelled")
+        self.proc = None
+        proc.wait(timeout=60)
+        out = proc.stdout.read() if proc.stdout is not None else ""
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+        done = subprocess.CompletedProcess(self.argv, proc.returncode, out, err)
+        if check and done.returncode != 0:
+            msg = (err or out).strip().splitlines()
+            detail = msg[0] if msg else f"exit status {done.returncode}"
+            raise TestbedError(f"{shlex.join(self.argv[:6])}: {detail}")
+        return done
+
+    def cancel(self) -> None:
+        """End a command that was never fired (or collect one that was)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+            return
+        proc.kill()
+        proc.wait()
