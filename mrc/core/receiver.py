@@ -82,6 +82,16 @@ class _Trigger:
     tx_ts: int | None
     ce: bool = False
 
+    # Written out (records.OutMessage says why): one per SACK.
+    def __init__(
+        self, psn: int, ev: int, plane: int, tx_ts: int | None, ce: bool = False
+    ) -> None:
+        self.psn = psn
+        self.ev = ev
+        self.plane = plane
+        self.tx_ts = tx_ts
+        self.ce = ce
+
 
 class Receiver:
     def __init__(

@@ -138,6 +138,27 @@ class SentCell:
     #: Packets acted on for one TRIMMED NACK already (docs/WIRE.md §4: at most one each).
     trim_nacked: int = 0
 
+    # Written out (OutMessage says why): one per flowcell sent.
+    def __init__(
+        self, psn: int, packets: list[CellPacket], ev: int, plane: int, sent_at: float,
+        seq: int, tx_ts: int, rtx: bool, size: int, last: int, open: int, open_bytes: int,
+    ) -> None:  # fmt: skip
+        self.psn = psn
+        self.packets = packets
+        self.ev = ev
+        self.plane = plane
+        self.sent_at = sent_at
+        self.seq = seq
+        self.tx_ts = tx_ts
+        self.rtx = rtx
+        self.size = size
+        self.last = last
+        self.open = open
+        self.open_bytes = open_bytes
+        self.acked = 0
+        self.lost = 0
+        self.trim_nacked = 0
+
     def length(self, i: int) -> int:
         """Payload bytes of packet `i`."""
         return self.size if i < len(self.packets) - 1 else self.last

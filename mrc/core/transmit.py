@@ -23,3 +23,13 @@ class Transmit:
     #: Set when `data` holds several packets of this size back to back (UDP GSO,
     #: docs/DESIGN.md §11).
     segment_size: int | None = None
+
+    # Written out (records.OutMessage says why): one per GSO batch and per control packet.
+    def __init__(
+        self, plane: int, addr: Addr, data: bytes, ev: int = 0, segment_size: int | None = None
+    ) -> None:
+        object.__setattr__(self, "plane", plane)
+        object.__setattr__(self, "addr", addr)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "ev", ev)
+        object.__setattr__(self, "segment_size", segment_size)
