@@ -42,6 +42,11 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
+#: Allocations of tracked objects (net of those freed) between young collections, once the
+#: heap is frozen; CPython's default is 700.
+GC_THRESHOLD0 = 50_000
+
+
 def freeze_heap() -> None:
     """Move every object alive now out of the cyclic collector's reach (`gc.freeze`).
 
@@ -51,7 +56,14 @@ def freeze_heap() -> None:
     was the longest stall of a 1 GiB loopback run). Frozen objects are never walked again, so
     the collections left only see what the data path allocated since. It thaws what an earlier
     call froze first, so a server running test after test still frees the cycles of the last.
+
+    It also raises the youngest generation's threshold to `GC_THRESHOLD0`. The data path's
+    records, events and tuples are freed by their reference counts, mostly before any
+    collection could find them; at the default 700 a 4 KiB-WRITE sender still ran about 250
+    young collections a second, 6 % of its CPU (1,010 gen0 and 92 gen1 passes, 225 ms, in a
+    4 s run), and with the raised threshold none.
     """
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GC_THRESHOLD0)

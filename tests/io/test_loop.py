@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from mrc.io.loop import freeze_heap, loop_name, new_event_loop
+from mrc.io.loop import GC_THRESHOLD0, freeze_heap, loop_name, new_event_loop
 
 
 def test_stdlib_loop_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,11 +36,13 @@ def test_freeze_heap_keeps_what_is_alive_out_of_collections_and_thaws_it_next_ti
             self.me = self  # a cycle: only the cyclic collector can free it
 
     freed: list[bool] = []
+    threshold = gc.get_threshold()
     try:
         node = Node()
         ref = weakref.ref(node, lambda _: freed.append(True))
         freeze_heap()
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (GC_THRESHOLD0, *threshold[1:])
         del node
         gc.collect()  # a frozen cycle is never collected...
         assert ref() is not None and not freed
@@ -48,3 +50,4 @@ def test_freeze_heap_keeps_what_is_alive_out_of_collections_and_thaws_it_next_ti
         assert ref() is None and freed == [True]
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
