@@ -210,19 +210,21 @@ class BenchTest:
 
     def on_event(self, event: Event) -> None:
         """React to one session event; anything it posts goes out with the running flush."""
-        self._on_event(event)
-        if not self.session.is_closed:
+        if self._on_event(event) and not self.session.is_closed:
             self.io.flush(self.session)  # folded into the caller's flush when inside one
 
-    def _on_event(self, event: Event) -> None:
-        now = self.io.now()
+    def _on_event(self, event: Event) -> bool:
+        """False when the event certainly posted nothing (a data message's immediate, the
+        receiver's one event per message: it then skips the flush call)."""
         if isinstance(event, WriteCompleted):
-            self._on_completed(event, now)
-        elif isinstance(event, ImmediateReceived):
-            self._on_immediate(event, now)
-        elif isinstance(event, ConnectionClosed):
+            self._on_completed(event)
+            return True
+        if isinstance(event, ImmediateReceived):
+            return self._on_immediate(event)
+        now = self.io.now()
+        if isinstance(event, ConnectionClosed):
             if self.done:
-                return
+                return True
             if self._results_msn is not None and event.reason == "disconnect":
                 # The writer has our results (that is why it hung up) before our AETH came.
                 self._complete()
@@ -239,6 +241,7 @@ class BenchTest:
             self._record(now, "path-retired", event.plane, event.ev, event.reason)
         elif isinstance(event, PathRestored):
             self._record(now, "path-restored", event.plane, event.ev, "")
+        return True
 
     def add_fault(self, fault: Fault, detail: str) -> None:
         """Note a fault the owner injected outside the test's own schedule."""
@@ -299,7 +302,7 @@ class BenchTest:
         self._maybe_end()
         self.io.flush(self.session)
 
-    def _on_completed(self, event: WriteCompleted, now: float) -> None:
+    def _on_completed(self, event: WriteCompleted) -> None:
         if event.msn in self._control_msns:
             self._control_msns.discard(event.msn)
             if event.status:
@@ -350,29 +353,30 @@ class BenchTest:
 
     # -- receiver ---------------------------------------------------------------------------
 
-    def _on_immediate(self, event: ImmediateReceived, now: float) -> None:
+    def _on_immediate(self, event: ImmediateReceived) -> bool:
+        """Check one message (or act on a control immediate); False if nothing was posted."""
         imm = event.imm
         if imm == IMM_GO:
             if self.state == "waiting":
-                self._begin(now)
-            return
+                self._begin(self.io.now())
+            return True
         if imm == IMM_END:
-            self._on_end(now)
-            return
+            self._on_end(self.io.now())
+            return True
         if imm == IMM_RESULTS:
             self._read_peer_summary()
             if self.role == WRITER and not self.done:
                 self._complete()
-            return
+            return True
         if self.role != RECEIVER or self.state != "running":
-            return
+            return False
         setup = self.setup
         p = self.params
         if imm != self._next_expected:
             self.mismatches += 1
         self._next_expected = imm + 1
         if setup.pattern is None or setup.data is None:
-            return
+            return False
         length = message_length(imm, p.msg_size, p.total_bytes)
         slot = imm % setup.slots
         view = setup.data.view[slot * p.msg_size : slot * p.msg_size + length]
@@ -380,6 +384,7 @@ class BenchTest:
             self.messages_verified += 1
         else:
             self.mismatches += 1
+        return False
 
     def _on_end(self, now: float) -> None:
         if self.role != RECEIVER or self.state != "running":
