@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
 from ..wire.data import MAX_DMA_LENGTH
-from ..wire.fast import DATA_HEADER, DATA_HEADER_NOEVX
+from ..wire.fast import DATA_HEADER, DATA_HEADER_IMM, DATA_HEADER_NOEVX
 from ..wire.packet import (
     AckPacket,
     DataPacket,
@@ -53,6 +53,8 @@ _FIRST_V = int(Opcode.WRITE_FIRST)
 _MIDDLE_V = int(Opcode.WRITE_MIDDLE)
 _LAST_V = int(Opcode.WRITE_LAST)
 _ONLY_V = int(Opcode.WRITE_ONLY)
+_LAST_IMM_V = int(Opcode.WRITE_LAST_IMM)
+_ONLY_IMM_V = int(Opcode.WRITE_ONLY_IMM)
 #: A trigger as `on_data` notes it for its block, until `end_batch` answers:
 #: (psn, ev, plane, tx_ts, ce).
 _Note = tuple[int, int, int, "int | None", bool]
@@ -62,6 +64,7 @@ _ZERO, _ONE = ord("0"), ord("1")
 #: `on_data_bytes` takes packets framed like the sender's: BTH EVXH METH TSETH RETH, or the
 #: same without EVXH when the EV rides in the flow label (bits 8-27 of the traffic word).
 _HDR = DATA_HEADER.size
+_HDR_IMM = DATA_HEADER_IMM.size
 _HDR_NOEVX = DATA_HEADER_NOEVX.size
 _LABEL = 0xFFFFF
 
@@ -239,13 +242,14 @@ class Receiver:
 
     def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
         """Place the common data packet straight from its bytes, without a `DataPacket`: a
-        full-size FIRST or MIDDLE without the A bit, or a LAST or ONLY without ImmDt (a small
-        WRITE is one ONLY), with EVXH (or, on a flow-label connection, without one and with a
-        label) and TSETH, no CE mark, new and in the window, of a message with no failure,
-        inside its region. True if it was placed; False, having changed nothing, for every
-        other packet, which then takes `decode_packet` and `on_data` (the same checks,
-        docs/DESIGN.md §6, in order)."""
+        full-size FIRST or MIDDLE without the A bit, or a LAST or ONLY (a small WRITE is one
+        ONLY; with ImmDt only when the EV rides in EVXH), with EVXH (or, on a flow-label
+        connection, without one and with a label) and TSETH, no CE mark, new and in the
+        window, of a message with no failure, inside its region. True if it was placed;
+        False, having changed nothing, for every other packet, which then takes
+        `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
         mtu = self.config.payload_mtu
+        imm: int | None = None
         if self._noevx:
             hdr = _HDR_NOEVX
             if len(data) < hdr:
@@ -262,15 +266,26 @@ class Receiver:
             hdr = _HDR
             if len(data) < hdr:
                 return False
-            op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(data)
+            if data[0] in (_ONLY_IMM_V, _LAST_IMM_V):
+                # The small WRITE_WITH_IMM of a --verify bench or an RPC: one ONLY_IMM each.
+                hdr = _HDR_IMM
+                if len(data) < hdr:
+                    return False
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = (
+                    DATA_HEADER_IMM.unpack_from(data)
+                )
+            else:
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = (
+                    DATA_HEADER.unpack_from(data)
+                )
         n = len(data) - hdr
         if op in (_MIDDLE_V, _FIRST_V):
             if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:
                 return False
-        elif op == _ONLY_V:
+        elif op in (_ONLY_V, _ONLY_IMM_V):
             if n != dma or not 0 < dma <= mtu:
                 return False
-        elif op == _LAST_V:
+        elif op in (_LAST_V, _LAST_IMM_V):
             if not mtu < dma <= MAX_DMA_LENGTH or n != (dma - 1) % mtu + 1:
                 return False
         else:
@@ -300,8 +315,8 @@ class Receiver:
         self._placed(n, now)
         self._ring[slot] = _ONE
         self._held += 1
-        if op in (_ONLY_V, _LAST_V):
-            self._lasts[psn] = (msn, None, bool(w8 & A_BIT), plane, rkey, span_va, span)
+        if op not in (_MIDDLE_V, _FIRST_V):
+            self._lasts[psn] = (msn, imm, bool(w8 & A_BIT), plane, rkey, span_va, span)
         if rqmsn != self._rqmsn:
             self._note_rqmsn(rqmsn)
         self._blocks[psn & ~63 & PSN_MASK] = (psn, ev, plane, ts, False)

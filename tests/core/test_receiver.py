@@ -13,7 +13,7 @@ import pytest
 
 import mrc
 from mrc.core.config import SessionConfig
-from mrc.core.events import ConnectionEstablished, WriteCompleted
+from mrc.core.events import ConnectionEstablished, ImmediateReceived, WriteCompleted
 from mrc.core.evs import make_ev
 from mrc.core.session import Session
 from mrc.sim import Host, LinkParams, Network
@@ -316,14 +316,36 @@ def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_de
     for name, pr in (("fast", fast), ("slow", slow)):
         answers[name] = [pr.inject(d, tos=tos) for d, tos in _story(pr)]
     # Only the FIRST, the first MIDDLE, the LAST, the last message's two packets and the
-    # plain one-packet WRITE took the shortcut.
-    assert [i for i, t in enumerate(took) if t] == [0, 1, 3, 14, 15, 16]
+    # one-packet WRITEs that were not cut short, ImmDt or not, took the shortcut.
+    assert [i for i, t in enumerate(took) if t] == [0, 1, 3, 14, 15, 16, 18]
     assert fast.dst == slow.dst and fast.dst.count(b"m"[0]) == 8 * MTU
     assert fast.dst.count(b"o"[0]) == 200
+
     assert answers["fast"] == answers["slow"]
     assert fast.sb.stats.drops_by_reason == slow.sb.stats.drops_by_reason
     assert fast.sb.stats.bytes_placed == slow.sb.stats.bytes_placed == 8 * MTU + 200
     assert fast.sb.receiver.cack == slow.sb.receiver.cack == 1008  # 1008 never came
+
+
+def test_a_small_write_with_imm_is_placed_and_raises_its_immediate(pair: Pair) -> None:
+    """The one-packet WRITE_WITH_IMM (a --verify bench's every message) is placed from its
+    bytes too (compiled, the byte path is the one that runs); its immediate and its ACK
+    come as from the decoder."""
+    va = pair.region.base_va + 4096
+    imm_only = DataPacket(
+        opcode=Opcode.WRITE_ONLY_IMM, dest_qp=pair.sb.qpn, psn=1000, ev=7, a=True, rtx=False,
+        rqmsn=0, msn=0, tx_timestamp=1, va=va, rkey=pair.region.rkey, dma_length=100, imm=9,
+        payload=b"i" * 100,
+    ).encode()  # fmt: skip
+    answers = pair.inject(imm_only)
+    assert pair.dst[4096:4196] == b"i" * 100 and pair.sb.stats.bytes_placed == 100
+    assert acks(answers) == [(0x1F, 0, 1001)]
+    events = [e for e in iter(pair.sb.next_event, None) if isinstance(e, ImmediateReceived)]
+    assert events == [ImmediateReceived(0, 9, pair.region.rkey, va, 100)]
+    # Its duplicate (a completion probe) writes nothing and raises nothing again.
+    assert acks(pair.inject(imm_only)) == [(0x1F, 0, 1001)]
+    assert pair.sb.stats.drops_by_reason == {"duplicate": 1}
+    assert pair.sb.next_event() is None
 
 
 def test_one_sack_per_block_answers_every_plane_received_since_the_last_pull(pair: Pair) -> None:
