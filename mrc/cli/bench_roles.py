@@ -111,6 +111,9 @@ class BenchTest:
         self._outstanding: list[tuple[int, int, int]] = []  # (msn, n, length), MSN order
         self._out_head = 0
         self._stop_posting = False
+        # Free slots that make a completion refill them: one post loop per batch of
+        # completions, not one per message (at 4 KiB, one per 32 of 4096 slots).
+        self._refill = max(1, min(32, setup.slots // 8))
         self._end_msn: int | None = None
         self._control_msns: set[int] = set()
         # receiver
@@ -214,11 +217,10 @@ class BenchTest:
             self.io.flush(self.session)  # folded into the caller's flush when inside one
 
     def _on_event(self, event: Event) -> bool:
-        """False when the event certainly posted nothing (a data message's immediate, the
-        receiver's one event per message: it then skips the flush call)."""
+        """False when the event certainly posted nothing (a data message's immediate, or a
+        completion that left the slots for later: it then skips the flush call)."""
         if isinstance(event, WriteCompleted):
-            self._on_completed(event)
-            return True
+            return self._on_completed(event)
         if isinstance(event, ImmediateReceived):
             return self._on_immediate(event)
         now = self.io.now()
@@ -302,20 +304,22 @@ class BenchTest:
         self._maybe_end()
         self.io.flush(self.session)
 
-    def _on_completed(self, event: WriteCompleted) -> None:
+    def _on_completed(self, event: WriteCompleted) -> bool:
+        """Account one completion; refill the slots once `_refill` of them are free (or the
+        test is ending). False when nothing was posted."""
         if event.msn in self._control_msns:
             self._control_msns.discard(event.msn)
             if event.status:
                 self.fail(f"control write failed with status {event.status:#x}")
             elif event.msn == self._results_msn:
                 self._complete()
-            return
+            return True
         if self._out_head >= len(self._outstanding):
-            return
+            return True
         msn, _n, length = self._outstanding[self._out_head]
         if msn != event.msn:
             self.fail(f"completion for MSN {event.msn}, expected {msn}")
-            return
+            return True
         self._out_head += 1
         if self._out_head > 4096:
             del self._outstanding[: self._out_head]
@@ -325,7 +329,11 @@ class BenchTest:
             self.write_errors[STATUS_NAMES.get(event.status, f"{event.status:#x}")] += 1
         else:
             self.bytes_completed += length
-        self._pump()
+        in_flight = len(self._outstanding) - self._out_head
+        if self._stop_posting or self.setup.slots - in_flight >= self._refill:
+            self._pump()
+            return True
+        return False
 
     def _maybe_end(self) -> None:
         if (
