@@ -8,6 +8,7 @@ file written by hand stands in for a testbed, and `MRC_TESTBED_EUID` simulates a
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from testbed_support import namespaces, tb, unique
 
-from tools.testbed import topology
+from tools.testbed import build, topology
 
 NOT_ROOT = "testbed: needs root (network namespaces); run as root or with sudo"
 
@@ -129,3 +130,24 @@ def test_bad_rate_and_loss(sandbox: dict[str, str]) -> None:
     assert "bad rate 'fast'" in _fails(sandbox, "fault", "--name", name, "rate", "h1-p0", "fast")
     assert "want a percentage" in _fails(sandbox, "fault", "--name", name, "loss", "h1-p0", "120")
     assert path.read_bytes() == before
+
+
+def _save_many(state: str, name: str, n: int) -> None:
+    os.environ["MRC_TESTBED_STATE_DIR"] = state
+    for i in range(n):
+        build.save_state({"name": name, "writer": os.getpid(), "i": i})
+
+
+def test_two_processes_saving_one_state_file_both_succeed(tmp_path: Path) -> None:
+    """Two `fault` commands run together on one testbed (one per link, as the all-gather
+    example does) both write its state file; each must land whole, neither may fail."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_save_many, args=(str(tmp_path), "tb", 300)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    doc = json.loads((tmp_path / "tb.json").read_text())
+    assert doc["i"] == 299 and doc["writer"] in {p.pid for p in procs}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tb.json"]  # no temporary left

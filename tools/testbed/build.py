@@ -94,7 +94,9 @@ def save_state(data: dict[str, Any]) -> None:
     d = state_dir()
     try:
         d.mkdir(mode=0o755, parents=True, exist_ok=True)
-        tmp = d / f".{data['name']}.json.tmp"
+        # Its own temporary name: two `fault` commands on one testbed (one per link, run
+        # together) each replaced the other's shared temporary file, and one failed (ENOENT).
+        tmp = d / f".{data['name']}.{os.getpid()}.json.tmp"
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         tmp.replace(_state_path(data["name"]))
     except OSError as e:
