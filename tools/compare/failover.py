@@ -47,9 +47,9 @@ def _inject(bed: Bed, sampler: Proc, state: State, runner: Runner, kind: str, li
     """Wait for the flow, then fault `link` `after` seconds into it; (t_flow, t_fault).
 
     The fault's commands are started (armed) while the flow ramps up and only handed their
-    scripts at t_fault (tools.testbed.faults.ArmedFault): starting them then took about
-    20 ms of CPU on a 2-core host whose cores the transfer keeps busy, and the link's two
-    ends failed that far apart."""
+    scripts at t_fault (tools.testbed.faults.ArmedFault): starting them then took 18-28 ms
+    on a 2-core host whose cores the transfer keeps busy, competing with it for the CPU,
+    and the link's two ends failed that far apart."""
     line = sampler.readline(30)
     if not line or not line.startswith("FLOWING "):
         why = sender.stderr_tail() if sender.poll() is not None else "no data after 30 s"

@@ -137,13 +137,13 @@ class Runner:
 class Armed:
     """A command started ahead of the moment it must act, blocked reading its script on stdin.
 
-    Starting `ip netns exec NS nft` costs a fork, two execs and the tool's start-up: about
-    5 ms of CPU each on an idle 2-core host, 20 ms for both ends of a link under a transfer
-    that keeps both cores busy, stolen from the very transfer whose reaction to the fault is
-    being measured, and the two ends of a link would fail that far apart. `fire` only writes
-    the script and closes stdin, so the ends fail within about a millisecond of each other;
-    `wait` then collects the result as `Runner.run` would. An armed command never fired is
-    ended by `cancel` (it then reads an empty script and does nothing)."""
+    Starting `ip netns exec NS nft` costs a fork, two execs and the tool's start-up: 4-6 ms
+    on an idle 2-core host, 18-28 ms for both ends of a link (one after the other) while a
+    transfer keeps both cores busy. That start-up competes for the CPU with the very transfer
+    whose reaction to the fault is being measured, and the two ends fail that far apart.
+    `fire` only writes the script and closes stdin, so the ends fail within about a
+    millisecond of each other; `wait` then collects the result as `Runner.run` would. An
+    armed command never fired is ended by `cancel` (it reads an empty script, does nothing)."""
 
     def __init__(self, runner: Runner, argv: list[str], shown: Callable[[str], str]) -> None:
         self.runner = runner
