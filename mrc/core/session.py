@@ -356,9 +356,7 @@ class Session:
         # Set only while ESTABLISHED (the receiver exists from then on, and a CLOSED session
         # returned above): data takes the direct way to it, as `_handle_data` would.
         receiver = self.receiver
-        # A direct call, not a bound method kept in a local: compiled, that one went through
-        # a generic Python call (arguments boxed) for every packet.
-        fast = receiver is not None and not self.half_open
+        fast = receiver.on_data_bytes if receiver is not None and not self.half_open else None
         heard = False  # an acknowledgement: the peer still uses this plane toward us
         secured = self.config.secured
         for data, tos in datagrams:
@@ -376,7 +374,7 @@ class Session:
                 if opened is None:
                     continue
                 data = opened
-            if fast and receiver is not None and receiver.on_data_bytes(data, plane, tos, now):
+            if fast is not None and fast(data, plane, tos, now):
                 self._data_seen = True
                 continue
             try:
