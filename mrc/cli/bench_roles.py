@@ -30,6 +30,7 @@ from mrc.core.session import Session
 from mrc.core.trace import TraceCollector
 from mrc.io.endpoint import Fault, IoEndpoint
 from mrc.io.loop import freeze_heap
+from mrc.io.switch import format_addr
 
 from .bench_proto import (
     IMM_END,
@@ -50,7 +51,6 @@ from .bench_trace import TraceFile, TraceWriter, start_trace
 __all__ = ["RECEIVER", "WRITER", "BenchTest", "IntervalSample", "TestParams", "TestSetup"]
 
 
-
 def next_tick(k: int, elapsed: float, interval: float) -> int:
     """The interval tick to schedule after tick `k` fired `elapsed` seconds into the test.
 
@@ -58,6 +58,7 @@ def next_tick(k: int, elapsed: float, interval: float) -> int:
     are skipped rather than fired back to back as zero-width intervals (iperf3's intervals
     also always span real time)."""
     return max(k + 1, int(elapsed / interval) + 1)
+
 
 class BenchTest:
     """One side of one test. Feed it the session's events with `on_event`."""
@@ -111,8 +112,7 @@ class BenchTest:
         self._outstanding: list[tuple[int, int, int]] = []  # (msn, n, length), MSN order
         self._out_head = 0
         self._stop_posting = False
-        # Free slots that make a completion refill them: one post loop per batch of
-        # completions, not one per message (at 4 KiB, one per 32 of 4096 slots).
+        # Free slots that make a completion refill them (a post loop per batch, not per message).
         self._refill = max(1, min(32, setup.slots // 8))
         self._end_msn: int | None = None
         self._control_msns: set[int] = set()
@@ -217,8 +217,7 @@ class BenchTest:
             self.io.flush(self.session)  # folded into the caller's flush when inside one
 
     def _on_event(self, event: Event) -> bool:
-        """False when the event certainly posted nothing (a data message's immediate, or a
-        completion that left the slots for later: it then skips the flush call)."""
+        """False when the event certainly posted nothing: on_event then skips the flush."""
         if isinstance(event, WriteCompleted):
             return self._on_completed(event)
         if isinstance(event, ImmediateReceived):
@@ -305,8 +304,7 @@ class BenchTest:
         self.io.flush(self.session)
 
     def _on_completed(self, event: WriteCompleted) -> bool:
-        """Account one completion; refill the slots once `_refill` of them are free (or the
-        test is ending). False when nothing was posted."""
+        """Account one completion, refilling `_refill` free slots; False if nothing was posted."""
         if event.msn in self._control_msns:
             self._control_msns.discard(event.msn)
             if event.status:
@@ -548,8 +546,8 @@ class BenchTest:
             rows.append(
                 {
                     "plane": p,
-                    "local": _fmt_addr(sock.local_addr) if sock is not None else None,
-                    "remote": _fmt_addr(remote) if isinstance(remote, tuple) else None,
+                    "local": format_addr(sock.local_addr) if sock is not None else None,
+                    "remote": format_addr(remote) if isinstance(remote, tuple) else None,
                     "state": self.session.plane_state(p),
                     "packets_sent": ps.packets_sent,
                     "bytes_sent": ps.bytes_sent,
@@ -593,16 +591,9 @@ class BenchTest:
 
 
 def _by_cause(counter: Counter[str]) -> dict[str, int]:
-    out = {"rack": 0, "rto": 0, "nack_trimmed": 0, "nack_other": 0}
-    out.update(counter)
-    return out
+    return {"rack": 0, "rto": 0, "nack_trimmed": 0, "nack_other": 0} | dict(counter)
 
 
 def _summary_int(summary: dict[str, Any] | None, key: str) -> int:
     value = (summary or {}).get(key)
     return value if isinstance(value, int) else 0
-
-
-def _fmt_addr(addr: tuple[Any, ...]) -> str:
-    host, port = addr[0], addr[1]
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
