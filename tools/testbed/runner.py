@@ -60,6 +60,14 @@ def ensure_tools(tools: Sequence[str], runner: Runner) -> None:
         raise TestbedError(f"{' '.join(still)} still missing after installing {' '.join(missing)}")
 
 
+def _failed(proc: subprocess.CompletedProcess[str]) -> TestbedError:
+    """The error for a command that failed: the command and the first line it printed."""
+    argv = [str(a) for a in proc.args]
+    msg = (proc.stderr or proc.stdout).strip().splitlines()
+    detail = msg[0] if msg else f"exit status {proc.returncode}"
+    return TestbedError(f"{shlex.join(argv[:6])}{' …' if len(argv) > 6 else ''}: {detail}")
+
+
 class Runner:
     """Runs commands, echoing each to stderr as `+ cmd` when `print_commands` is set."""
 
@@ -90,9 +98,7 @@ class Runner:
         except FileNotFoundError:
             raise TestbedError(f"{argv[0]}: command not found") from None
         if check and proc.returncode != 0:
-            msg = (proc.stderr or proc.stdout).strip().splitlines()
-            detail = msg[0] if msg else f"exit status {proc.returncode}"
-            raise TestbedError(f"{shlex.join(argv[:6])}{' …' if len(argv) > 6 else ''}: {detail}")
+            raise _failed(proc)
         return proc
 
     def batch(
@@ -186,9 +192,7 @@ class Armed:
                 f.close()
         done = subprocess.CompletedProcess(self.argv, proc.returncode, out, err)
         if check and done.returncode != 0:
-            msg = (err or out).strip().splitlines()
-            detail = msg[0] if msg else f"exit status {done.returncode}"
-            raise TestbedError(f"{shlex.join(self.argv[:6])}: {detail}")
+            raise _failed(done)
         return done
 
     def cancel(self) -> None:
