@@ -36,7 +36,7 @@ from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
 from .records import CellPacket, OutMessage, SentCell, new_message, tx_timestamp
-from .rto import Expiry, RtoTimers, acked_later
+from .rto import Expiry, RtoTimers, acked_later, acked_on_plane
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 from .sendpath import Framer, flowcell_limit, packet_size
@@ -339,8 +339,10 @@ class Sender:
 
     def _resend_silent(self, now: float) -> float | None:
         """A PSN window closed on a plane found silent (silence.py `closed_on_silent`): what
-        it holds goes out on the others, no path blamed, and its cap restarts. Returns the
-        time to look again."""
+        it holds goes out on the others and its cap restarts, no path blamed. But where the
+        plane answered flowcells sent later on other EVs, only some of its paths are dead
+        (one tier-1 of an ECMP plane): those EVs are retired as an RTO would, and the cap
+        stays. Returns the time to look again."""
         if not self.pending or (self.next_psn - self.una) & PSN_MASK < self.config.window:
             return None
         held = self.inflight.get(self.una)
@@ -350,8 +352,14 @@ class Sender:
             held, self.log.by_plane, self.paths.planes, self.config.reorder_min, now
         )
         if dead:
+            fifo = self.log.by_plane[held.plane]
+            here = acked_on_plane(fifo, 0)
+            blamed = [rec for rec in fifo if rec.open and acked_later(rec, here)]
             self._lose_plane(held.plane, "silent")
-            self.cc.on_plane_silent(held.plane, now)
+            for rec in blamed:
+                self._ev_loss(rec, now, "timeout")
+            if here is None:
+                self.cc.on_plane_silent(held.plane, now)
         return due
 
     def on_plane_down(self, plane: int) -> None:

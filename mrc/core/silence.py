@@ -179,9 +179,10 @@ def closed_on_silent(
     peer has nothing else to read, and a plane that only lags is read then. Silent for a
     reordering window past the last answer, it is dead to us (RACK's evidence across planes,
     RFC 8985 §6.2): the sender resends what it holds on the others and restarts its cap, and
-    blames no path. If it only lagged longer, the copies are duplicates the peer drops, sent
-    while the closed window left the other planes idle anyway; a dead plane's EVs are retired
-    by its unanswered probes (planes.py). docs/DESIGN.md §6 has the measurements."""
+    blames no path (but the EVs of a plane that answered later flowcells on its other EVs:
+    only those paths are dead). If it only lagged longer, the copies are duplicates the peer
+    drops, sent while the closed window left the other planes idle anyway; a dead plane's EVs
+    are retired by its unanswered probes (planes.py). docs/DESIGN.md §6 has the measurements."""
     plane = held.plane
     last = 0.0
     later = False
