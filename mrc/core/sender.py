@@ -341,8 +341,8 @@ class Sender:
         """A PSN window closed on a plane found silent (silence.py `closed_on_silent`): what
         it holds goes out on the others and its cap restarts, no path blamed. But where the
         plane answered flowcells sent later on other EVs, only some of its paths are dead
-        (one tier-1 of an ECMP plane): those EVs are retired as an RTO would, and the cap
-        stays. Returns the time to look again."""
+        (one tier-1 of an ECMP plane): those EVs are also retired, as an RTO would. Returns
+        the time to look again."""
         if not self.pending or (self.next_psn - self.una) & PSN_MASK < self.config.window:
             return None
         held = self.inflight.get(self.una)
@@ -358,8 +358,7 @@ class Sender:
             self._lose_plane(held.plane, "silent")
             for rec in blamed:
                 self._ev_loss(rec, now, "timeout")
-            if here is None:
-                self.cc.on_plane_silent(held.plane, now)
+            self.cc.on_plane_silent(held.plane, now)
         return due
 
     def on_plane_down(self, plane: int) -> None:
