@@ -11,6 +11,8 @@ sender's (sender.py).
 
 from __future__ import annotations
 
+from typing import Final
+
 from ..wire.bth import PSN_MOD
 from .balance import PlaneBalance
 from .cc import CongestionControl
@@ -21,7 +23,7 @@ from .rack import Rack
 from .records import SentCell
 from .stats import SessionStats
 
-PSN_MASK = PSN_MOD - 1
+PSN_MASK: Final = PSN_MOD - 1
 
 
 class AckLedger:

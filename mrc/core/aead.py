@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from typing import Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -51,19 +52,19 @@ from ..wire.trailer import TAG_SIZE, Trailer
 from .replay import ReplayWindow
 
 #: Bytes the trailer adds to every secured packet.
-TRAILER = Trailer.SIZE
+TRAILER: Final = Trailer.SIZE
 #: The key of each epoch is HKDF-Expand(secret, EPOCH_LABEL ‖ epoch).
-EPOCH_LABEL = b"mrc epoch"
+EPOCH_LABEL: Final = b"mrc epoch"
 #: Default log2 of packets per key: 2^23, QUIC's AES-GCM confidentiality limit.
-DEFAULT_REKEY_SHIFT = 23
-KEY_SIZE = 32
+DEFAULT_REKEY_SHIFT: Final = 23
+KEY_SIZE: Final = 32
 
-_NONCE = struct.Struct(">IQ")
-_COUNTER = struct.Struct(">Q")
+_NONCE: Final = struct.Struct(">IQ")
+_COUNTER: Final = struct.Struct(">Q")
 #: The trailer as read: the counter and the tag in one unpack.
-_COUNTER_TAG = struct.Struct(">Q16s")
-_TAG = struct.Struct("16s")
-_EPOCH = struct.Struct(">Q")
+_COUNTER_TAG: Final = struct.Struct(">Q16s")
+_TAG: Final = struct.Struct("16s")
+_EPOCH: Final = struct.Struct(">Q")
 
 
 def epoch_key(secret: bytes, epoch: int) -> bytes:

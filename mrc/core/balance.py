@@ -22,6 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from .errors import LocalProtocolError
 from .paths import PathTable
@@ -29,12 +30,12 @@ from .paths import PathTable
 #: Adaptive: the shortest epoch, the probing gain, a plane's least share of the total weight,
 #: and the delay margin (absolute floor, fraction of the fastest plane's RTT) that marks a
 #: plane's own queue.
-EPOCH = 0.010
-PROBE_GAIN = 1.25
-MIN_SHARE = 0.02
-MARGIN_FLOOR = 0.0005
-MARGIN_FRACTION = 0.25
-RATE_EWMA = 0.5
+EPOCH: Final = 0.010
+PROBE_GAIN: Final = 1.25
+MIN_SHARE: Final = 0.02
+MARGIN_FLOOR: Final = 0.0005
+MARGIN_FRACTION: Final = 0.25
+RATE_EWMA: Final = 0.5
 
 
 def always_open(plane: int) -> bool:
@@ -172,7 +173,7 @@ class AdaptiveBalance(PlaneBalance):
 
 BalanceFactory = Callable[[PathTable], PlaneBalance]
 
-_REGISTRY: dict[str, BalanceFactory] = {"equal": EqualBalance, "adaptive": AdaptiveBalance}
+_REGISTRY: Final[dict[str, BalanceFactory]] = {"equal": EqualBalance, "adaptive": AdaptiveBalance}
 
 
 def balance_names() -> list[str]:

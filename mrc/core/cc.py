@@ -33,29 +33,30 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .planeq import PlaneQueues
 
 #: docs/DESIGN.md §7: the UEC constants are given for 100 Gbit/s and a 12 µs RTT.
-REF_RTT = 12e-6
-REF_BDP = 100e9 / 8 * REF_RTT
+REF_RTT: Final = 12e-6
+REF_BDP: Final = 100e9 / 8 * REF_RTT
 #: Multiplicative decrease gain and its floor (UEC gamma, max_md_jump).
-GAMMA = 0.8
-MAX_MD_JUMP = 0.5
+GAMMA: Final = 0.8
+MAX_MD_JUMP: Final = 0.5
 #: EWMA gain of the average queueing delay.
-DELAY_ALPHA = 0.0125
+DELAY_ALPHA: Final = 0.0125
 #: Quick adapt only if the bytes achieved in the last period are below maxwnd >> QA_GATE.
-QA_GATE = 3
+QA_GATE: Final = 3
 #: Quick adapt also fires on a delay above QA_DELAY × target.
-QA_DELAY = 4.0
+QA_DELAY: Final = 4.0
 #: Adjustments are applied every base RTT, or after this many MTUs acknowledged.
-ADJUST_PACKETS = 8
+ADJUST_PACKETS: Final = 8
 #: The largest window is MAX_WND_BDP × BDP.
-MAX_WND_BDP = 1.5
+MAX_WND_BDP: Final = 1.5
 #: Fast increase below this delay: 1 µs at the reference RTT, scaled with the base RTT.
-FAST_DELAY = 1e-6 / REF_RTT
+FAST_DELAY: Final = 1e-6 / REF_RTT
 
 
 class CongestionControl(ABC):
@@ -392,7 +393,7 @@ class Nscc(CongestionControl):
 
 CcFactory = Callable[[SessionConfig], CongestionControl]
 
-_REGISTRY: dict[str, CcFactory] = {
+_REGISTRY: Final[dict[str, CcFactory]] = {
     "none": WindowOnly,
     "nscc": Nscc,
 }

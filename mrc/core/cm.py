@@ -12,7 +12,7 @@ by its trailer instead).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Final, Protocol
 
 from ..wire.bth import CM_LISTEN_QPN, Opcode
 from ..wire.cm import (
@@ -29,8 +29,8 @@ from .config import MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from .errors import LocalProtocolError
 from .events import ConnectionEstablished
 
-CM_VERSION = 1
-REPLY_PLANE = 0xFF
+CM_VERSION: Final = 1
+REPLY_PLANE: Final = 0xFF
 
 
 class _Connected(Protocol):
@@ -105,7 +105,7 @@ def negotiate(local: SessionConfig, cmh: CMH) -> SessionConfig | RejectReason:
     )
 
 
-_ENCODING_FLAGS = {"evxh": 0, "flowlabel": CM_FLAG_EV_FLOWLABEL, "udp": CM_FLAG_EV_SPORT}
+_ENCODING_FLAGS: Final = {"evxh": 0, "flowlabel": CM_FLAG_EV_FLOWLABEL, "udp": CM_FLAG_EV_SPORT}
 
 
 def _agreed_encoding(local: SessionConfig, cmh: CMH) -> str:

@@ -8,21 +8,22 @@ handshake and stored back as a new `SessionConfig` with `dataclasses.replace`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from .errors import LocalProtocolError
 
-MIN_PAYLOAD_MTU = 256
-MAX_PAYLOAD_MTU = 8192
+MIN_PAYLOAD_MTU: Final = 256
+MAX_PAYLOAD_MTU: Final = 8192
 #: UDP GSO sends at most 64 segments per call (docs/DESIGN.md §11).
-MAX_FLOWCELL = 64
+MAX_FLOWCELL: Final = 64
 #: Paths one plane may have between two hosts (`plane_paths`).
-MAX_PLANE_PATHS = 1 << 16
+MAX_PLANE_PATHS: Final = 1 << 16
 #: `security` levels (docs/WIRE.md §7): none, auth (integrity), encrypt (payload encrypted too).
-SECURITY_LEVELS = ("none", "auth", "encrypt")
+SECURITY_LEVELS: Final = ("none", "auth", "encrypt")
 
 
 #: Where a connection's datagrams carry their EV (`SessionConfig.ev_encoding`).
-EV_ENCODINGS = ("evxh", "flowlabel", "udp")
+EV_ENCODINGS: Final = ("evxh", "flowlabel", "udp")
 
 @dataclass(frozen=True, slots=True)
 class SessionConfig:

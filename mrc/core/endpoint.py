@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
 from ..wire.bth import CM_LISTEN_QPN, ENDPOINT_QPN, Opcode
 from ..wire.cm import RejectReason
@@ -43,11 +44,11 @@ from .transmit import Addr, Transmit
 #: accept(request private data) → REPLY private data, or None to refuse (RESOURCES).
 AcceptFn = Callable[[bytes], bytes | None]
 
-MAX_HALF_OPEN = 64
+MAX_HALF_OPEN: Final = 64
 #: Secured handshakes the responder starts per second, and at once (each costs four X25519
 #: operations, about 0.15 ms of CPU here).
-HANDSHAKE_RATE = 500.0
-HANDSHAKE_BURST = 64
+HANDSHAKE_RATE: Final = 500.0
+HANDSHAKE_BURST: Final = 64
 
 
 class Endpoint:

@@ -28,16 +28,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
+from typing import Final
 
 #: Bytes of the API's EV value (`mrc_ctl_ev_t`): 16 for the SRv6 address, 16 for the SRH segment.
-API_EV_BYTES = 32
+API_EV_BYTES: Final = 32
 #: An EV profile field holds 32-bit values (`struct mrc_ctl_ev_field` is all `uint32_t`).
-FIELD_MAX_WIDTH = 32
-FLOW_LABEL_BITS = 20
-UDP_PORT_BITS = 16
-_U32 = (1 << 32) - 1
+FIELD_MAX_WIDTH: Final = 32
+FLOW_LABEL_BITS: Final = 20
+UDP_PORT_BITS: Final = 16
+_U32: Final = (1 << 32) - 1
 #: `EvProfile.denied` walks the EV array: refuse arrays beyond this rather than run for hours.
-DENY_LIMIT = 1 << 20
+DENY_LIMIT: Final = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,10 @@ class FormatSpec:
     carriers: tuple[Carrier, ...]
 
 
-_FLOW = Carrier("flow_label", 16, "IPv6 flow label, its low 16 of 20 bits")
-_SPORT = Carrier("udp_sport", 16, "UDP source port")
-_DA = Carrier("ipv6_da", 128, "outer IPv6 destination address (uSID carrier)")
-_SEG = Carrier("srh_segment", 128, "the single segment of a Segment Routing Header")
+_FLOW: Final = Carrier("flow_label", 16, "IPv6 flow label, its low 16 of 20 bits")
+_SPORT: Final = Carrier("udp_sport", 16, "UDP source port")
+_DA: Final = Carrier("ipv6_da", 128, "outer IPv6 destination address (uSID carrier)")
+_SEG: Final = Carrier("srh_segment", 128, "the single segment of a Segment Routing Header")
 
 
 class EvFormat(Enum):
@@ -83,7 +84,7 @@ class EvFormat(Enum):
         return _SPECS[self]
 
 
-_SPECS: dict[EvFormat, FormatSpec] = {
+_SPECS: Final[dict[EvFormat, FormatSpec]] = {
     EvFormat.STEV: FormatSpec(1 << 0, 32, (_FLOW, _SPORT)),
     EvFormat.SRV6: FormatSpec(1 << 1, 128, (_DA,)),
     EvFormat.SRV6_SRH: FormatSpec(1 << 1, 256, (_DA, _SEG)),

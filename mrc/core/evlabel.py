@@ -14,15 +14,17 @@ TOS byte in bits 0-7 (`LABEL_SHIFT`).
 
 from __future__ import annotations
 
+from typing import Final
+
 from ..wire.bth import CM_OPCODES
 from ..wire.packet import Packet
 from .transmit import Transmit
 
 #: A received flow label sits above the TOS byte in the traffic word io passes in.
-LABEL_SHIFT = 8
-LABEL_MASK = 0xFFFFF
-_EVX = 0x01  # BTH.EVX as a bit of byte 4
-_CM = frozenset(op.value for op in CM_OPCODES)
+LABEL_SHIFT: Final = 8
+LABEL_MASK: Final = 0xFFFFF
+_EVX: Final = 0x01  # BTH.EVX as a bit of byte 4
+_CM: Final = frozenset(op.value for op in CM_OPCODES)
 
 
 def strip_control(out: list[Transmit]) -> None:

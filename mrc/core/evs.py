@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .config import SessionConfig
 from .events import Event, PathRestored, PathRetired
@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from .trace import TraceCollector
 
 #: Bits of an EV's selector that a flow label carries (the plane comes from the socket).
-FLOW_LABEL_BITS = 20
+FLOW_LABEL_BITS: Final = 20
 #: UEC's skip counter ceiling (docs/DESIGN.md §4): a timeout sets it.
-PENALTY_MAX = 15
-PENALTY = {"ecn": 1, "trimmed": 4}
+PENALTY_MAX: Final = 15
+PENALTY: Final = {"ecn": 1, "trimmed": 4}
 
 
 def ev_plane(ev: int) -> int:
@@ -61,10 +61,13 @@ class EvSignal(Enum):
     ALLOW = "allow"
 
 
-G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+G: Final = EvState.GOOD
+S: Final = EvState.SKIP
+B: Final = EvState.ASSUMED_BAD
+D: Final = EvState.DENIED
 
 #: MRC's EV state machine (docs/DESIGN.md §4). Pairs not listed leave the state alone.
-TRANSITIONS: dict[tuple[EvState, EvSignal], EvState] = {
+TRANSITIONS: Final[dict[tuple[EvState, EvSignal], EvState]] = {
     (G, EvSignal.ECN): S,
     (G, EvSignal.TRIMMED): S,
     (G, EvSignal.LOSS): B,
@@ -81,7 +84,7 @@ TRANSITIONS: dict[tuple[EvState, EvSignal], EvState] = {
     (D, EvSignal.ALLOW): G,
 }
 
-USABLE = (G, S)
+USABLE: Final = (G, S)
 
 
 @dataclass(eq=False, slots=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from .events import Event
 from .transmit import Transmit
@@ -34,9 +34,9 @@ __all__ = ["FlushSession", "Flusher", "OutputSink", "SendResult"]
 
 #: Flush passes at most before the loop gives up on a session that keeps producing output
 #: without new input (a bug, not a load: each pass needs an event or a fed-back result).
-MAX_PASSES = 1000
+MAX_PASSES: Final = 1000
 #: Pull rounds per pass at most (a bound, not a budget: an empty round ends the pass).
-MAX_ROUNDS = 1000
+MAX_ROUNDS: Final = 1000
 
 
 class SendResult(IntEnum):

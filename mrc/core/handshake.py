@@ -37,11 +37,11 @@ from ..wire.cm import CMH, KEY_SIZE, KeyBlock
 from .errors import LocalProtocolError
 
 #: BTH + CMH + key block: the part of a CM packet the transcript hashes.
-HEAD = 12 + CMH.SIZE + KeyBlock.SIZE
+HEAD: Final = 12 + CMH.SIZE + KeyBlock.SIZE
 #: Offset of the CMH `plane` byte in a CM packet (zeroed in the transcript).
-PLANE_BYTE = 12 + 1
-PSK_SIZE = 32
-SECRET_SIZE = 32
+PLANE_BYTE: Final = 12 + 1
+PSK_SIZE: Final = 32
+SECRET_SIZE: Final = 32
 
 Entropy = Callable[[int], bytes]
 

@@ -10,12 +10,13 @@ is the smallest of the PSN window, the packet cap, CC's window and, per plane, N
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sized
+from typing import Final
 
 from ..wire.bth import PSN_MOD
 from .cc import CongestionControl
 from .config import SessionConfig
 
-PSN_MASK = PSN_MOD - 1
+PSN_MASK: Final = PSN_MOD - 1
 
 
 class InFlight:

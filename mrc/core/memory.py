@@ -12,10 +12,11 @@ from __future__ import annotations
 import builtins
 import random
 from dataclasses import dataclass, field
+from typing import Final
 
 from .errors import LocalProtocolError
 
-PAGE = 4096
+PAGE: Final = 4096
 
 
 def prefault(view: memoryview) -> None:

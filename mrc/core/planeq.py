@@ -35,28 +35,29 @@ before a flowcell goes out; the balance policy and the spray rotation choose the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 #: EWMA gain of a plane's queueing delay and of its smoothed RTT.
-GAIN = 0.125
+GAIN: Final = 0.125
 #: Multiplicative decrease of a plane's cap (NSCC's gain and floor), the smallest cap in MTUs.
-GAMMA = 0.8
-MAX_CUT = 0.5
-MIN_CAP_MTUS = 2
+GAMMA: Final = 0.8
+MAX_CUT: Final = 0.5
+MIN_CAP_MTUS: Final = 2
 #: A plane's first cap (bytes: one full GSO flowcell), and its growth per acknowledged byte
 #: while it shows no queue.
-INITIAL_CAP = 65536
-GROW = 0.5
+INITIAL_CAP: Final = 65536
+GROW: Final = 0.5
 #: A cap stays within HEADROOM × the plane's delivery rate × (base RTT + the delay every
 #: plane shares + threshold).
-HEADROOM = 1.5
+HEADROOM: Final = 1.5
 #: ... for this many smoothed RTTs after the plane's latest decrease (then it is free again:
 #: one noisy sample must not bind a plane for good).
-BOUNDED_FOR = 100
+BOUNDED_FOR: Final = 100
 #: The threshold as a fraction of the fastest plane's base RTT, when that is the larger.
-QUEUE_FRACTION = 0.25
+QUEUE_FRACTION: Final = 0.25
 #: Delivery rate: measured over at least this long (and a smoothed RTT), EWMA gain.
-RATE_PERIOD = 0.001
-RATE_GAIN = 0.5
+RATE_PERIOD: Final = 0.001
+RATE_GAIN: Final = 0.5
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Final
 
 from ..wire.bth import ENDPOINT_QPN, Opcode
 from ..wire.packet import EndpointPacket, ProbePacket
@@ -37,11 +38,13 @@ from .trace import TraceCollector
 from .transmit import Addr, Transmit
 
 #: Probes remembered for matching answers; older ones count as unanswered anyway.
-MAX_PROBES_REMEMBERED = 1024
+MAX_PROBES_REMEMBERED: Final = 1024
 #: Unanswered EV_PROBEs in a row that take a reverse EV out of the rotation.
-REVERSE_MISSES = 2
+REVERSE_MISSES: Final = 2
 #: What a probe was for: a plane (DOWN or at its floor), a retired EV, a reverse EV.
-PLANE, EV, REVERSE = 0, 1, 2
+PLANE: Final = 0
+EV: Final = 1
+REVERSE: Final = 2
 
 
 class PlaneMonitor:

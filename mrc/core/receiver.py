@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
@@ -39,34 +40,35 @@ from .paths import PathTable
 from .stats import SessionStats
 from .transmit import Addr, Transmit
 
-PSN_MASK = PSN_MOD - 1
-HALF = PSN_MOD >> 1
+PSN_MASK: Final = PSN_MOD - 1
+HALF: Final = PSN_MOD >> 1
 #: DSCP a switch writes on a packet it trimmed at the last hop (docs/WIRE.md §5).
-DSCP_TRIMMED_LASTHOP = 21
+DSCP_TRIMMED_LASTHOP: Final = 21
 #: Completed outcomes kept for duplicate LASTs beyond what RQMSN already released.
-MAX_OUTCOMES = 4096
+MAX_OUTCOMES: Final = 4096
 
-_FULL = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE})
-_LAST = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
-_ONLY = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
-_FIRST_V = int(Opcode.WRITE_FIRST)
-_MIDDLE_V = int(Opcode.WRITE_MIDDLE)
-_LAST_V = int(Opcode.WRITE_LAST)
-_ONLY_V = int(Opcode.WRITE_ONLY)
-_LAST_IMM_V = int(Opcode.WRITE_LAST_IMM)
-_ONLY_IMM_V = int(Opcode.WRITE_ONLY_IMM)
+_FULL: Final = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE})
+_LAST: Final = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
+_ONLY: Final = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
+_FIRST_V: Final = int(Opcode.WRITE_FIRST)
+_MIDDLE_V: Final = int(Opcode.WRITE_MIDDLE)
+_LAST_V: Final = int(Opcode.WRITE_LAST)
+_ONLY_V: Final = int(Opcode.WRITE_ONLY)
+_LAST_IMM_V: Final = int(Opcode.WRITE_LAST_IMM)
+_ONLY_IMM_V: Final = int(Opcode.WRITE_ONLY_IMM)
 #: A trigger as `on_data` notes it for its block, until `end_batch` answers:
 #: (psn, ev, plane, tx_ts, ce).
 _Note = tuple[int, int, int, "int | None", bool]
 
 
-_ZERO, _ONE = ord("0"), ord("1")
+_ZERO: Final = 48  # ord("0")
+_ONE: Final = 49  # ord("1")
 #: `on_data_bytes` takes packets framed like the sender's: BTH EVXH METH TSETH RETH, or the
 #: same without EVXH when the EV rides in the flow label (bits 8-27 of the traffic word).
-_HDR = DATA_HEADER.size
-_HDR_IMM = DATA_HEADER_IMM.size
-_HDR_NOEVX = DATA_HEADER_NOEVX.size
-_LABEL = 0xFFFFF
+_HDR: Final = DATA_HEADER.size
+_HDR_IMM: Final = DATA_HEADER_IMM.size
+_HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
+_LABEL: Final = 0xFFFFF
 
 
 def serial(d: int) -> int:

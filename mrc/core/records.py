@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
+from typing import Final
 
 from ..wire.ack import Syndrome, syndrome_ok
 from ..wire.bth import PSN_MOD, Opcode
 from .errors import LocalProtocolError
 
-PSN_MASK = PSN_MOD - 1
+PSN_MASK: Final = PSN_MOD - 1
 
 
 def tx_timestamp(now: float) -> int:

@@ -14,10 +14,12 @@ neither move the window nor mark a counter as seen. Keys, tags and the drop coun
 
 from __future__ import annotations
 
+from typing import Final
+
 #: Bits per bitmap block (RFC 6479's word).
-BLOCK_BITS = 64
-_BLOCK_SHIFT = 6
-_BIT_MASK = BLOCK_BITS - 1
+BLOCK_BITS: Final = 64
+_BLOCK_SHIFT: Final = 6
+_BIT_MASK: Final = BLOCK_BITS - 1
 
 
 class ReplayWindow:

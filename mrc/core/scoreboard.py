@@ -8,12 +8,14 @@ the PSNs this returns; what an acknowledgement means is left to it.
 
 from __future__ import annotations
 
+from typing import Final
+
 from ..wire.bth import PSN_MOD
 
-PSN_MASK = PSN_MOD - 1
-HALF = PSN_MOD >> 1
+PSN_MASK: Final = PSN_MOD - 1
+HALF: Final = PSN_MOD >> 1
 #: Blocks remembered before the ones wholly behind `una` are dropped.
-MAX_BLOCKS = 64
+MAX_BLOCKS: Final = 64
 
 
 class SackScoreboard:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Final
 
 from ..wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
 from ..wire.errors import DecodeError
@@ -41,16 +42,16 @@ from .receiver import Receiver
 from .transmit import Transmit
 
 #: BTH.EVX and BTH.TS as bits of the bytes that hold them (4 and 8).
-_EVX = EVX_BIT >> 24
-_TS = TS_BIT >> 24
-_DATA = frozenset(op.value for op in DATA_OPCODES)
-_IMM = frozenset(op.value for op in IMM_OPCODES)
-_CM = frozenset(op.value for op in CM_OPCODES)
+_EVX: Final = EVX_BIT >> 24
+_TS: Final = TS_BIT >> 24
+_DATA: Final = frozenset(op.value for op in DATA_OPCODES)
+_IMM: Final = frozenset(op.value for op in IMM_OPCODES)
+_CM: Final = frozenset(op.value for op in CM_OPCODES)
 #: CM packets that never carry a trailer.
-_PLAIN_CM = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value})
-_UNSEALED = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REPLY.value})
-_FULL = frozenset({Opcode.WRITE_FIRST.value, Opcode.WRITE_MIDDLE.value})
-_HDR = DATA_HEADER.size
+_PLAIN_CM: Final = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value})
+_UNSEALED: Final = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REPLY.value})
+_FULL: Final = frozenset({Opcode.WRITE_FIRST.value, Opcode.WRITE_MIDDLE.value})
+_HDR: Final = DATA_HEADER.size
 
 
 class SecureChannel:

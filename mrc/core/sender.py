@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import Final
 
 from ..wire.ack import NackReason, SackMark, syndrome_ok
 from ..wire.bth import MSN_MOD, PSN_MOD
@@ -47,10 +48,10 @@ from .timers import Timer, TimerTable
 from .trace import TraceCollector
 from .transmit import Addr, Transmit
 
-PSN_MASK = PSN_MOD - 1
-MSN_MASK = MSN_MOD - 1
+PSN_MASK: Final = PSN_MOD - 1
+MSN_MASK: Final = MSN_MOD - 1
 #: Messages posted and not yet completed; MSNs are compared modulo 2^16.
-MAX_OUTSTANDING_MESSAGES = 1 << 15
+MAX_OUTSTANDING_MESSAGES: Final = 1 << 15
 
 
 class Sender:

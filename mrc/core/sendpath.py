@@ -21,6 +21,7 @@ allows each of them, and their send records.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from ..wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT, Opcode
 from ..wire.fast import DATA_HEADER, DATA_HEADER_IMM, DATA_HEADER_IMM_NOEVX, DATA_HEADER_NOEVX
@@ -32,27 +33,27 @@ from .stats import SessionStats
 from .transmit import Addr, Transmit
 
 #: The most bytes one UDP datagram (and so one GSO call) carries over IPv4.
-MAX_GSO_BYTES = 65507
+MAX_GSO_BYTES: Final = 65507
 #: The kernel's cap on segments per GSO call (UDP_MAX_SEGMENTS).
-MAX_GSO_SEGMENTS = 64
+MAX_GSO_SEGMENTS: Final = 64
 #: Header bytes of a data packet, without and with ImmDt (BTH EVXH METH TSETH RETH [ImmDt]).
-HEADER = DATA_HEADER.size
-HEADER_IMM = DATA_HEADER_IMM.size
+HEADER: Final = DATA_HEADER.size
+HEADER_IMM: Final = DATA_HEADER_IMM.size
 
-_FIRST = int(Opcode.WRITE_FIRST)
-_MIDDLE = int(Opcode.WRITE_MIDDLE)
-_LAST = int(Opcode.WRITE_LAST)
-_LAST_IMM = int(Opcode.WRITE_LAST_IMM)
-_ONLY = int(Opcode.WRITE_ONLY)
-_ONLY_IMM = int(Opcode.WRITE_ONLY_IMM)
+_FIRST: Final = int(Opcode.WRITE_FIRST)
+_MIDDLE: Final = int(Opcode.WRITE_MIDDLE)
+_LAST: Final = int(Opcode.WRITE_LAST)
+_LAST_IMM: Final = int(Opcode.WRITE_LAST_IMM)
+_ONLY: Final = int(Opcode.WRITE_ONLY)
+_ONLY_IMM: Final = int(Opcode.WRITE_ONLY_IMM)
 
 #: Bytes an EVXH adds; left out when the EV rides in the flow label.
-EVXH_SIZE = 4
-_NO_EVX = ~EVX_BIT
-_PACK_NOEVX = DATA_HEADER_NOEVX.pack
-_PACK_IMM_NOEVX = DATA_HEADER_IMM_NOEVX.pack
-_PACK_INTO_NOEVX = DATA_HEADER_NOEVX.pack_into
-_PACK_INTO_IMM_NOEVX = DATA_HEADER_IMM_NOEVX.pack_into
+EVXH_SIZE: Final = 4
+_NO_EVX: Final = ~EVX_BIT
+_PACK_NOEVX: Final = DATA_HEADER_NOEVX.pack
+_PACK_IMM_NOEVX: Final = DATA_HEADER_IMM_NOEVX.pack
+_PACK_INTO_NOEVX: Final = DATA_HEADER_NOEVX.pack_into
+_PACK_INTO_IMM_NOEVX: Final = DATA_HEADER_IMM_NOEVX.pack_into
 
 
 # The layouts without EVXH, called like the ones with it (the EV argument is dropped and

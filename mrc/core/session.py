@@ -30,7 +30,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from ..wire.ack import NackReason, SackMark
 from ..wire.bth import BTH, DATA_OPCODES, Opcode
@@ -72,7 +72,7 @@ from .trace import TraceCollector
 from .transmit import Addr, Transmit
 
 #: What the peer only sends on a plane it uses toward us (docs/DESIGN.md §4, reverse path).
-_ACKNOWLEDGEMENTS = frozenset({SackPacket, NackPacket, AckPacket})
+_ACKNOWLEDGEMENTS: Final = frozenset({SackPacket, NackPacket, AckPacket})
 
 
 class SessionState(Enum):

@@ -39,14 +39,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from typing import Final
 
 from .paths import Plane
 from .records import SentCell
 
 #: A plane suspected again without answering in between is left alone up to 2^this RTOs.
-MAX_BACKOFF = 4
+MAX_BACKOFF: Final = 4
 #: A first suspicion lasts this many of the plane's RTOs, unless the plane answers.
-SUSPECT_RTOS = 4
+SUSPECT_RTOS: Final = 4
 
 
 class SilentPlanes:

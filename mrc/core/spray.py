@@ -22,14 +22,15 @@ import random
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from .errors import LocalProtocolError
 from .evs import EvState
 from .paths import PathTable, ev_plane
 
 #: REPS (docs/DESIGN.md §4): freeze after a loss, then explore this many EVs.
-REPS_FREEZE = 0.010
-REPS_EXPLORE = 16
+REPS_FREEZE: Final = 0.010
+REPS_EXPLORE: Final = 16
 
 
 class SprayPolicy(ABC):
@@ -224,7 +225,7 @@ class RepsSpray(SprayPolicy):
 
 SprayFactory = Callable[[PathTable, random.Random], SprayPolicy]
 
-_REGISTRY: dict[str, SprayFactory] = {
+_REGISTRY: Final[dict[str, SprayFactory]] = {
     "oblivious": ObliviousSpray,
     "bitmap": BitmapSpray,
     "reps": RepsSpray,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 __all__ = [
     "ACCEPTED",
@@ -43,17 +44,17 @@ __all__ = [
 
 #: DSCPs of a trimmed packet (docs/WIRE.md §5 [ours: the Cumulus defaults]): 21 where the
 #: port faces the destination host, 11 elsewhere.
-DSCP_TRIMMED = 11
-DSCP_TRIMMED_LASTHOP = 21
-TRIMMED_DSCPS = frozenset((DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
+DSCP_TRIMMED: Final = 11
+DSCP_TRIMMED_LASTHOP: Final = 21
+TRIMMED_DSCPS: Final = frozenset((DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP))
 #: Every data header, ImmDt included, must survive a trim (docs/WIRE.md §5).
-MIN_TRIM_SIZE = 44
+MIN_TRIM_SIZE: Final = 44
 
-_ECN_MASK = 0x03
-_CE = 0x03
+_ECN_MASK: Final = 0x03
+_CE: Final = 0x03
 #: BTH opcodes of MRC data packets, WRITE_FIRST … WRITE_ONLY_IMM (docs/WIRE.md §2).
-_FIRST_DATA = 0xC6
-_LAST_DATA = 0xCB
+_FIRST_DATA: Final = 0xC6
+_LAST_DATA: Final = 0xCB
 
 
 def is_data(packet: bytes | bytearray | memoryview) -> bool:
@@ -73,7 +74,7 @@ class Verdict(Enum):
 
 
 #: Verdicts that put something in a queue.
-ACCEPTED = frozenset((Verdict.QUEUED, Verdict.MARKED, Verdict.TRIMMED, Verdict.PRIORITY))
+ACCEPTED: Final = frozenset((Verdict.QUEUED, Verdict.MARKED, Verdict.TRIMMED, Verdict.PRIORITY))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ owner's job (mrc/cli/bench_trace.py).
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .evs import EvRecord, EvState
 
@@ -34,13 +34,13 @@ if TYPE_CHECKING:
     from .session import Session
 
 #: At most this many EV timeline records per connection (docs/DESIGN.md §10).
-TIMELINE_MAX = 100_000
+TIMELINE_MAX: Final = 100_000
 #: The token bucket shared by retransmit, drop and rtt records.
-RECORDS_PER_SECOND = 2000
+RECORDS_PER_SECOND: Final = 2000
 #: One cc record per plane this often (and at most one rtt record per plane).
-CC_SAMPLE_SECONDS = 0.01
+CC_SAMPLE_SECONDS: Final = 0.01
 #: `suppressed` records at most this often.
-SUPPRESSED_EVERY = 1.0
+SUPPRESSED_EVERY: Final = 1.0
 
 #: (now, kind, fields): one trace record before it is given its `t`.
 TraceRecord = tuple[float, str, dict[str, Any]]

@@ -9,25 +9,25 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_signed, need
 from mrc.wire.errors import DecodeError
 
 # 0 type 4 | next 5 | m 2 | flags 5, 2 ack_psn_offset, 4 entropy, 8 spdcid, 10 dpdcid,
 # 12 rsvd 8 | cack_psn 24, 16 cc_type 4 | cc_flags 4, 17 mpr, 18 sack_offset, 20 sack_bitmap
-SETH_STRUCT = struct.Struct(">HhIHHIBBhQ")
+SETH_STRUCT: Final = struct.Struct(">HhIHHIBBhQ")
 # tx_timestamp 16 | V 1 | ooo_count 15 | restore_cwnd 1 | rcv_cwnd_pen 7 | rcvd_bytes 24
-CCSTATE_STRUCT = struct.Struct(">HHI")
-PORTSTATE_STRUCT = struct.Struct(">I")
+CCSTATE_STRUCT: Final = struct.Struct(">HHI")
+PORTSTATE_STRUCT: Final = struct.Struct(">I")
 # type 4 | next 5 | rsvd 7, nack_reason, vendor, entropy, spdcid, dpdcid, rsvd 8 | nack_psn 24,
 # cc_type 4 | cc_flags 4, rsvd 8, tx_timestamp 16
-NETH_STRUCT = struct.Struct(">HBBIHHIBxH")
-AETH_STRUCT = struct.Struct(">I")  # syndrome 8 | MSN 24
+NETH_STRUCT: Final = struct.Struct(">HBBIHHIBxH")
+AETH_STRUCT: Final = struct.Struct(">I")  # syndrome 8 | MSN 24
 
-_PR_FLAG = 0x02  # SETH flags: rsvd 3 | PR 1 | PS 1 [ours]
-_PS_FLAG = 0x01
-_MASK24 = 0xFFFFFF
+_PR_FLAG: Final = 0x02  # SETH flags: rsvd 3 | PR 1 | PS 1 [ours]
+_PS_FLAG: Final = 0x01
+_MASK24: Final = 0xFFFFFF
 
 
 class SackMark(IntEnum):
@@ -70,8 +70,8 @@ def syndrome_ok(syndrome: int) -> bool:
     return syndrome >> 5 == 0
 
 
-_SACK_MARKS = {m.value: m for m in SackMark}
-_NACK_REASONS = {r.value: r for r in NackReason}
+_SACK_MARKS: Final = {m.value: m for m in SackMark}
+_NACK_REASONS: Final = {r.value: r for r in NackReason}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,16 +11,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
 
-CM_LISTEN_QPN = 0x1  # CM_REQUEST goes here (§2)
-ENDPOINT_QPN = 0x2  # connectionless endpoint messages (§4)
-ROCE_PORT = 4791  # default UDP destination port (§1)
-PSN_MOD = 1 << 24
-MSN_MOD = 1 << 16
+CM_LISTEN_QPN: Final = 0x1  # CM_REQUEST goes here (§2)
+ENDPOINT_QPN: Final = 0x2  # connectionless endpoint messages (§4)
+ROCE_PORT: Final = 4791  # default UDP destination port (§1)
+PSN_MOD: Final = 1 << 24
+MSN_MOD: Final = 1 << 16
 
 
 class Opcode(IntEnum):
@@ -44,7 +44,7 @@ class Opcode(IntEnum):
     CM_DISCONNECT = 0xE3
 
 
-DATA_OPCODES = frozenset(
+DATA_OPCODES: Final = frozenset(
     {
         Opcode.WRITE_FIRST,
         Opcode.WRITE_MIDDLE,
@@ -54,30 +54,32 @@ DATA_OPCODES = frozenset(
         Opcode.WRITE_ONLY_IMM,
     }
 )
-IMM_OPCODES = frozenset({Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM})
-LAST_OPCODES = frozenset(
+IMM_OPCODES: Final = frozenset({Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY_IMM})
+LAST_OPCODES: Final = frozenset(
     {Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM}
 )
-FIRST_OPCODES = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
-CM_OPCODES = frozenset({Opcode.CM_REQUEST, Opcode.CM_REPLY, Opcode.CM_REJECT, Opcode.CM_DISCONNECT})
+FIRST_OPCODES: Final = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
+CM_OPCODES: Final = frozenset(
+    {Opcode.CM_REQUEST, Opcode.CM_REPLY, Opcode.CM_REJECT, Opcode.CM_DISCONNECT}
+)
 
 # int -> Opcode without the cost of calling the enum.
-OPCODE_BY_VALUE: dict[int, Opcode] = {op.value: op for op in Opcode}
+OPCODE_BY_VALUE: Final[dict[int, Opcode]] = {op.value: op for op in Opcode}
 
 # byte 0 opcode | byte 1 SE M PadCnt TVer | bytes 2-3 P_Key | bytes 4-7 F B rsvd EVX + DestQP |
 # bytes 8-11 A R RTX TS rsvd + PSN
-BTH_STRUCT = struct.Struct(">BBHII")
-EVXH_STRUCT = struct.Struct(">I")
+BTH_STRUCT: Final = struct.Struct(">BBHII")
+EVXH_STRUCT: Final = struct.Struct(">I")
 
 # Bits of the 32-bit words at BTH bytes 4 and 8.
-F_BIT = 1 << 31
-B_BIT = 1 << 30
-EVX_BIT = 1 << 24
-A_BIT = 1 << 31
-R_BIT = 1 << 30
-RTX_BIT = 1 << 29
-TS_BIT = 1 << 28
-MASK24 = 0xFFFFFF
+F_BIT: Final = 1 << 31
+B_BIT: Final = 1 << 30
+EVX_BIT: Final = 1 << 24
+A_BIT: Final = 1 << 31
+R_BIT: Final = 1 << 30
+RTX_BIT: Final = 1 << 29
+TS_BIT: Final = 1 << 28
+MASK24: Final = 0xFFFFFF
 
 
 @dataclass(frozen=True, slots=True)

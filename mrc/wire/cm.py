@@ -10,21 +10,21 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_len, need
 from mrc.wire.errors import DecodeError
 
-MAX_PRIVATE_DATA = 256
-NONCE_SIZE = 16
-KEY_SIZE = 32  # an X25519 public key
+MAX_PRIVATE_DATA: Final = 256
+NONCE_SIZE: Final = 16
+KEY_SIZE: Final = 32  # an X25519 public key
 
 # 0 version | plane | flags, 4 local_qpn 24 | rsvd, 8 remote_qpn 24 | rsvd,
 # 12 initial_psn 24 | mpr, 16 payload_mtu | plane_count | ev_per_plane, 20 plane_mask,
 # 24 max_imm | security | rsvd, 28 nonce, 44 reject_reason | private_data_len,
 # 48 connection_id, 56 rsvd 64
-CMH_STRUCT = struct.Struct(">BBHIIIHBBIHBx16sHHQ8x")
-KEYBLOCK_STRUCT = struct.Struct(">32s32s")
+CMH_STRUCT: Final = struct.Struct(">BBHIIIHBBIHBx16sHHQ8x")
+KEYBLOCK_STRUCT: Final = struct.Struct(">32s32s")
 
 
 class SecurityLevel(IntEnum):
@@ -47,9 +47,9 @@ class RejectReason(IntEnum):
 
 
 #: CMH `flags` bit: EVs in the IPv6 flow label, no EVXH (docs/WIRE.md §3, §6).
-CM_FLAG_EV_FLOWLABEL = 0x0001
+CM_FLAG_EV_FLOWLABEL: Final = 0x0001
 #: CMH `flags` bit: each EV also picks the UDP source port (docs/WIRE.md §3, §6).
-CM_FLAG_EV_SPORT = 0x0002
+CM_FLAG_EV_SPORT: Final = 0x0002
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
 
-METH_STRUCT = struct.Struct(">HH")  # RQMSN 16 | MSN 16
-TSETH_STRUCT = struct.Struct(">HH")  # tx_timestamp 16 | TSR 1 | rsvd 11 | ftype 4
-RETH_STRUCT = struct.Struct(">QII")  # VA 64 | R_Key 32 | DMA_length 32
-IMMDT_STRUCT = struct.Struct(">I")
+METH_STRUCT: Final = struct.Struct(">HH")  # RQMSN 16 | MSN 16
+TSETH_STRUCT: Final = struct.Struct(">HH")  # tx_timestamp 16 | TSR 1 | rsvd 11 | ftype 4
+RETH_STRUCT: Final = struct.Struct(">QII")  # VA 64 | R_Key 32 | DMA_length 32
+IMMDT_STRUCT: Final = struct.Struct(">I")
 
-MAX_DMA_LENGTH = 1 << 31  # §3: DMA_length is 1 … 2^31
+MAX_DMA_LENGTH: Final = 1 << 31  # §3: DMA_length is 1 … 2^31
 
 
 def dma_length_ok(dma_length: int) -> bool:

@@ -11,13 +11,14 @@ decoding is `mrc.wire.packet`'s job.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from mrc.wire.bth import A_BIT, DATA_OPCODES, EVX_BIT, IMM_OPCODES, RTX_BIT, TS_BIT, Opcode
 from mrc.wire.data import MAX_DMA_LENGTH
 
 # Data layouts (§2 table): BTH [EVXH] METH [TSETH] RETH [ImmDt], indexed by
 # EVX | TS << 1 | IMM << 2. TSETH's TSR/ftype half is sent as 0 and skipped ("2x").
-_BTH = ">BBHII"
+_BTH: Final = ">BBHII"
 
 
 def _data_layout(key: int) -> struct.Struct:
@@ -30,29 +31,29 @@ def _data_layout(key: int) -> struct.Struct:
     return struct.Struct(fmt)
 
 
-_DATA_STRUCTS: tuple[struct.Struct, ...] = tuple(_data_layout(key) for key in range(8))
-_HDR_PLAIN = _DATA_STRUCTS[1]  # BTH EVXH METH RETH, 36 bytes
-_HDR_TS = _DATA_STRUCTS[3]  # BTH EVXH METH TSETH RETH, 40 bytes
-_HDR_IMM = _DATA_STRUCTS[5]
-_HDR_TS_IMM = _DATA_STRUCTS[7]  # 44 bytes, every data header
+_DATA_STRUCTS: Final[tuple[struct.Struct, ...]] = tuple(_data_layout(key) for key in range(8))
+_HDR_PLAIN: Final = _DATA_STRUCTS[1]  # BTH EVXH METH RETH, 36 bytes
+_HDR_TS: Final = _DATA_STRUCTS[3]  # BTH EVXH METH TSETH RETH, 40 bytes
+_HDR_IMM: Final = _DATA_STRUCTS[5]
+_HDR_TS_IMM: Final = _DATA_STRUCTS[7]  # 44 bytes, every data header
 #: The two layouts the sender frames every data packet with, for callers that frame many
 #: packets at once (a flowcell): BTH EVXH METH TSETH RETH (40 bytes), and the same plus ImmDt
 #: (44 bytes, `*_IMM` opcodes). Values in wire order: opcode, 0, P_Key, EVX_BIT | DestQP,
 #: A/RTX/TS bits | PSN, EV, RQMSN, MSN, tx_timestamp, VA, R_Key, DMA_length[, ImmDt]. They
 #: write the same bytes as `encode_data_header` with a `tx_timestamp`, without its checks.
-DATA_HEADER = _HDR_TS
-DATA_HEADER_IMM = _HDR_TS_IMM
+DATA_HEADER: Final = _HDR_TS
+DATA_HEADER_IMM: Final = _HDR_TS_IMM
 #: The same without EVXH (36 and 40 bytes), for connections that carry the EV in the IPv6 flow
 #: label (docs/WIRE.md §3): values as above without EV, and BTH.EVX clear.
-DATA_HEADER_NOEVX = _DATA_STRUCTS[2]
-DATA_HEADER_IMM_NOEVX = _DATA_STRUCTS[6]
-_BTH_EVXH = struct.Struct(">BBHIII")
+DATA_HEADER_NOEVX: Final = _DATA_STRUCTS[2]
+DATA_HEADER_IMM_NOEVX: Final = _DATA_STRUCTS[6]
+_BTH_EVXH: Final = struct.Struct(">BBHIII")
 # A whole RELIABILITY_SACK in one pack: BTH [EVXH] SETH CC_STATE [PORTSTATE] (docs/WIRE.md §4).
-_SACK = struct.Struct(">BBHIIIHhIHHIBBhQHHI")
-_SACK_PS = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
-_SACK_NOEVX = struct.Struct(">BBHIIHhIHHIBBhQHHI")
-_SACK_PS_NOEVX = struct.Struct(">BBHIIHhIHHIBBhQHHII")
-_SACK_OP = Opcode.RELIABILITY_SACK.value
+_SACK: Final = struct.Struct(">BBHIIIHhIHHIBBhQHHI")
+_SACK_PS: Final = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
+_SACK_NOEVX: Final = struct.Struct(">BBHIIHhIHHIBBhQHHI")
+_SACK_PS_NOEVX: Final = struct.Struct(">BBHIIHhIHHIBBhQHHII")
+_SACK_OP: Final = Opcode.RELIABILITY_SACK.value
 
 
 def encode_sack(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from mrc.wire._codec import Buffer, check_bits, need
 from mrc.wire.ack import AETH, NETH, PORTSTATE_STRUCT, SETH, CCState
@@ -56,10 +57,10 @@ from mrc.wire.fast import (
 )
 from mrc.wire.probe import EETH, ERTH, PETH
 
-_PEEK_QP = struct.Struct(">4xI")
+_PEEK_QP: Final = struct.Struct(">4xI")
 
-_DATA_VALUES = frozenset(op.value for op in DATA_OPCODES)
-_IMM_VALUES = frozenset(op.value for op in IMM_OPCODES)
+_DATA_VALUES: Final = frozenset(op.value for op in DATA_OPCODES)
+_IMM_VALUES: Final = frozenset(op.value for op in IMM_OPCODES)
 
 
 # --- records -------------------------------------------------------------------------------
@@ -293,7 +294,7 @@ class CmPacket:
 
 Packet = DataPacket | SackPacket | NackPacket | AckPacket | ProbePacket | EndpointPacket | CmPacket
 
-_ENDPOINT_HEADERS: dict[Opcode, type[ERTH | EETH]] = {
+_ENDPOINT_HEADERS: Final[dict[Opcode, type[ERTH | EETH]]] = {
     Opcode.ENDPOINT_REQUEST: ERTH,
     Opcode.ENDPOINT_RESPONSE: EETH,
 }
@@ -499,7 +500,7 @@ def _decode_cm(mv: memoryview, n: int) -> CmPacket:
     return CmPacket(opcode, w4 & MASK24, cmh, key_block, private_data, p_key)
 
 
-_CONTROL_DECODERS: dict[int, Callable[[memoryview, int], Packet]] = {
+_CONTROL_DECODERS: Final[dict[int, Callable[[memoryview, int], Packet]]] = {
     Opcode.ACKNOWLEDGE.value: _decode_ack,
     Opcode.ENDPOINT_REQUEST.value: _decode_endpoint,
     Opcode.ENDPOINT_RESPONSE.value: _decode_endpoint,

@@ -13,22 +13,22 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
 
 # type 4 | next 5 | rsvd 7, vendor, rsvd 8, probe_id, rsvd 16, spdcid, dpdcid, tx_timestamp,
 # TSR 1 | rsvd 11 | ftype 4
-PETH_STRUCT = struct.Struct(">HBxH2xHHHH")
+PETH_STRUCT: Final = struct.Struct(">HBxH2xHHHH")
 # type 4 | next 5 | rsvd 5 | op 2, rsvd 8, vendor, port_status_mask, rsvd 32, tx_timestamp,
 # TSR 1 | rsvd 11 | ftype 4
-ERTH_STRUCT = struct.Struct(">HxBI4xHH")
+ERTH_STRUCT: Final = struct.Struct(">HxBI4xHH")
 # type 4 | next 5 | rsvd 5 | op 2, rsvd 16, 24 bytes MRC reserves (ours: port_status_mask in the
 # first 4), tx_timestamp, rsvd 16, rsvd 32
-EETH_STRUCT = struct.Struct(">H2xI20xH6x")
+EETH_STRUCT: Final = struct.Struct(">H2xI20xH6x")
 
-_FTYPE = 0x000F
+_FTYPE: Final = 0x000F
 
 
 class EndpointOp(IntEnum):
@@ -38,7 +38,7 @@ class EndpointOp(IntEnum):
     EV_PROBE = 1
 
 
-_ENDPOINT_OPS = {op.value: op for op in EndpointOp}
+_ENDPOINT_OPS: Final = {op.value: op for op in EndpointOp}
 
 
 def _op(first: int) -> EndpointOp:

@@ -12,18 +12,18 @@ import ipaddress
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, check_bits, need
 from mrc.wire.errors import DecodeError
 
-ROUTING_TYPE_SRH = 4
-TLV_PAD1 = 0
-TLV_PADN = 4
-UDP = 17
+ROUTING_TYPE_SRH: Final = 4
+TLV_PAD1: Final = 0
+TLV_PADN: Final = 4
+UDP: Final = 17
 
 # next_header | hdr_ext_len | routing_type | segments_left | last_entry | flags | tag
-_FIXED = struct.Struct(">BBBBBBH")
+_FIXED: Final = struct.Struct(">BBBBBBH")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_len, need
 
-TRAILER_STRUCT = struct.Struct(">Q16s")
-TAG_SIZE = 16
+TRAILER_STRUCT: Final = struct.Struct(">Q16s")
+TAG_SIZE: Final = 16
 
 
 @dataclass(frozen=True, slots=True)
