@@ -88,9 +88,7 @@ class _Trigger:
     ce: bool = False
 
     # Written out (records.OutMessage says why): one per SACK.
-    def __init__(
-        self, psn: int, ev: int, plane: int, tx_ts: int | None, ce: bool = False
-    ) -> None:
+    def __init__(self, psn: int, ev: int, plane: int, tx_ts: int | None, ce: bool = False) -> None:
         self.psn = psn
         self.ev = ev
         self.plane = plane
@@ -139,6 +137,10 @@ class Receiver:
         self._rcvd_bytes = 0
         # Per receive batch: the last trigger of each 64-PSN block, and immediate triggers.
         self._blocks: dict[int, _Note] = {}
+        # The newest packet `on_data_bytes` placed, not yet noted in `_blocks`: a run of
+        # packets in one block (the usual batch) then costs one note, not one each.
+        self._pend_block = -1
+        self._pend_psn = self._pend_ev = self._pend_plane = self._pend_ts = 0
         self._immediate: list[_Trigger] = []
         self.out: list[Transmit] = []
         #: The EV rides in the flow label (agreed in CM), not in an EVXH.
@@ -227,7 +229,19 @@ class Receiver:
             # The A bit asks for the AETH, which the LAST's completion sends; the SACK of
             # its block goes with it at this pull (docs/DESIGN.md §6).
             self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=True))
+        if self._pend_block >= 0:
+            self._note_pending()  # an older packet's note must not overwrite this one
         self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
+
+    def _note_pending(self) -> None:
+        self._blocks[self._pend_block] = (
+            self._pend_psn,
+            self._pend_ev,
+            self._pend_plane,
+            self._pend_ts,
+            False,
+        )
+        self._pend_block = -1
 
     def on_trimmed(self, pkt: DataPacket, plane: int, tos: int) -> None:
         """A trimmed packet (docs/WIRE.md §5): a hint, never written. Answered with a NACK only
@@ -252,6 +266,20 @@ class Receiver:
         `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
         mtu = self.config.payload_mtu
         imm: int | None = None
+        # Declared, so that compiled the fields are machine ints, not objects (struct
+        # returns untyped values).
+        op: int
+        b1: int
+        p_key: int
+        w4: int
+        w8: int
+        ev: int
+        rqmsn: int
+        msn: int
+        ts: int
+        va: int
+        rkey: int
+        dma: int
         if self._noevx:
             hdr = _HDR_NOEVX
             if len(data) < hdr:
@@ -277,8 +305,8 @@ class Receiver:
                     DATA_HEADER_IMM.unpack_from(data)
                 )
             else:
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = (
-                    DATA_HEADER.unpack_from(data)
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(
+                    data
                 )
         n = len(data) - hdr
         if op in (_MIDDLE_V, _FIRST_V):
@@ -321,7 +349,15 @@ class Receiver:
             self._lasts[psn] = (msn, imm, bool(w8 & A_BIT), plane, rkey, span_va, span)
         if rqmsn != self._rqmsn:
             self._note_rqmsn(rqmsn)
-        self._blocks[psn & ~63 & PSN_MASK] = (psn, ev, plane, ts, False)
+        block = psn & ~63 & PSN_MASK
+        if block != self._pend_block:
+            if self._pend_block >= 0:
+                self._note_pending()
+            self._pend_block = block
+        self._pend_psn = psn
+        self._pend_ev = ev
+        self._pend_plane = plane
+        self._pend_ts = ts
         return True
 
     def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
@@ -366,6 +402,8 @@ class Receiver:
 
     def end_batch(self, now: float) -> None:
         """Advance cack_psn, release outcomes, and answer the batch (docs/DESIGN.md §6)."""
+        if self._pend_block >= 0:
+            self._note_pending()
         ring, rmask = self._ring, self._rmask
         cack = self.cack
         while ring[cack & rmask] == _ONE:
