@@ -37,7 +37,7 @@ from .events import Event, ImmediateReceived
 from .evs import ev_plane
 from .memory import RegionTable
 from .paths import PathTable
-from .stats import SessionStats
+from .stats import PlaneStats, SessionStats
 from .transmit import Addr, Transmit
 
 PSN_MASK: Final = PSN_MOD - 1
@@ -359,6 +359,27 @@ class Receiver:
         self._pend_plane = plane
         self._pend_ts = ts
         return True
+
+    def on_data_run(
+        self,
+        datagrams: list[tuple[bytes | memoryview, int]],
+        i: int,
+        plane: int,
+        ps: PlaneStats,
+        now: float,
+    ) -> int:
+        """`on_data_bytes` for `datagrams[i:]`, counting each placed one on `ps`, until one
+        does not take the byte path: returns its index (the batch's length once all did).
+        One call per run of packets, not one per packet."""
+        n = len(datagrams)
+        while i < n:
+            data, tos = datagrams[i]
+            if not self.on_data_bytes(data, plane, tos, now):
+                return i
+            ps.packets_received += 1
+            ps.bytes_received += len(data)
+            i += 1
+        return n
 
     def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
         """(VA, length) that must lie inside the region for a packet of opcode `op` with

@@ -5,26 +5,33 @@ arrived intact."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from mrc.cli import main
-from mrc.core.receiver import Receiver
+from mrc.core.endpoint import Endpoint
+from mrc.wire.bth import DATA_OPCODES
+
+DATA_VALUES = {int(op) for op in DATA_OPCODES}
 
 
 def test_a_core_exception_fails_the_bench_with_exit_70(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = Receiver.on_data_bytes
+    # io hands every receive batch to the core endpoint through this method. The demo
+    # server's batches carry data packets, the client's only acknowledgements.
+    real = Endpoint.receive_datagrams
     calls = {"n": 0}
 
-    def flaky(self: Receiver, *args: object) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 50:
-            raise KeyError("injected by the test")
-        return real(self, *args)  # type: ignore[arg-type]
+    def flaky(self: Endpoint, plane: int, datagrams: list[Any], now: float) -> list[Any]:
+        if datagrams and datagrams[0][0][0] in DATA_VALUES:
+            calls["n"] += 1
+            if calls["n"] == 20:
+                raise KeyError("injected by the test")
+        return real(self, plane, datagrams, now)
 
-    monkeypatch.setattr(Receiver, "on_data_bytes", flaky)
+    monkeypatch.setattr(Endpoint, "receive_datagrams", flaky)
     rc = main(["bench", "--demo", "-n", "16M", "-J"])
     out, err = capsys.readouterr()
     assert rc == 70
