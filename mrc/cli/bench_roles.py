@@ -55,13 +55,12 @@ def next_tick(k: int, elapsed: float, interval: float) -> int:
     """The interval tick to schedule after tick `k` fired `elapsed` seconds into the test.
 
     A tick that fired late (the loop was busy) ends one longer interval; the ticks it overran
-    are skipped rather than fired back to back as zero-width intervals (iperf3's intervals
-    also always span real time)."""
+    are skipped, not fired back to back as zero-width intervals (as in iperf3)."""
     return max(k + 1, int(elapsed / interval) + 1)
 
 
 class BenchTest:
-    """One side of one test. Feed it the session's events with `on_event`."""
+    """One side of one test. Feed it the session's events with `on_events`."""
 
     def __init__(
         self,
@@ -211,13 +210,16 @@ class BenchTest:
 
     # -- events -----------------------------------------------------------------------------
 
-    def on_event(self, event: Event) -> None:
-        """React to one session event; anything it posts goes out with the running flush."""
-        if self._on_event(event) and not self.session.is_closed:
+    def on_events(self, events: list[Event]) -> None:
+        """React to a flush's session events; what they post goes out with the running flush."""
+        posted = False
+        for event in events:
+            posted = self._on_event(event) or posted
+        if posted and not self.session.is_closed:
             self.io.flush(self.session)  # folded into the caller's flush when inside one
 
     def _on_event(self, event: Event) -> bool:
-        """False when the event certainly posted nothing: on_event then skips the flush."""
+        """False when the event certainly posted nothing (`on_events` may skip the flush)."""
         if isinstance(event, WriteCompleted):
             return self._on_completed(event)
         if isinstance(event, ImmediateReceived):
@@ -564,7 +566,7 @@ class BenchTest:
         core_drops: Counter[str] = Counter(st.drops_by_reason)
         if self.extra_drops is not None:
             core_drops.update(self.extra_drops())
-        summary: dict[str, Any] = {
+        return {
             "role": self.role,
             "seconds": round(self.seconds, 6),
             "bytes": self.data_bytes,
@@ -587,7 +589,6 @@ class BenchTest:
             "longest_stall_seconds": round(st.longest_stall_seconds, 3),
             "events": list(self.events),
         }
-        return summary
 
 
 def _by_cause(counter: Counter[str]) -> dict[str, int]:

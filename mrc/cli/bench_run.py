@@ -78,7 +78,7 @@ class BenchClient:
         self.rng = node.rng
         self.core = node.endpoint
         self.io: IoEndpoint[Session] = node.io
-        node.on_event = self._on_event
+        node.on_events = self._on_events
         #: --paths: paths per plane (1 = direct) and the lines that describe them.
         self.plane_paths: dict[int, int] = dict(plane_paths or {})
         self.path_lines = list(node.path_lines)
@@ -89,13 +89,15 @@ class BenchClient:
         self._finished: asyncio.Future[None] = loop.create_future()
         self.start_info: StartInfo | None = None
 
-    def _on_event(self, session: Session, event: Event) -> None:
+    def _on_events(self, session: Session, events: list[Event]) -> None:
         if self.test is not None:
-            self.test.on_event(event)
-        elif isinstance(event, ConnectionEstablished) and not self._established.done():
-            self._established.set_result(event)
-        elif isinstance(event, ConnectionClosed) and not self._established.done():
-            self._established.set_exception(BenchError(self._closed_reason(event.reason)))
+            self.test.on_events(events)
+            return
+        for event in events:
+            if isinstance(event, ConnectionEstablished) and not self._established.done():
+                self._established.set_result(event)
+            elif isinstance(event, ConnectionClosed) and not self._established.done():
+                self._established.set_exception(BenchError(self._closed_reason(event.reason)))
 
     def _where(self) -> str:
         return f"{','.join(self.opts.server)} port {self.opts.port}"

@@ -67,7 +67,7 @@ class BenchServer:
         self.rng = node.rng
         self.core = node.endpoint
         self.io: IoEndpoint[Session] = node.io
-        node.on_event = self._on_event
+        node.on_events = self._on_events
         node.on_error = self._on_error
         #: --paths: lines that describe them for the banner.
         self.path_lines = list(node.path_lines)
@@ -191,6 +191,14 @@ class BenchServer:
 
     # -- events ------------------------------------------------------------------------------
 
+    def _on_events(self, session: Session, events: list[Event]) -> None:
+        test = self.tests.get(id(session))
+        if test is not None and not any(isinstance(e, ConnectionClosed) for e in events):
+            test.on_events(events)  # the usual batch: completions of a running test
+            return
+        for event in events:
+            self._on_event(session, event)
+
     def _on_event(self, session: Session, event: Event) -> None:
         echo = self.echoes.get(id(session))
         if echo is not None:
@@ -200,7 +208,7 @@ class BenchServer:
             return
         test = self.tests.get(id(session))
         if test is not None:
-            test.on_event(event)
+            test.on_events([event])
             if isinstance(event, ConnectionClosed):
                 self._closed(session, test)
             return

@@ -17,8 +17,11 @@ The loop, per session:
    flush then pulls once more (once: if that fails too, the next input pulls again).
 3. a PLANE_DOWN result (ENETUNREACH …) is reported once as `plane_status(plane, False)`; a later
    successful send on that plane reports it up again.
-4. arm the timer, deliver the events. An event handler may call back into the session and flush
-   it again: that request is folded into the running flush instead of recursing.
+4. arm the timer, deliver the events: all the session has queued, in one `deliver` call (a
+   batch of acknowledgements completes many small WRITEs at once; the application's handler
+   chain then runs once for them, not once each). An event handler may call back into the
+   session and flush it again: that request is folded into the running flush instead of
+   recursing.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class OutputSink(Protocol[S_contra]):
 
     def arm(self, session: S_contra, deadline: float | None, now: float) -> None: ...
 
-    def deliver(self, session: S_contra, event: Event, now: float) -> None: ...
+    def deliver(self, session: S_contra, events: list[Event], now: float) -> None: ...
 
 
 class Flusher(Generic[S]):
@@ -150,6 +153,12 @@ class Flusher(Generic[S]):
                 session.plane_status(plane, False, now)
                 self._again.add(key)
         sink.arm(session, session.get_timer(), now)
-        while (event := session.next_event()) is not None:
-            sink.deliver(session, event, now)
+        while True:
+            # Events a handler raises without a flush go out right after this batch.
+            events: list[Event] = []
+            while (event := session.next_event()) is not None:
+                events.append(event)
+            if not events:
+                break
+            sink.deliver(session, events, now)
         return refused

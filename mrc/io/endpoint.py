@@ -95,6 +95,7 @@ class IoEndpoint(Generic[S]):
         planes: Mapping[int, PlaneSocket],
         on_event: Callable[[S, Event], None] | None = None,
         *,
+        on_events: Callable[[S, list[Event]], None] | None = None,
         batch: int = 64,
         pull: int = 64,
         clock: Callable[[], float] = time.monotonic,
@@ -105,6 +106,10 @@ class IoEndpoint(Generic[S]):
         self.core = core
         self.planes: dict[int, PlaneSocket] = dict(planes)
         self.on_event = on_event
+        #: Takes a flush's events in one call (then `on_event` is not called): a handler that
+        #: loops itself saves a call chain per event when acknowledgements complete many
+        #: small WRITEs at once.
+        self.on_events = on_events
         self.batch = batch
         self.now = clock
         self.on_error = on_error
@@ -241,9 +246,12 @@ class IoEndpoint(Generic[S]):
     def arm(self, session: S, deadline: float | None, now: float) -> None:
         self._arm(session, id(session), deadline, now)
 
-    def deliver(self, session: S, event: Event, now: float) -> None:
-        if self.on_event is not None:
-            self.on_event(session, event)
+    def deliver(self, session: S, events: list[Event], now: float) -> None:
+        if self.on_events is not None:
+            self.on_events(session, events)
+        elif self.on_event is not None:
+            for event in events:
+                self.on_event(session, event)
 
     # -- internals --------------------------------------------------------------------------
 

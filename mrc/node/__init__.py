@@ -8,11 +8,12 @@ programs that decide what connections are for. Set-up problems are `NodeError`s 
 from __future__ import annotations
 
 from .errors import NodeError
-from .host import EventHandler, Node, bind_planes, resolve_peer
+from .host import EventHandler, EventsHandler, Node, bind_planes, resolve_peer
 from .paths import client_binds, client_paths, path_counts, server_paths
 
 __all__ = [
     "EventHandler",
+    "EventsHandler",
     "Node",
     "NodeError",
     "bind_planes",

@@ -34,12 +34,22 @@ from mrc.io.srv6 import PathSockets
 from .errors import NodeError
 from .paths import client_paths, path_counts, server_paths
 
-__all__ = ["EV_ENCODINGS", "SPORT_POOL", "EventHandler", "Node", "bind_planes", "resolve_peer"]
+__all__ = [
+    "EV_ENCODINGS",
+    "SPORT_POOL",
+    "EventHandler",
+    "EventsHandler",
+    "Node",
+    "bind_planes",
+    "resolve_peer",
+]
 
 #: Source ports per plane of a node whose EVs pick their source port ("udp").
 SPORT_POOL = 128
 
 EventHandler = Callable[[Session, Event], None]
+#: Takes every event of one flush at once, in order.
+EventsHandler = Callable[[Session, list[Event]], None]
 
 log = logging.getLogger("mrc.node")
 
@@ -160,15 +170,15 @@ class Node:
     ) -> None:
         self.loop = loop
         self.rng = rng if rng is not None else random.Random()
-        self.endpoint = (
-            endpoint if endpoint is not None else Endpoint(rng=self.rng, regions=None)
-        )
+        self.endpoint = endpoint if endpoint is not None else Endpoint(rng=self.rng, regions=None)
         self.regions: RegionTable = self.endpoint.regions
         self.table = table
         self.payload_mtu = payload_mtu
         #: Connections carry the 24-byte security trailer: path MTU checks reserve room for it.
         self.secured = secured
         self.on_event = on_event
+        #: When set, takes the events instead of `on_event`, a flush's worth per call.
+        self.on_events: EventsHandler | None = None
         self.on_error = on_error
         #: Paths of each plane this node's listener spreads its EVs over (1 = direct).
         self.plane_paths: dict[int, int] = {}
@@ -204,7 +214,12 @@ class Node:
                 sock.close()
             raise
         self.io: IoEndpoint[Session] = IoEndpoint(
-            loop, self.endpoint, planes, self._on_event, on_error=self._on_error, paths=path_sockets
+            loop,
+            self.endpoint,
+            planes,
+            on_events=self._on_events,
+            on_error=self._on_error,
+            paths=path_sockets,
         )
         self.port = planes[0].local_addr[1] if planes else port
 
@@ -290,9 +305,12 @@ class Node:
         paths = tuple(counts.get(p, 1) for p in range(len(config.plane_paths or self.planes)))
         return replace(config, plane_paths=paths).validate()
 
-    def _on_event(self, session: Session, event: Event) -> None:
-        if self.on_event is not None:
-            self.on_event(session, event)
+    def _on_events(self, session: Session, events: list[Event]) -> None:
+        if self.on_events is not None:
+            self.on_events(session, events)
+        elif self.on_event is not None:
+            for event in events:
+                self.on_event(session, event)
 
     def _on_error(self, message: str) -> None:
         if self.on_error is not None:

@@ -121,12 +121,13 @@ class Host:
             self._timer_at[session.qpn] = deadline
             self.net._push(deadline, "timer", (self, session))
 
-    def deliver(self, session: Session, event: Event, now: float) -> None:
-        self.events.append((now, session, event))
-        if self.on_event is not None:
-            self.on_event(self, session, event)
-            # The hook may have posted WRITEs without flushing: pull once more.
-            self._flusher.flush(session)
+    def deliver(self, session: Session, events: list[Event], now: float) -> None:
+        for event in events:
+            self.events.append((now, session, event))
+            if self.on_event is not None:
+                self.on_event(self, session, event)
+                # The hook may have posted WRITEs without flushing: pull once more.
+                self._flusher.flush(session)
 
     def _flush_endpoint(self) -> None:
         for t in self.endpoint.datagrams_to_send():

@@ -8,6 +8,7 @@ to the core, and that a flush requested from inside an event handler is folded i
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -55,8 +56,11 @@ class Sink:
     sent: list[bytes] = field(default_factory=list)
     armed: list[float | None] = field(default_factory=list)
     delivered: list[Event] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
     flusher: Flusher[Script] | None = None
     reflush_on_event: bool = False
+    #: Called once per `deliver`, as an application's handler would run.
+    handler: Callable[[], None] | None = None
 
     def send(self, tx: Transmit, now: float) -> SendResult:
         self.sent.append(tx.data)
@@ -65,8 +69,11 @@ class Sink:
     def arm(self, session: Script, deadline: float | None, now: float) -> None:
         self.armed.append(deadline)
 
-    def deliver(self, session: Script, event: Event, now: float) -> None:
-        self.delivered.append(event)
+    def deliver(self, session: Script, events: list[Event], now: float) -> None:
+        self.delivered += events
+        self.batches.append(len(events))
+        if self.handler is not None:
+            self.handler()
         if self.reflush_on_event and self.flusher is not None:
             self.flusher.flush(session)  # what an application's handler does
 
@@ -95,6 +102,27 @@ def test_transmits_then_timer_then_events_with_one_now(
     assert session.log == ["pull@1.5/4", "pull@1.5/4", "pull@1.5/4", "timer"]
     assert sink.armed == [2.0]
     assert sink.delivered == [WriteCompleted(msn=0, status=0)]
+
+
+def test_queued_events_go_to_the_sink_in_one_batch_and_later_ones_follow_it(
+    rig: tuple[Script, Sink, Flusher[Script]],
+) -> None:
+    session, sink, flusher = rig
+    done = [WriteCompleted(msn=m, status=0) for m in range(3)]
+    session.events.extend(done)
+    late = PlaneDown(plane=0, reason="raised by the handler")
+
+    def handler() -> None:
+        # The handler raises one more event without asking for a flush: it is delivered in
+        # the same pass, right after the batch that was running.
+        if len(sink.batches) == 1:
+            session.events.append(late)
+
+    sink.handler = handler
+    flusher.flush(session)
+    assert sink.batches == [3, 1]
+    assert sink.delivered == [*done, late]
+    assert sink.armed == [None]
 
 
 def test_a_refused_transmit_goes_back_to_the_core_and_is_pulled_once_more(
