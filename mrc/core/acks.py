@@ -51,15 +51,16 @@ class AckLedger:
         in their records, count their bytes, and hand each flowcell touched to RACK once (one
         call per SACK: the hottest loop of the receive path, so its lookups are hoisted).
         Returns the payload bytes newly acknowledged."""
-        pop = self.records.pop
+        records = self.records  # compiled, get and del are C calls (a bound pop would not be)
         by_plane = self.flight.by_plane
         acked = left = top = cell_bytes = 0
         interval = -1.0
         cell: SentCell | None = None
         for psn in psns:
-            rec = pop(psn, None)
+            rec = records.get(psn)
             if rec is None:
                 continue
+            del records[psn]
             i = (psn - rec.psn) & PSN_MASK
             bit = 1 << i
             packets = rec.packets

@@ -153,8 +153,8 @@ class Framer:
         ts = tx_timestamp(now)
         pack = self._pack
         pack_imm = self._pack_imm
+        # Compiled, `parts.append` is a C call; a bound method kept in a local would not be.
         parts: list[bytes | memoryview] = []
-        append = parts.append
         cur: OutMessage | None = None
         src: memoryview  # set with the message's other fields, on the first packet
         dma = base_va = msn = rkey = last = 0
@@ -174,17 +174,21 @@ class Framer:
                 w8 = flags | A_BIT | psn
                 if imm is None:
                     op = _LAST if index else _ONLY
-                    append(pack(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey, dma))
+                    parts.append(
+                        pack(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey, dma)
+                    )
                 else:
                     op = _LAST_IMM if index else _ONLY_IMM
                     va = base_va + off
-                    append(pack_imm(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm))
-                append(src[off:])
+                    parts.append(
+                        pack_imm(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm)
+                    )
+                parts.append(src[off:])
             else:
                 op = _MIDDLE if index else _FIRST
                 va = base_va + off
-                append(pack(op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, va, rkey, dma))
-                append(src[off : off + mtu])
+                parts.append(pack(op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, va, rkey, dma))
+                parts.append(src[off : off + mtu])
         data = b"".join(parts)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
@@ -222,7 +226,6 @@ class Framer:
         # every byte up to `start` is written below, so nothing of an earlier batch is sent.
         buf = self._stage
         packets: list[tuple[int, int, memoryview]] = []
-        append = packets.append
         pack = self._pack_into
         pack_imm = self._pack_into_imm
         start = 0
@@ -250,19 +253,19 @@ class Framer:
                     op = _LAST if index else _ONLY
                     pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
                          dma)  # fmt: skip
-                    append((start, start + hdr, src[off:]))
+                    packets.append((start, start + hdr, src[off:]))
                 else:
                     op = _LAST_IMM if index else _ONLY_IMM
                     pack_imm(
                         buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
                         dma, imm,
                     )  # fmt: skip
-                    append((start, start + hdr_imm, src[off:]))
+                    packets.append((start, start + hdr_imm, src[off:]))
             else:
                 op = _MIDDLE if index else _FIRST
                 pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, base_va + off,
                      rkey, dma)  # fmt: skip
-                append((start, start + hdr, src[off : off + mtu]))
+                packets.append((start, start + hdr, src[off : off + mtu]))
             start += size
         mv = memoryview(buf)
         protection.seal_into(mv, packets)
