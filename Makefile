@@ -68,6 +68,12 @@ demo: sysdeps venv
 bench: install
 	$(VENV)/bin/mrc bench --demo -J > bench.json
 
+# The core alone, two sessions back to back in one process (tools/bench_core.py): CPU µs per
+# packet on each side, steadier than a socket run on a busy host. BENCH_CORE_ARGS="-l 4K --imm".
+.PHONY: bench-core
+bench-core: install
+	$(PY) -m tools.bench_core $(BENCH_CORE_ARGS)
+
 # netns/veth testbed tests (need root; they skip cleanly without it), and lint for tools/.
 .PHONY: testbed testbed-lint
 testbed: sysdeps venv

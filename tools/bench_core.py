@@ -1,0 +1,216 @@
+"""The sans-I/O core on its own: two sessions wired back to back in one process, no sockets.
+
+    python -m tools.bench_core [-l 1M] [-n 256M] [--planes 4] [--imm] [--repeat 5]
+
+The writer posts `-l`-byte WRITEs (with an immediate each under `--imm`, as `mrc bench --verify`
+sends them) until `-n` bytes are acknowledged; every transmit is split at its segment size,
+as GRO hands it to io, and given to the other side's core endpoint at once. The clock is
+virtual (it advances 20 µs a round), so no timer fires early and nothing is lost. As under
+io, a side pulls its transmits 64 packets at a time, a receive call gets at most 64 datagrams,
+and the heap is frozen (`mrc.io.loop.freeze_heap`) once the connection is up.
+
+What it measures is the CPU time each side spends inside the core (posting, framing,
+receiving, acknowledging, completing), timed around each call with `perf_counter`: the part of
+a packet's cost the io layer and the kernel do not add. The host's own speed drifts, so
+compare two builds by alternating runs, and take each run's best of `--repeat`. Prints one
+JSON document: µs per data packet and per message on each side, for the best run and for
+every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from typing import Any
+
+import mrc
+from mrc.cli.bench_options import DEFAULT_FLOWCELL
+from mrc.core.config import SessionConfig
+from mrc.core.endpoint import Endpoint
+from mrc.core.events import ImmediateReceived, WriteCompleted
+from mrc.core.memory import RegionTable
+from mrc.core.transmit import Transmit
+from mrc.io.loop import freeze_heap
+
+ROUND = 20e-6  # virtual seconds per round
+PULL = 64  # packets per pull and datagrams per receive call, as io's defaults
+MAX_ROUNDS = 10_000_000
+
+
+class _Side:
+    """One endpoint and the CPU seconds spent in its calls."""
+
+    def __init__(self, name: str, seed: int) -> None:
+        rng = random.Random(seed)
+        self.endpoint = Endpoint(rng=rng, regions=RegionTable(rng))
+        self.name = name
+        self.seconds = 0.0
+        self.addr = {p: (name, p) for p in range(64)}
+        self.transmits = 0
+
+    def take(
+        self, txs: list[Transmit], batches: dict[int, list[tuple[memoryview, Any, int]]], frm: _Side
+    ) -> None:
+        """Split `txs` (sent by `frm`) into datagrams per plane, as io reads them."""
+        self.transmits += len(txs)
+        for tx in txs:
+            data = memoryview(tx.data)
+            seg = tx.segment_size or len(data)
+            batch = batches.setdefault(tx.plane, [])
+            for i in range(0, len(data), seg):
+                batch.append((data[i : i + seg], frm.addr[tx.plane], 0))
+
+    def receive(self, batches: dict[int, list[tuple[memoryview, Any, int]]], now: float) -> None:
+        t = time.perf_counter()
+        for plane, batch in batches.items():
+            for i in range(0, len(batch), PULL):
+                self.endpoint.receive_datagrams(plane, batch[i : i + PULL], now)
+        self.seconds += time.perf_counter() - t
+
+
+def run(
+    msg_size: int, total: int, planes: int, imm: bool, mtu: int, flowcell: int
+) -> dict[str, Any]:
+    """One transfer; returns its figures."""
+    a, b = _Side("a", 1), _Side("b", 2)
+    config = SessionConfig(
+        plane_mask=(1 << planes) - 1, payload_mtu=mtu, flowcell=flowcell
+    ).validate()
+    slots = max(2, -(-4 * mtu * config.window // msg_size))
+    dst = b.endpoint.regions.register(bytearray(slots * msg_size))
+    src = a.endpoint.regions.register(bytearray(msg_size))
+    b.endpoint.listen(config, lambda _pd: b"")
+    now = 0.0
+    sa = a.endpoint.connect(config, b.addr, b"", now)
+    frozen = False
+    messages = -(-total // msg_size)
+    posted = completed = immediates = packets = 0
+    rounds = 0
+    while True:
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise RuntimeError(f"no end after {MAX_ROUNDS} rounds")
+        for side, other in ((a, b), (b, a)):
+            batches: dict[int, list[tuple[memoryview, Any, int]]] = {}
+            other.take(other.endpoint.datagrams_to_send(), batches, other)
+            for s in list(other.endpoint.sessions.values()):
+                while True:
+                    t = time.perf_counter()
+                    txs = s.datagrams_to_send(now, PULL)
+                    other.seconds += time.perf_counter() - t
+                    if not txs:
+                        break
+                    other.take(txs, batches, other)
+            if side is b:
+                packets += sum(1 for batch in batches.values() for d, _, _ in batch if d[0] < 0xD0)
+            side.receive(batches, now)
+            # Timers and events of every session: a pull (above) may raise events too.
+            t = time.perf_counter()
+            for s in list(side.endpoint.sessions.values()):
+                timer = s.get_timer()
+                if timer is not None and timer <= now:
+                    s.handle_timer(now)
+                while (event := s.next_event()) is not None:
+                    if type(event) is WriteCompleted:
+                        completed += 1
+                    elif type(event) is ImmediateReceived:
+                        immediates += 1
+            side.seconds += time.perf_counter() - t
+        if not frozen and sa.sender is not None:
+            freeze_heap()
+            frozen = True
+        if sa.is_closed:
+            raise RuntimeError("the writer's session closed")
+        if completed >= messages:
+            break
+        t = time.perf_counter()
+        if sa.sender is not None:
+            while posted < messages and posted - completed < slots:
+                n = posted
+                length = min(msg_size, total - n * msg_size)
+                sa.post_write(
+                    src,
+                    0,
+                    length,
+                    dst.base_va + n % slots * msg_size,
+                    dst.rkey,
+                    imm=n if imm else None,
+                )
+                posted += 1
+        a.seconds += time.perf_counter() - t
+        now += ROUND
+    stats = sa.stats
+    return {
+        "rounds": rounds,
+        "messages": completed,
+        "immediates": immediates,
+        "data_packets_received": packets,
+        "retransmits": stats.retransmits,
+        "transmits": a.transmits,
+        "sender_seconds": round(a.seconds, 6),
+        "receiver_seconds": round(b.seconds, 6),
+        "sender_us_per_packet": round(a.seconds / packets * 1e6, 3),
+        "receiver_us_per_packet": round(b.seconds / packets * 1e6, 3),
+        "sender_us_per_message": round(a.seconds / completed * 1e6, 3),
+        "receiver_us_per_message": round(b.seconds / completed * 1e6, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench_core", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("-l", "--length", default="1M", help="message (WRITE) size (1M)")
+    p.add_argument("-n", "--bytes", default="256M", help="bytes per run (256M)")
+    p.add_argument("--planes", type=int, default=4, help="planes (4)")
+    p.add_argument("--payload-mtu", type=int, default=4096, help="payload bytes a packet (4096)")
+    p.add_argument(
+        "--flowcell",
+        type=int,
+        default=DEFAULT_FLOWCELL,
+        help=f"packets per flowcell ({DEFAULT_FLOWCELL}, as mrc bench)",
+    )
+    p.add_argument("--imm", action="store_true", help="an immediate on every WRITE (as --verify)")
+    p.add_argument("--repeat", type=int, default=5, help="runs; the best is reported (5)")
+    args = p.parse_args(argv)
+    try:
+        size, total = _size(args.length), _size(args.bytes)
+    except ValueError as exc:
+        print(f"bench_core: {exc}", file=sys.stderr)
+        return 2
+    if size < 1 or total < size or args.repeat < 1 or not 1 <= args.planes <= 8:
+        print("bench_core: need 1 <= -l <= -n, --repeat >= 1, 1..8 planes", file=sys.stderr)
+        return 2
+    runs = [
+        run(size, total, args.planes, args.imm, args.payload_mtu, args.flowcell)
+        for _ in range(args.repeat)
+    ]
+    best = min(runs, key=lambda r: r["sender_seconds"] + r["receiver_seconds"])
+    doc = {
+        "implementation": mrc.implementation(),
+        "msg_size": size,
+        "bytes": total,
+        "planes": args.planes,
+        "imm": args.imm,
+        "best": best,
+        "runs": runs,
+    }
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper()
+    if t and t[-1] in units:
+        return int(t[:-1]) * units[t[-1]]
+    if not t.isdigit():
+        raise ValueError(f"bad size {text!r} (e.g. 4K, 1M, 256M)")
+    return int(t)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
