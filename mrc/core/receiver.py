@@ -264,6 +264,13 @@ class Receiver:
         window, of a message with no failure, inside its region. True if it was placed;
         False, having changed nothing, for every other packet, which then takes
         `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
+        n = self._place_bytes(data, plane, tos, now)
+        if n:
+            self._placed(n, now)
+        return n > 0
+
+    def _place_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> int:
+        """`on_data_bytes` but for the stall clock (`_placed`): the payload bytes placed, or 0."""
         mtu = self.config.payload_mtu
         imm: int | None = None
         # Declared, so that compiled the fields are machine ints, not objects (struct
@@ -283,24 +290,24 @@ class Receiver:
         if self._noevx:
             hdr = _HDR_NOEVX
             if len(data) < hdr:
-                return False
+                return 0
             op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER_NOEVX.unpack_from(
                 data
             )
             ev = tos >> 8 & _LABEL
             if not ev:
-                return False  # no label: the slow path counts it (evlabel.py)
+                return 0  # no label: the slow path counts it (evlabel.py)
             ev |= plane << 24
             w4 ^= EVX_BIT  # expected clear: the checks below read it set
         else:
             hdr = _HDR
             if len(data) < hdr:
-                return False
+                return 0
             if data[0] in (_ONLY_IMM_V, _LAST_IMM_V):
                 # The small WRITE_WITH_IMM of a --verify bench or an RPC: one ONLY_IMM each.
                 hdr = _HDR_IMM
                 if len(data) < hdr:
-                    return False
+                    return 0
                 op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = (
                     DATA_HEADER_IMM.unpack_from(data)
                 )
@@ -311,15 +318,15 @@ class Receiver:
         n = len(data) - hdr
         if op in (_MIDDLE_V, _FIRST_V):
             if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:
-                return False
+                return 0
         elif op in (_ONLY_V, _ONLY_IMM_V):
             if n != dma or not 0 < dma <= mtu:
-                return False
+                return 0
         elif op in (_LAST_V, _LAST_IMM_V):
             if not mtu < dma <= MAX_DMA_LENGTH or n != (dma - 1) % mtu + 1:
-                return False
+                return 0
         else:
-            return False
+            return 0
         if (
             b1 & 0x0F  # TVer (docs/WIRE.md §2)
             or p_key != self.config.p_key
@@ -328,21 +335,21 @@ class Receiver:
             or tos & 3 == 3
             or (self._errors and msn in self._errors)
         ):
-            return False
+            return 0
         psn = w8 & PSN_MASK
         slot = psn & self._rmask
         if (psn - self.cack) & PSN_MASK >= self.window or self._ring[slot] != _ZERO:
-            return False
+            return 0
         region = self.regions.lookup(rkey)
         if region is None:
-            return False
+            return 0
         span_va, span = self._message_span(op, va, dma, n)
         if not region.contains(span_va, span):
-            return False
+            return 0
         start = va - region.base_va
-        mv = data if isinstance(data, memoryview) else memoryview(data)
+        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
+        mv = memoryview(data) if isinstance(data, bytes) else data
         region.view[start : start + n] = mv[hdr:]
-        self._placed(n, now)
         self._ring[slot] = _ONE
         self._held += 1
         if op not in (_MIDDLE_V, _FIRST_V):
@@ -358,7 +365,7 @@ class Receiver:
         self._pend_ev = ev
         self._pend_plane = plane
         self._pend_ts = ts
-        return True
+        return n
 
     def on_data_run(
         self,
@@ -372,14 +379,19 @@ class Receiver:
         does not take the byte path: returns its index (the batch's length once all did).
         One call per run of packets, not one per packet."""
         n = len(datagrams)
+        placed = 0
         while i < n:
             data, tos = datagrams[i]
-            if not self.on_data_bytes(data, plane, tos, now):
-                return i
+            got = self._place_bytes(data, plane, tos, now)
+            if not got:
+                break
+            placed += got
             ps.packets_received += 1
             ps.bytes_received += len(data)
             i += 1
-        return n
+        if placed:
+            self._placed(placed, now)  # once: every packet of the run came at `now`
+        return i
 
     def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
         """(VA, length) that must lie inside the region for a packet of opcode `op` with

@@ -352,7 +352,8 @@ def decode_packet(data: Buffer) -> Packet:
     a data packet without payload ("payload"), or CM lengths that disagree with the datagram
     ("private_data_len").
     """
-    mv = data if isinstance(data, memoryview) else memoryview(data)
+    # Compiled, `bytes` and `bytearray` are C type checks; `memoryview` a builtins lookup.
+    mv = memoryview(data) if isinstance(data, (bytes, bytearray)) else data
     n = len(mv)
     if n < 12:
         raise DecodeError("length", f"BTH needs 12 bytes, datagram has {n}")

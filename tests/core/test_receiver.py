@@ -304,14 +304,17 @@ def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_de
     fast, slow = Pair(), Pair()
     assert fast.sb.receiver is not None and slow.sb.receiver is not None
     took: list[bool] = []
-    real = fast.sb.receiver.on_data_bytes
+    # Both ways into the byte path (a run of a batch, or one opened secured packet) go
+    # through `_place_bytes`.
+    real = fast.sb.receiver._place_bytes
 
-    def spy(data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
-        took.append(real(data, plane, tos, now))
-        return took[-1]
+    def spy(data: bytes | memoryview, plane: int, tos: int, now: float) -> int:
+        placed = real(data, plane, tos, now)
+        took.append(placed > 0)
+        return placed
 
-    fast.sb.receiver.on_data_bytes = spy  # type: ignore[method-assign]
-    slow.sb.receiver.on_data_bytes = lambda *_: False  # type: ignore[method-assign]
+    fast.sb.receiver._place_bytes = spy  # type: ignore[method-assign]
+    slow.sb.receiver._place_bytes = lambda *_: 0  # type: ignore[method-assign]
     answers = {}
     for name, pr in (("fast", fast), ("slow", slow)):
         answers[name] = [pr.inject(d, tos=tos) for d, tos in _story(pr)]
