@@ -24,7 +24,17 @@ from typing import Final
 from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
 from ..wire.data import MAX_DMA_LENGTH
-from ..wire.fast import DATA_HEADER, DATA_HEADER_IMM, DATA_HEADER_NOEVX
+from ..wire.fast import (
+    DATA_HEADER,
+    DATA_HEADER_IMM,
+    DATA_HEADER_NOEVX,
+    OP_FIRST,
+    OP_LAST,
+    OP_LAST_IMM,
+    OP_MIDDLE,
+    OP_ONLY,
+    OP_ONLY_IMM,
+)
 from ..wire.packet import (
     AckPacket,
     DataPacket,
@@ -50,12 +60,6 @@ MAX_OUTCOMES: Final = 4096
 _FULL: Final = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE})
 _LAST: Final = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
 _ONLY: Final = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
-_FIRST_V: Final = int(Opcode.WRITE_FIRST)
-_MIDDLE_V: Final = int(Opcode.WRITE_MIDDLE)
-_LAST_V: Final = int(Opcode.WRITE_LAST)
-_ONLY_V: Final = int(Opcode.WRITE_ONLY)
-_LAST_IMM_V: Final = int(Opcode.WRITE_LAST_IMM)
-_ONLY_IMM_V: Final = int(Opcode.WRITE_ONLY_IMM)
 #: A trigger as `on_data` notes it for its block, until `end_batch` answers:
 #: (psn, ev, plane, tx_ts, ce).
 _Note = tuple[int, int, int, "int | None", bool]
@@ -303,7 +307,7 @@ class Receiver:
             hdr = _HDR
             if len(data) < hdr:
                 return 0
-            if data[0] in (_ONLY_IMM_V, _LAST_IMM_V):
+            if data[0] in (OP_ONLY_IMM, OP_LAST_IMM):
                 # The small WRITE_WITH_IMM of a --verify bench or an RPC: one ONLY_IMM each.
                 hdr = _HDR_IMM
                 if len(data) < hdr:
@@ -316,13 +320,13 @@ class Receiver:
                     data
                 )
         n = len(data) - hdr
-        if op in (_MIDDLE_V, _FIRST_V):
+        if op in (OP_MIDDLE, OP_FIRST):
             if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:
                 return 0
-        elif op in (_ONLY_V, _ONLY_IMM_V):
+        elif op in (OP_ONLY, OP_ONLY_IMM):
             if n != dma or not 0 < dma <= mtu:
                 return 0
-        elif op in (_LAST_V, _LAST_IMM_V):
+        elif op in (OP_LAST, OP_LAST_IMM):
             if not mtu < dma <= MAX_DMA_LENGTH or n != (dma - 1) % mtu + 1:
                 return 0
         else:
@@ -352,7 +356,7 @@ class Receiver:
         region.view[start : start + n] = mv[hdr:]
         self._ring[slot] = _ONE
         self._held += 1
-        if op not in (_MIDDLE_V, _FIRST_V):
+        if op not in (OP_MIDDLE, OP_FIRST):
             self._lasts[psn] = (msn, imm, bool(w8 & A_BIT), plane, rkey, span_va, span)
         if rqmsn != self._rqmsn:
             self._note_rqmsn(rqmsn)
@@ -403,7 +407,7 @@ class Receiver:
         """
         if op in _LAST:
             return va + n - dma, dma
-        if op == _MIDDLE_V:
+        if op == OP_MIDDLE:
             mtu = self.config.payload_mtu
             return va - mtu, 2 * mtu + 1
         return va, dma

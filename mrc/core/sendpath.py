@@ -23,8 +23,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from ..wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT, Opcode
-from ..wire.fast import DATA_HEADER, DATA_HEADER_IMM, DATA_HEADER_IMM_NOEVX, DATA_HEADER_NOEVX
+from ..wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT
+from ..wire.fast import (
+    DATA_HEADER,
+    DATA_HEADER_IMM,
+    DATA_HEADER_IMM_NOEVX,
+    DATA_HEADER_NOEVX,
+    OP_FIRST,
+    OP_LAST,
+    OP_LAST_IMM,
+    OP_MIDDLE,
+    OP_ONLY,
+    OP_ONLY_IMM,
+)
 from .aead import TRAILER, PacketProtection
 from .config import SessionConfig
 from .paths import ev_plane
@@ -39,13 +50,6 @@ MAX_GSO_SEGMENTS: Final = 64
 #: Header bytes of a data packet, without and with ImmDt (BTH EVXH METH TSETH RETH [ImmDt]).
 HEADER: Final = DATA_HEADER.size
 HEADER_IMM: Final = DATA_HEADER_IMM.size
-
-_FIRST: Final = int(Opcode.WRITE_FIRST)
-_MIDDLE: Final = int(Opcode.WRITE_MIDDLE)
-_LAST: Final = int(Opcode.WRITE_LAST)
-_LAST_IMM: Final = int(Opcode.WRITE_LAST_IMM)
-_ONLY: Final = int(Opcode.WRITE_ONLY)
-_ONLY_IMM: Final = int(Opcode.WRITE_ONLY_IMM)
 
 #: Bytes an EVXH adds; left out when the EV rides in the flow label.
 EVXH_SIZE: Final = 4
@@ -173,19 +177,19 @@ class Framer:
                 imm = msg.imm
                 w8 = flags | A_BIT | psn
                 if imm is None:
-                    op = _LAST if index else _ONLY
+                    op = OP_LAST if index else OP_ONLY
                     parts.append(
                         pack(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey, dma)
                     )
                 else:
-                    op = _LAST_IMM if index else _ONLY_IMM
+                    op = OP_LAST_IMM if index else OP_ONLY_IMM
                     va = base_va + off
                     parts.append(
                         pack_imm(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm)
                     )
                 parts.append(src[off:])
             else:
-                op = _MIDDLE if index else _FIRST
+                op = OP_MIDDLE if index else OP_FIRST
                 va = base_va + off
                 parts.append(pack(op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, va, rkey, dma))
                 parts.append(src[off : off + mtu])
@@ -250,19 +254,19 @@ class Framer:
                 imm = msg.imm
                 w8 = flags | A_BIT | psn
                 if imm is None:
-                    op = _LAST if index else _ONLY
+                    op = OP_LAST if index else OP_ONLY
                     pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
                          dma)  # fmt: skip
                     packets.append((start, start + hdr, src[off:]))
                 else:
-                    op = _LAST_IMM if index else _ONLY_IMM
+                    op = OP_LAST_IMM if index else OP_ONLY_IMM
                     pack_imm(
                         buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
                         dma, imm,
                     )  # fmt: skip
                     packets.append((start, start + hdr_imm, src[off:]))
             else:
-                op = _MIDDLE if index else _FIRST
+                op = OP_MIDDLE if index else OP_FIRST
                 pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, base_va + off,
                      rkey, dma)  # fmt: skip
                 packets.append((start, start + hdr, src[off : off + mtu]))

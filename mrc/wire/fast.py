@@ -47,6 +47,14 @@ DATA_HEADER_IMM: Final = _HDR_TS_IMM
 #: label (docs/WIRE.md §3): values as above without EV, and BTH.EVX clear.
 DATA_HEADER_NOEVX: Final = _DATA_STRUCTS[2]
 DATA_HEADER_IMM_NOEVX: Final = _DATA_STRUCTS[6]
+#: The data opcodes (`Opcode.WRITE_*`, a test checks they agree) as int literals, for code
+#: that reads or writes the first byte itself: compiled, a literal is inlined where it is used.
+OP_FIRST: Final = 0xC6
+OP_MIDDLE: Final = 0xC7
+OP_LAST: Final = 0xC8
+OP_LAST_IMM: Final = 0xC9
+OP_ONLY: Final = 0xCA
+OP_ONLY_IMM: Final = 0xCB
 _BTH_EVXH: Final = struct.Struct(">BBHIII")
 # A whole RELIABILITY_SACK in one pack: BTH [EVXH] SETH CC_STATE [PORTSTATE] (docs/WIRE.md §4).
 _SACK: Final = struct.Struct(">BBHIIIHhIHHIBBhQHHI")

@@ -155,3 +155,12 @@ def test_data_header_layouts_write_encode_data_headers_bytes(
         assert DATA_HEADER.pack(*values) == expected
     else:
         assert DATA_HEADER_IMM.pack(*values, imm) == expected
+
+
+def test_the_opcode_literals_are_the_opcodes() -> None:
+    from mrc.wire import fast
+
+    assert [fast.OP_FIRST, fast.OP_MIDDLE, fast.OP_LAST, fast.OP_LAST_IMM] == [
+        Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE, Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM
+    ]
+    assert [fast.OP_ONLY, fast.OP_ONLY_IMM] == [Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM]
