@@ -65,7 +65,13 @@ def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
         )
         assert [e.status for e in events if isinstance(e, WriteCompleted)] == [0] * 32
         assert bytes(dst.view) == payload
-        assert {e.plane for e in events if isinstance(e, PlaneDown)} == {1, 2, 3}
+        # The dead planes are found dead, if not all before the last completion (a fast
+        # transfer can end first: a pure-Python run on a loaded host once saw 2 and 3 only).
+        def down() -> set[int]:
+            return {e.plane for e in events if isinstance(e, PlaneDown)}
+
+        loop.run_until_complete(until(lambda: down() >= {1, 2, 3}, 5.0))
+        assert down() == {1, 2, 3}
         assert session.stats.planes[0].bytes_sent >= size
     finally:
         b.close()
