@@ -65,6 +65,7 @@ def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
         )
         assert [e.status for e in events if isinstance(e, WriteCompleted)] == [0] * 32
         assert bytes(dst.view) == payload
+
         # The dead planes are found dead, if not all before the last completion (a fast
         # transfer can end first: a pure-Python run on a loaded host once saw 2 and 3 only).
         def down() -> set[int]:
