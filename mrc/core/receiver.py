@@ -11,8 +11,8 @@ messages a pull completed go out coalesced (docs/WIRE.md §4): one cumulative AC
 success, a NAK of its own for each failure, and no ACK past a failure the requester has not
 taken yet.
 
-What it leaves to others: decoding (wire/), choosing planes and reverse EVs (paths.py), and the
-sending half (sender.py).
+What it leaves to others: decoding (wire/), encoding and routing its answers (replies.py),
+choosing planes and reverse EVs (paths.py), and the sending half (sender.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
+from ..wire.ack import NackReason
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
 from ..wire.data import MAX_DMA_LENGTH
 from ..wire.fast import (
@@ -36,19 +36,17 @@ from ..wire.fast import (
     OP_ONLY_IMM,
 )
 from ..wire.packet import (
-    AckPacket,
     DataPacket,
-    NackPacket,
     ProbePacket,
-    encode_sack,
 )
 from .config import SessionConfig
 from .events import Event, ImmediateReceived
 from .evs import ev_plane
 from .memory import RegionTable
 from .paths import PathTable
+from .replies import Replies
 from .stats import PlaneStats, SessionStats
-from .transmit import Addr, Transmit
+from .transmit import Addr
 
 PSN_MASK: Final = PSN_MOD - 1
 HALF: Final = PSN_MOD >> 1
@@ -117,8 +115,8 @@ class Receiver:
         self.paths = paths
         self.stats = stats
         self.events = events
-        self.peer_addrs = peer_addrs
-        self.dest_qp = 0
+        #: Encodes and routes the SACKs, NACKs and ACKs; the session drains its `out`.
+        self.replies = Replies(config, paths=paths, stats=stats, peer_addrs=peer_addrs)
         self.cack = initial_psn  # every PSN before it is received or consumed
         self.window = config.window
         size = 1 << (self.window - 1).bit_length()
@@ -146,7 +144,6 @@ class Receiver:
         self._pend_block = -1
         self._pend_psn = self._pend_ev = self._pend_plane = self._pend_ts = 0
         self._immediate: list[_Trigger] = []
-        self.out: list[Transmit] = []
         #: The EV rides in the flow label (agreed in CM), not in an EVXH.
         self._noevx = config.ev_encoding == "flowlabel"
 
@@ -199,7 +196,7 @@ class Receiver:
                         self._announce(status, pkt.msn, plane)
             else:
                 drops["out_of_window"] += 1
-                self._nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
+                self.replies.nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
             return
         region = self.regions.lookup(pkt.rkey)
         failure = self._errors.get(pkt.msn) if self._errors else None
@@ -220,7 +217,7 @@ class Receiver:
             # message's AETH (docs/WIRE.md §4, 0x80/0x81). Nothing is written.
             self.stats.drops_by_reason[reason_name] += 1
             self._errors.setdefault(pkt.msn, int(failure))
-            self._nack(NackReason(failure), pkt, plane)
+            self.replies.nack(NackReason(failure), pkt, plane)
         self._ring[slot] = _ONE
         self._held += 1
         if not full:
@@ -258,7 +255,7 @@ class Receiver:
         self.stats.trimmed_received += 1
         lasthop = (tos & 0xFF) >> 2 == DSCP_TRIMMED_LASTHOP
         reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
-        self._nack(reason, pkt, plane)
+        self.replies.nack(reason, pkt, plane)
 
     def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
         """Place the common data packet straight from its bytes, without a `DataPacket`: a
@@ -488,18 +485,12 @@ class Receiver:
         trig = _Trigger(self.cack, pkt.ev, plane, pkt.peth.tx_timestamp, ce=tos & 3 == 3)
         self._sack(trig, probe_id=pkt.peth.probe_id, force_plane=True)
 
-    # -- output -----------------------------------------------------------------------------
-
-    def _route(self, plane: int, force: bool) -> tuple[int, int] | None:
-        out_plane = plane if force else self.paths.reverse_plane(plane)
-        if out_plane is None or out_plane not in self.peer_addrs:
-            return None
-        return out_plane, self.paths.planes[out_plane].reverse_ev()
+    # -- output (replies.py encodes and routes) ---------------------------------------------
 
     def _sack(
         self, trig: _Trigger, *, probe_id: int | None = None, force_plane: bool = False
     ) -> None:
-        route = self._route(trig.plane, force_plane)
+        route = self.replies.route(trig.plane, force_plane)
         if route is None:
             return
         plane, ev = route
@@ -518,30 +509,13 @@ class Receiver:
             offset = 0
         block = psn & ~63 & PSN_MASK
         sack_offset = serial(block - cack)
-        bitmap = self._bitmap(block, sack_offset)
         if probe_id is not None:
             offset = probe_id - 0x10000 if probe_id >= 0x8000 else probe_id
-        # The bytes of SackPacket(SETH, CCState, port_state).encode(), in one pack call.
-        data = encode_sack(
-            dest_qp=self.dest_qp,
-            cack_psn=cack,
-            ev=ev,
-            ack_psn_offset=offset,
-            entropy=trig.ev,
-            sack_offset=sack_offset,
-            sack_bitmap=bitmap,
-            m=SackMark.SKIP_ONCE if trig.ce else SackMark.NONE,
-            pr=probe_id is not None,
-            mpr=self.config.mpr,
-            tx_timestamp=tx_ts or 0,
-            valid=tx_ts is not None,
-            ooo_count=min(self._held, 0x7FFF),
-            rcvd_bytes=self._rcvd_bytes,
-            # PORTSTATE in every SACK: the planes we can receive on (docs/DESIGN.md §4).
-            port_state=self.paths.port_mask(),
-            p_key=self.config.p_key,
-        )
-        self._emit(plane, ev, data)
+        self.replies.sack(
+            plane, ev, cack=cack, offset=offset, entropy=trig.ev, sack_offset=sack_offset,
+            bitmap=self._bitmap(block, sack_offset), ce=trig.ce, probe=probe_id is not None,
+            tx_ts=tx_ts, held=self._held, rcvd_bytes=self._rcvd_bytes,
+        )  # fmt: skip
 
     def _bitmap(self, block: int, sack_offset: int) -> int:
         """SETH bitmap of the 64 PSNs from `block`: bit 0 (MSB) is `block` itself (docs/WIRE.md §4).
@@ -559,23 +533,6 @@ class Receiver:
             bits += ring[lo:hi] if hi <= size else ring[lo:] + ring[: hi - size]
         return int(bits.ljust(64, b"0"), 2)
 
-    def _nack(self, reason: NackReason, pkt: DataPacket, plane: int) -> None:
-        route = self._route(plane, False)
-        if route is None:
-            return
-        out_plane, ev = route
-        neth = NETH(
-            nack_reason=reason,
-            entropy=pkt.ev,
-            nack_psn=pkt.psn,
-            tx_timestamp=pkt.tx_timestamp or 0,
-        )
-        data = NackPacket(
-            dest_qp=self.dest_qp, psn=pkt.psn, ev=ev, neth=neth, p_key=self.config.p_key
-        ).encode()
-        self.stats.nacks_sent += 1
-        self._emit(out_plane, ev, data)
-
     def _announce(self, status: int, msn: int, plane: int) -> None:
         """Message `msn`'s outcome is to be told: a failure at once, in an AETH of its own; a
         success in the cumulative ACK this pull ends with, for the newest such message
@@ -584,7 +541,7 @@ class Receiver:
             due = self._ack_due
             if due is not None and 0 < (msn - due[0]) & 0xFFFF < 0x8000:
                 self._flush_ack()  # the successes before it first: their ACK cannot cover it
-            self._acknowledge(status, msn, plane)
+            self.replies.acknowledge(status, msn, plane, self.cack)
             return
         due = self._ack_due
         if due is None or (msn - due[0]) & 0xFFFF < 0x8000:
@@ -598,26 +555,4 @@ class Receiver:
         if due is None or (failed and 0 < (due[0] - failed[0]) & 0xFFFF < 0x8000):
             return
         self._ack_due = None
-        self._acknowledge(0, *due)
-
-    def _acknowledge(self, status: int, msn: int, plane: int) -> None:
-        route = self._route(plane, False)
-        if route is None:
-            return
-        out_plane, ev = route
-        data = AckPacket(
-            dest_qp=self.dest_qp,
-            psn=self.cack,
-            ev=ev,
-            # IBTA syndromes (docs/WIRE.md §4): an ACK, or a remote access error for a message
-            # that failed BAD_RKEY or OUT_OF_BOUNDS (its NACK said which).
-            aeth=AETH(syndrome=Syndrome.NAK_REMOTE_ACCESS if status else Syndrome.ACK, msn=msn),
-            p_key=self.config.p_key,
-        ).encode()
-        self._emit(out_plane, ev, data)
-
-    def _emit(self, plane: int, ev: int, data: bytes) -> None:
-        ps = self.stats.plane(plane)
-        ps.packets_sent += 1
-        ps.bytes_sent += len(data)
-        self.out.append(Transmit(plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev))
+        self.replies.acknowledge(0, due[0], due[1], self.cack)

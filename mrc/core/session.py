@@ -249,7 +249,7 @@ class Session:
             self.config, regions=self.regions, paths=paths, stats=stats, events=events,
             peer_addrs=addrs, initial_psn=peer_initial_psn,
         )  # fmt: skip
-        self.receiver.dest_qp = self.peer_qpn
+        self.receiver.replies.dest_qp = self.peer_qpn
         self.planes = PlaneMonitor(
             self.config, paths=paths, timers=self.timers, stats=stats, events=events,
             peer_addrs=addrs, out=self._out, next_psn=lambda: sender.next_psn,
@@ -458,9 +458,9 @@ class Session:
             # wake-up drained, so one SACK covers a 64-PSN block however its packets were
             # spread over the planes (docs/DESIGN.md §6).
             self.receiver.end_batch(now)
-        if self.receiver is not None and self.receiver.out:
-            out.extend(self.receiver.out)
-            self.receiver.out.clear()
+        if self.receiver is not None and self.receiver.replies.out:
+            out.extend(self.receiver.replies.out)
+            self.receiver.replies.out.clear()
         if self.sender is not None and self.state is SessionState.ESTABLISHED:
             out.extend(self.sender.datagrams(now, limit))
             if self.paths.evs.probes_changed and self.planes is not None:
