@@ -353,23 +353,20 @@ class Session:
             return
         drops = self.stats.drops_by_reason
         ps = self.stats.plane(plane)
-        # Set only while ESTABLISHED (the receiver exists from then on, and a CLOSED session
-        # returned above): data takes the direct way to it, as `_handle_data` would. In
-        # plaintext whole runs of data packets go in one call (`on_data_run`); a secured
-        # packet is opened first, one at a time.
+        # Data goes straight to the receiver once it exists, in plaintext a run at a time.
         receiver = self.receiver
-        fast = receiver is not None and not self.half_open
+        fast = receiver if not self.half_open else None
         heard = False  # an acknowledgement: the peer still uses this plane toward us
         secured = self.config.secured
+        runs = None if secured else fast
         i, n = 0, len(datagrams)
         while i < n:
-            if fast and not secured and receiver is not None:
-                j = receiver.on_data_run(datagrams, i, plane, ps, now)
-                if j > i:
-                    self._data_seen = True
-                    if j == n:
-                        break
-                    i = j
+            if runs is not None:
+                j = runs.on_data_run(datagrams, i, plane, ps, now)
+                self._data_seen = self._data_seen or j > i
+                if j == n:
+                    break
+                i = j
             data, tos = datagrams[i]
             i += 1
             ps.packets_received += 1
@@ -386,7 +383,7 @@ class Session:
                 if opened is None:
                     continue
                 data = opened
-                if fast and receiver is not None and receiver.on_data_bytes(data, plane, tos, now):
+                if fast is not None and fast.on_data_bytes(data, plane, tos, now):
                     self._data_seen = True
                     continue
             try:
@@ -458,8 +455,7 @@ class Session:
             # wake-up drained, so one SACK covers a 64-PSN block however its packets were
             # spread over the planes (docs/DESIGN.md §6).
             self.receiver.end_batch(now)
-        if self.receiver is not None and self.receiver.replies.out:
-            out.extend(self.receiver.replies.out)
+            out += self.receiver.replies.out
             self.receiver.replies.out.clear()
         if self.sender is not None and self.state is SessionState.ESTABLISHED:
             out.extend(self.sender.datagrams(now, limit))
