@@ -153,12 +153,10 @@ class Flusher(Generic[S]):
                 session.plane_status(plane, False, now)
                 self._again.add(key)
         sink.arm(session, session.get_timer(), now)
-        while True:
-            # Events a handler raises without a flush go out right after this batch.
-            events: list[Event] = []
+        # Events a handler raises without a flush go out right after the batch it handled.
+        while (first := session.next_event()) is not None:
+            events = [first]
             while (event := session.next_event()) is not None:
                 events.append(event)
-            if not events:
-                break
             sink.deliver(session, events, now)
         return refused
