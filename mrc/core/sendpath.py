@@ -53,37 +53,39 @@ HEADER_IMM: Final = DATA_HEADER_IMM.size
 
 #: Bytes an EVXH adds; left out when the EV rides in the flow label.
 EVXH_SIZE: Final = 4
-_NO_EVX: Final = ~EVX_BIT
 _PACK_NOEVX: Final = DATA_HEADER_NOEVX.pack
 _PACK_IMM_NOEVX: Final = DATA_HEADER_IMM_NOEVX.pack
 _PACK_INTO_NOEVX: Final = DATA_HEADER_NOEVX.pack_into
 _PACK_INTO_IMM_NOEVX: Final = DATA_HEADER_IMM_NOEVX.pack_into
 
 
-# The layouts without EVXH, called like the ones with it (the EV argument is dropped and
-# BTH.EVX cleared), so one framing loop serves both.
-def _pack_noevx(op: int, b1: int, p_key: int, w4: int, w8: int, ev: int, rqmsn: int, msn: int,
-                ts: int, va: int, rkey: int, dma: int) -> bytes:  # fmt: skip
-    return _PACK_NOEVX(op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey, dma)
+# The layouts without EVXH, called like the ones with it (the EV argument is dropped; the
+# framer clears BTH.EVX in `w4` itself), so one framing loop serves both. Arguments are
+# `object`: compiled, the framer hands over values it boxed once per batch, and nothing here
+# unboxes them only to box them again.
+def _pack_noevx(op: object, b1: object, p_key: object, w4: object, w8: object, ev: object,
+                rqmsn: object, msn: object, ts: object, va: object, rkey: object,
+                dma: object) -> bytes:  # fmt: skip
+    return _PACK_NOEVX(op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma)
 
 
-def _pack_imm_noevx(op: int, b1: int, p_key: int, w4: int, w8: int, ev: int, rqmsn: int,
-                    msn: int, ts: int, va: int, rkey: int, dma: int,
-                    imm: int) -> bytes:  # fmt: skip
-    return _PACK_IMM_NOEVX(op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey, dma, imm)
+def _pack_imm_noevx(op: object, b1: object, p_key: object, w4: object, w8: object, ev: object,
+                    rqmsn: object, msn: object, ts: object, va: object, rkey: object,
+                    dma: object, imm: object) -> bytes:  # fmt: skip
+    return _PACK_IMM_NOEVX(op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma, imm)
 
 
-def _pack_into_noevx(buf: bytearray, off: int, op: int, b1: int, p_key: int, w4: int, w8: int,
-                     ev: int, rqmsn: int, msn: int, ts: int, va: int, rkey: int,
-                     dma: int) -> None:  # fmt: skip
-    _PACK_INTO_NOEVX(buf, off, op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey, dma)
+def _pack_into_noevx(buf: bytearray, off: int, op: object, b1: object, p_key: object,
+                     w4: object, w8: object, ev: object, rqmsn: object, msn: object, ts: object,
+                     va: object, rkey: object, dma: object) -> None:  # fmt: skip
+    _PACK_INTO_NOEVX(buf, off, op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma)
 
 
-def _pack_into_imm_noevx(buf: bytearray, off: int, op: int, b1: int, p_key: int, w4: int,
-                         w8: int, ev: int, rqmsn: int, msn: int, ts: int, va: int, rkey: int,
-                         dma: int, imm: int) -> None:  # fmt: skip
-    _PACK_INTO_IMM_NOEVX(buf, off, op, b1, p_key, w4 & _NO_EVX, w8, rqmsn, msn, ts, va, rkey,
-                         dma, imm)  # fmt: skip
+def _pack_into_imm_noevx(buf: bytearray, off: int, op: object, b1: object, p_key: object,
+                         w4: object, w8: object, ev: object, rqmsn: object, msn: object,
+                         ts: object, va: object, rkey: object, dma: object,
+                         imm: object) -> None:  # fmt: skip
+    _PACK_INTO_IMM_NOEVX(buf, off, op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma, imm)
 
 
 #: One packet of a flowcell: its message, its index in the message, its PSN.
@@ -125,6 +127,8 @@ class Framer:
         self._pack_into_imm = _pack_into_imm_noevx if noevx else DATA_HEADER_IMM.pack_into
         #: Bytes each packet is shorter than `packet_size` says (no EVXH).
         self.shrink = EVXH_SIZE if noevx else 0
+        #: BTH.EVX as the headers carry it: clear without EVXH.
+        self._evx = 0 if noevx else EVX_BIT
 
     @property
     def overhead(self) -> int:
@@ -151,17 +155,24 @@ class Framer:
         if self.protection is not None:
             return self._frame_sealed(cell, ev, now, dest_qp=dest_qp, rqmsn=rqmsn, rtx=rtx)
         mtu = self.mtu
-        p_key = self.p_key
-        w4 = EVX_BIT | dest_qp
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
-        ts = tx_timestamp(now)
+        # Compiled, an int passed to `struct.pack` is boxed at every call: the fields that
+        # stay the same for the batch (or the message) are boxed once, as `object`s.
+        p_key: object = self.p_key
+        w4: object = self._evx | dest_qp
+        ev_o: object = ev
+        rqmsn_o: object = rqmsn
+        ts: object = tx_timestamp(now)
         pack = self._pack
         pack_imm = self._pack_imm
         # Compiled, `parts.append` is a C call; a bound method kept in a local would not be.
         parts: list[bytes | memoryview] = []
         cur: OutMessage | None = None
         src: memoryview  # set with the message's other fields, on the first packet
-        dma = base_va = msn = rkey = last = 0
+        base_va = last = 0
+        dma: object = 0
+        msn: object = 0
+        rkey: object = 0
         for msg, index, psn in cell:
             if msg is not cur:
                 # Consecutive packets mostly share their message: read its fields once.
@@ -173,25 +184,24 @@ class Framer:
                 rkey = msg.rkey
                 last = msg.npkts - 1
             off = index * mtu
+            va = base_va + off
             if index == last:
                 imm = msg.imm
                 w8 = flags | A_BIT | psn
                 if imm is None:
                     op = OP_LAST if index else OP_ONLY
-                    parts.append(
-                        pack(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey, dma)
-                    )
+                    parts.append(pack(op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma))
                 else:
                     op = OP_LAST_IMM if index else OP_ONLY_IMM
-                    va = base_va + off
                     parts.append(
-                        pack_imm(op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm)
+                        pack_imm(op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma, imm)
                     )
                 parts.append(src[off:])
             else:
                 op = OP_MIDDLE if index else OP_FIRST
-                va = base_va + off
-                parts.append(pack(op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, va, rkey, dma))
+                parts.append(
+                    pack(op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts, va, rkey, dma)
+                )
                 parts.append(src[off : off + mtu])
         data = b"".join(parts)
         plane = ev_plane(ev)
@@ -218,10 +228,13 @@ class Framer:
         protection = self.protection
         assert protection is not None
         mtu = self.mtu
-        p_key = self.p_key
-        w4 = EVX_BIT | dest_qp
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
-        ts = tx_timestamp(now)
+        # Boxed once, as in `frame`.
+        p_key: object = self.p_key
+        w4: object = self._evx | dest_qp
+        ev_o: object = ev
+        rqmsn_o: object = rqmsn
+        ts: object = tx_timestamp(now)
         # Every packet but a message's last is a full one: its size needs no lookup.
         shrink = self.shrink
         full = HEADER - shrink + mtu + TRAILER
@@ -235,7 +248,10 @@ class Framer:
         start = 0
         cur: OutMessage | None = None
         src: memoryview  # set with the message's other fields, on the first packet
-        dma = base_va = msn = rkey = last = 0
+        base_va = last = 0
+        dma: object = 0
+        msn: object = 0
+        rkey: object = 0
         for msg, index, psn in cell:
             if msg is not cur:
                 # Consecutive packets mostly share their message: read its fields once.
@@ -255,20 +271,20 @@ class Framer:
                 w8 = flags | A_BIT | psn
                 if imm is None:
                     op = OP_LAST if index else OP_ONLY
-                    pack(buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
-                         dma)  # fmt: skip
+                    pack(buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, base_va + off,
+                         rkey, dma)  # fmt: skip
                     packets.append((start, start + hdr, src[off:]))
                 else:
                     op = OP_LAST_IMM if index else OP_ONLY_IMM
                     pack_imm(
-                        buf, start, op, 0, p_key, w4, w8, ev, rqmsn, msn, ts, base_va + off, rkey,
-                        dma, imm,
+                        buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, base_va + off,
+                        rkey, dma, imm,
                     )  # fmt: skip
                     packets.append((start, start + hdr_imm, src[off:]))
             else:
                 op = OP_MIDDLE if index else OP_FIRST
-                pack(buf, start, op, 0, p_key, w4, flags | psn, ev, rqmsn, msn, ts, base_va + off,
-                     rkey, dma)  # fmt: skip
+                pack(buf, start, op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts,
+                     base_va + off, rkey, dma)  # fmt: skip
                 packets.append((start, start + hdr, src[off : off + mtu]))
             start += size
         mv = memoryview(buf)
