@@ -71,6 +71,10 @@ _HDR: Final = DATA_HEADER.size
 _HDR_IMM: Final = DATA_HEADER_IMM.size
 _HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
 _LABEL: Final = 0xFFFFF
+# Bound once: compiled, `DATA_HEADER.unpack_from(…)` looks the method up by name per call.
+_UNPACK: Final = DATA_HEADER.unpack_from
+_UNPACK_IMM: Final = DATA_HEADER_IMM.unpack_from
+_UNPACK_NOEVX: Final = DATA_HEADER_NOEVX.unpack_from
 
 
 def serial(d: int) -> int:
@@ -292,9 +296,7 @@ class Receiver:
             hdr = _HDR_NOEVX
             if len(data) < hdr:
                 return 0
-            op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER_NOEVX.unpack_from(
-                data
-            )
+            op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = _UNPACK_NOEVX(data)
             ev = tos >> 8 & _LABEL
             if not ev:
                 return 0  # no label: the slow path counts it (evlabel.py)
@@ -309,13 +311,9 @@ class Receiver:
                 hdr = _HDR_IMM
                 if len(data) < hdr:
                     return 0
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = (
-                    DATA_HEADER_IMM.unpack_from(data)
-                )
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = _UNPACK_IMM(data)
             else:
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = DATA_HEADER.unpack_from(
-                    data
-                )
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = _UNPACK(data)
         n = len(data) - hdr
         if op in (OP_MIDDLE, OP_FIRST):
             if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:

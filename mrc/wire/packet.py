@@ -58,6 +58,8 @@ from mrc.wire.fast import (
 from mrc.wire.probe import EETH, ERTH, PETH
 
 _PEEK_QP: Final = struct.Struct(">4xI")
+# Bound once: compiled, a method call by name looks the method up per call.
+_UNPACK_PEEK_QP: Final = _PEEK_QP.unpack_from
 
 _DATA_VALUES: Final = frozenset(op.value for op in DATA_OPCODES)
 _IMM_VALUES: Final = frozenset(op.value for op in IMM_OPCODES)
@@ -210,9 +212,7 @@ class AckPacket:
     evx: bool = True
 
     def encode(self) -> bytes:
-        bth = _bth_evxh(
-            Opcode.ACKNOWLEDGE, self.dest_qp, self.psn, self.ev, self.p_key, self.evx
-        )
+        bth = _bth_evxh(Opcode.ACKNOWLEDGE, self.dest_qp, self.psn, self.ev, self.p_key, self.evx)
         return bth + self.aeth.encode()
 
 
@@ -311,8 +311,13 @@ def _bth_evxh(
     if not evx:
         if ev:
             raise ValueError(f"ev={ev:#x} needs an EVXH")
-        return BTH_STRUCT.pack(opcode, 0, check_bits("p_key", p_key, 16),
-                               check_bits("dest_qp", dest_qp, 24), check_bits("psn", psn, 24))
+        return BTH_STRUCT.pack(
+            opcode,
+            0,
+            check_bits("p_key", p_key, 16),
+            check_bits("dest_qp", dest_qp, 24),
+            check_bits("psn", psn, 24),
+        )
     try:
         return _BTH_EVXH.pack(
             opcode,
@@ -324,7 +329,6 @@ def _bth_evxh(
         )
     except struct.error as exc:
         raise ValueError(str(exc)) from None
-
 
 
 # --- decoding ------------------------------------------------------------------------------
@@ -341,7 +345,7 @@ def peek_dest_qp(data: Buffer) -> int:
     """BTH.DestQP, for routing a datagram to its session before decoding it."""
     if len(data) < 12:
         raise DecodeError("length", f"BTH needs 12 bytes, datagram has {len(data)}")
-    return int(_PEEK_QP.unpack_from(data)[0]) & MASK24
+    return int(_UNPACK_PEEK_QP(data)[0]) & MASK24
 
 
 def decode_packet(data: Buffer) -> Packet:
