@@ -80,8 +80,12 @@ def test_a_clean_256m_loopback_run_resends_nothing_on_an_rto() -> None:
     finally:
         rc, _, err = server.stop()
     assert rc == 0, err
-    assert mrc["retransmits_by_cause"]["rto"] == 0
-    assert mrc["remote"]["drops_by_reason"].get("duplicate", 0) == 0
+    causes = mrc["retransmits_by_cause"]
+    assert causes["rto"] == 0
+    # Loopback never duplicates a datagram, so every duplicate the server counts is a resend
+    # the writer counted: a completion or tail probe a host stall can still call for (a
+    # pure-Python run on a busy CI host saw 2), never one the RTO sent.
+    assert mrc["remote"]["drops_by_reason"].get("duplicate", 0) <= sum(causes.values())
 
 
 def test_beside_two_cpu_hogs_rto_resends_arriving_twice_stay_under_a_thousandth() -> None:
