@@ -93,7 +93,8 @@ def _pack_into_imm_noevx(buf: bytearray, off: int, op: object, b1: object, p_key
 
 def flowcell_limit(flowcell: int, segment_size: int) -> int:
     """Packets in one flowcell of `segment_size`-byte segments: min(flowcell, 65507 // size, 64)."""
-    return max(1, min(flowcell, MAX_GSO_BYTES // segment_size, MAX_GSO_SEGMENTS))
+    # Two-argument min and max: compiled, those are C; a three-argument one is a builtins call.
+    return max(1, min(min(flowcell, MAX_GSO_BYTES // segment_size), MAX_GSO_SEGMENTS))
 
 
 def packet_size(msg: OutMessage, index: int, mtu: int) -> int:
