@@ -19,6 +19,11 @@ class Timer(Enum):
     CM_RETRY = "cm_retry"  # requester: resend REQUEST
     HALF_OPEN = "half_open"  # responder: give up on a requester that never spoke after REPLY
 
+    # Enum's own __hash__ is Python code (a hash of the name), run for every table access
+    # through the (timer, plane) key; members are singletons compared by identity, so the
+    # identity hash in C agrees with equality.
+    __hash__ = object.__hash__
+
 
 TimerKey = tuple[Timer, int | None]
 
