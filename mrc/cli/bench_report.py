@@ -362,6 +362,8 @@ def json_document(test: BenchTest, start: StartInfo) -> dict[str, Any]:
         "probes_sent": local["probes_sent"],
         "probes_answered": local["probes_answered"],
         "longest_stall_seconds": float(recv.get("longest_stall_seconds") or 0.0),
+        # Seconds after the receiver's first placement that the longest stall began (null: none).
+        "longest_stall_at_seconds": recv.get("longest_stall_at_seconds"),
         # This side's congestion window at the end (bytes of payload, docs/DESIGN.md §7).
         "cwnd_bytes": round(test.session.cc.window),
         "events": local["events"],

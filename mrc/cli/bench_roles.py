@@ -52,10 +52,9 @@ __all__ = ["RECEIVER", "WRITER", "BenchTest", "IntervalSample", "TestParams", "T
 
 
 def next_tick(k: int, elapsed: float, interval: float) -> int:
-    """The interval tick to schedule after tick `k` fired `elapsed` seconds into the test.
-
-    A tick that fired late (the loop was busy) ends one longer interval; the ticks it overran
-    are skipped, not fired back to back as zero-width intervals (as in iperf3)."""
+    """The interval tick to schedule after tick `k` fired `elapsed` seconds into the test. A
+    late tick (a busy loop) ends one longer interval; the ticks it overran are skipped, not
+    fired back to back as zero-width intervals (as in iperf3)."""
     return max(k + 1, int(elapsed / interval) + 1)
 
 
@@ -587,6 +586,7 @@ class BenchTest:
             "probes_sent": st.probes_sent,
             "probes_answered": st.probes_answered,
             "longest_stall_seconds": round(st.longest_stall_seconds, 3),
+            "longest_stall_at_seconds": st.longest_stall_at,
             "events": list(self.events),
         }
 

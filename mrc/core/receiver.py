@@ -418,6 +418,7 @@ class Receiver:
             st.first_placed_at = now
         elif now - last > st.longest_stall_seconds:
             st.longest_stall_seconds = now - last
+            st.longest_stall_from = last
         st.last_placed_at = now
 
     def _note_rqmsn(self, rqmsn: int) -> None:

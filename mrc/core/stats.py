@@ -44,12 +44,21 @@ class SessionStats:
     last_placed_at: float | None = None
     #: Longest gap between two new placements at the receiver (docs/DESIGN.md §10).
     longest_stall_seconds: float = 0.0
+    #: When that gap began (the placement before it), on the session's clock.
+    longest_stall_from: float | None = None
 
     def plane(self, plane: int) -> PlaneStats:
         ps = self.planes.get(plane)
         if ps is None:
             ps = self.planes[plane] = PlaneStats()
         return ps
+
+    @property
+    def longest_stall_at(self) -> float | None:
+        """Seconds after the first placement that the longest stall began; None without one."""
+        if self.longest_stall_from is None or self.first_placed_at is None:
+            return None
+        return round(self.longest_stall_from - self.first_placed_at, 6)
 
     @property
     def retransmits(self) -> int:

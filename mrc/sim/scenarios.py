@@ -325,6 +325,7 @@ def receiver_stall(spray: str, *, seed: int = 1, size: int = 32 * MiB) -> Outcom
         {
             "still_retired": [ev for ev, r in evs.by_ev.items() if r.state.value == "assumed_bad"],
             "planes_usable": [p for p in t.session.paths.planes if t.session.paths.usable(p)],
+            "longest_stall_from": next(iter(b.endpoint.sessions.values())).stats.longest_stall_from,
         },
     )
 

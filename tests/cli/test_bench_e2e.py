@@ -102,6 +102,7 @@ def test_verify_over_4_planes_and_json_schema(server: Server) -> None:
         "probes_sent",
         "probes_answered",
         "longest_stall_seconds",
+        "longest_stall_at_seconds",
         "events",
     ):
         assert key in m

@@ -151,9 +151,12 @@ def test_not_root_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
 
 def test_failover_runs_listed_and_judged_per_kind_of_fault() -> None:
     """Ten link-down runs all within 10 ms, ten blackhole runs with one at 12.5 ms and one
-    failed: each kind gets its own goal row and a line with every run's gap."""
-    blackhole = [{"longest_gap_s": 0.003, "integrity": "ok"}] * 8 + [
-        {"longest_gap_s": 0.0125, "integrity": "ok"}, {"error": "mrc client: exit status 1"}]
+    failed: each kind gets its own goal row and a line with every run's gap, and where a gap
+    over 10 ms began (s after the fault)."""
+    blackhole = [{"longest_gap_s": 0.003, "longest_gap_at_s": 0.002, "integrity": "ok"}] * 8 + [
+        {"longest_gap_s": 0.0125, "longest_gap_at_s": 0.731, "integrity": "ok"},
+        {"error": "mrc client: exit status 1"},
+    ]
     doc: dict[str, Any] = {
         "params": {"fault": ["link-down", "blackhole"], "fail_plane": 0, "fault_after": 1.0,
                    "failover_seconds": 3.0},
@@ -170,7 +173,7 @@ def test_failover_runs_listed_and_judged_per_kind_of_fault() -> None:
     assert got["mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs"] == (8, False)
     text = report.text(doc)
     assert ("  mrc blackhole, 10 runs, longest gap (ms): 3.0 3.0 3.0 3.0 3.0 3.0 3.0 3.0 "
-            "12.5 FAILED; <= 10 ms in 8 of 10") in text.splitlines()
+            "12.5@+0.731s FAILED; <= 10 ms in 8 of 10") in text.splitlines()
     assert "[NOT met] mrc failover (blackhole): longest gap <= 10 ms in 10 of 10 runs: 8" in text
     assert "failover: link-down, blackhole of plane 0 1.0 s into a 3.0 s transfer" in text
 

@@ -85,6 +85,7 @@ def test_a_stalled_receiver_takes_down_no_plane_and_retires_no_path() -> None:
     assert o.completed and o.intact
     # 50 ms without processing: the sender backed off and resent only the oldest packets.
     assert o.longest_stall == pytest.approx(0.050, abs=1e-3)
+    assert o.detail["longest_stall_from"] == pytest.approx(0.020, abs=1e-3)  # when it paused
     assert o.planes_down == [] and o.retired == 0
     assert o.detail["still_retired"] == [] and o.detail["planes_usable"] == [0, 1, 2, 3]
     assert set(o.retransmits) == {"rto"}

@@ -148,9 +148,16 @@ def run_mrc(bed: Bed, seconds: float, plane: int, kind: str, after: float, state
     m["longest_gap_10ms_s"] = m.pop("longest_gap_s")
     m["longest_gap_10ms_at_s"] = m.pop("longest_gap_at_s")
     m["longest_gap_s"] = float(stall) if stall is not None else m["longest_gap_10ms_s"]
-    m["longest_gap_at_s"] = None if stall is not None else m["longest_gap_10ms_at_s"]
+    # Where it began, after the fault: the receiver counts from its first placement, which is
+    # the first data packet on the wire to within a round trip.
+    stall_at = cdoc.get("end", {}).get("mrc", {}).get("longest_stall_at_seconds")
+    if stall is None:
+        m["longest_gap_at_s"] = m["longest_gap_10ms_at_s"]
+    else:
+        m["longest_gap_at_s"] = None if stall_at is None else round(stall_at - (t_fault - t0), 3)
     m["measured_on"] = ("bytes placed by the mrc receiver (-i 0.01 intervals, aligned on the "
-                        "first data packet on the wire); gap: end.mrc.longest_stall_seconds")
+                        "first data packet on the wire); gap: end.mrc.longest_stall_seconds, "
+                        "at: end.mrc.longest_stall_at_seconds")
     m["wire"] = wire
     m["bytes"] = cdoc.get("end", {}).get("sum_received", {}).get("bytes")
     summary = mrc_summary(cdoc)
@@ -191,11 +198,13 @@ def run_mrc_repeated(bed: Bed, seconds: float, plane: int, kind: str, after: flo
             continue
         finally:
             procs.kill_all()
-        runs.append({"longest_gap_s": m["longest_gap_s"], "fault_gap_s": m["fault_gap_s"],
-                     "retransmits": m["retransmits"], "integrity": m["integrity"],
-                     "post_vs_3_of_4": m.get("post_vs_3_of_4")})
-        say(f"  mrc {kind} run {i + 1}/{repeat}: longest gap {m['longest_gap_s'] * 1e3:.1f} ms, "
-            f"fault gap {m['fault_gap_s'] * 1e3:.1f} ms, integrity {m['integrity']}")
+        at = m["longest_gap_at_s"]
+        runs.append({"longest_gap_s": m["longest_gap_s"], "longest_gap_at_s": at,
+                     "fault_gap_s": m["fault_gap_s"], "retransmits": m["retransmits"],
+                     "integrity": m["integrity"], "post_vs_3_of_4": m.get("post_vs_3_of_4")})
+        where = "" if at is None else f" at {at:+.3f} s"
+        say(f"  mrc {kind} run {i + 1}/{repeat}: longest gap {m['longest_gap_s'] * 1e3:.1f} ms"
+            f"{where}, fault gap {m['fault_gap_s'] * 1e3:.1f} ms, integrity {m['integrity']}")
         if first is None:
             first = m
     if first is None:

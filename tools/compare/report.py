@@ -138,6 +138,14 @@ def _note(key: str, r: dict[str, Any]) -> str:
     return "; ".join(bits)
 
 
+def _run_gap(run: dict[str, Any]) -> str:
+    """One run's longest gap in ms; where it began (s after the fault) when it missed 10 ms."""
+    if "error" in run:
+        return "FAILED"
+    gap, at = run["longest_gap_s"], run.get("longest_gap_at_s")
+    return f"{gap * 1e3:.1f}" + (f"@{at:+.3f}s" if at is not None and gap > 0.010 else "")
+
+
 def _repeat_lines(fo: dict[str, Any]) -> list[str]:
     """Each mrc failover case's runs: every run's longest gap, and how many were <= 10 ms."""
     lines: list[str] = []
@@ -145,7 +153,7 @@ def _repeat_lines(fo: dict[str, Any]) -> list[str]:
         runs = r.get("runs")
         if not runs:
             continue
-        gaps = [("FAILED" if "error" in x else f"{x['longest_gap_s'] * 1e3:.1f}") for x in runs]
+        gaps = [_run_gap(x) for x in runs]
         bad = [x["integrity"] for x in runs if "error" not in x and x["integrity"] != "ok"]
         lines.append(f"  mrc {r.get('fault', '')}, {len(runs)} runs, longest gap (ms): "
                      f"{' '.join(gaps)}; <= 10 ms in {r.get('runs_within_10ms')} of "
@@ -241,10 +249,11 @@ def text(doc: dict[str, Any]) -> str:
                 f"{(f'{share:.2f}' if share is not None else '-'):>16}")
         lines.append("  longest gap: MPTCP: exact read-to-read gap from 1 s before the fault on, "
                      "'at' = its start after the fault;\n"
-                     "  mrc: its own end.mrc.longest_stall_seconds over the whole test. "
-                     "fault gap: longest gap starting within -50..+500 ms\n"
-                     "  of the fault; gap before: the same over the 1.5 s before it (MPTCP "
-                     "exact, mrc 1 ms interface counters).\n"
+                     "  mrc: its own end.mrc.longest_stall_seconds over the whole test, 'at' its "
+                     "start after the fault;\n"
+                     "  fault gap: longest gap starting within -50..+500 ms of the fault; gap "
+                     "before: the same over\n  the 1.5 s before it (MPTCP exact, mrc 1 ms "
+                     "interface counters).\n"
                      "  lost 1st s: progress missing in the first second after the fault, in "
                      "seconds at the pre-fault rate.")
         lines.extend(_repeat_lines(fo))
