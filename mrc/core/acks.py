@@ -20,7 +20,8 @@ from .completion import AwaitingAeth
 from .inflight import InFlight
 from .paths import PathTable
 from .rack import Rack
-from .records import SentCell
+from .records import OutMessage, SentCell
+from .sendlog import PsnRecords
 from .stats import SessionStats
 
 PSN_MASK: Final = PSN_MOD - 1
@@ -28,11 +29,11 @@ PSN_MASK: Final = PSN_MOD - 1
 
 class AckLedger:
     def __init__(
-        self, records: dict[int, SentCell], flight: InFlight, rack: Rack, paths: PathTable,
+        self, records: PsnRecords, flight: InFlight, rack: Rack, paths: PathTable,
         awaiting_aeth: AwaitingAeth, stats: SessionStats, balance: PlaneBalance,
         cc: CongestionControl,
     ) -> None:  # fmt: skip
-        #: The record of every packet not yet acknowledged, by PSN (sendlog.py's).
+        #: The record of every packet not yet acknowledged, by PSN (sendlog.py's ring).
         self.records = records
         self.flight = flight
         self.rack = rack
@@ -45,50 +46,118 @@ class AckLedger:
         self._ages: dict[int, float] = {}
         #: Per plane, payload bytes of first transmissions the current ACK covers.
         self._acked_bytes: dict[int, int] = {}
+        # The current `ack_bits`/`ack_range` call's totals (payload bytes acknowledged, and
+        # of those the bytes still in flight) and the completion interval once computed.
+        self._acked = 0
+        self._left = 0
+        self._interval = -1.0
 
-    def ack(self, psns: list[int], now: float, touched: set[int]) -> int:
-        """The packets `psns` (in PSN order) arrived, cumulatively or by SACK bits: mark them
-        in their records, count their bytes, and hand each flowcell touched to RACK once (one
-        call per SACK: the hottest loop of the receive path, so its lookups are hoisted).
-        Returns the payload bytes newly acknowledged."""
-        records = self.records  # compiled, get and del are C calls (a bound pop would not be)
-        by_plane = self.flight.by_plane
-        acked = left = top = cell_bytes = 0
-        interval = -1.0
-        cell: SentCell | None = None
-        for psn in psns:
-            rec = records.get(psn)
-            if rec is None:
+    def ack_range(self, first: int, count: int, now: float, touched: set[int]) -> int:
+        """The `count` PSNs from `first` arrived (a cumulative acknowledgement, or the PSNs of
+        a message an AETH acknowledged): `ack_bits` for a run of PSNs."""
+        records = self.records
+        slots, smask = records.slots, records.mask
+        self._acked = self._left = 0
+        self._interval = -1.0
+        k = 0
+        while k < count:
+            psn = (first + k) & PSN_MASK
+            rec = slots[psn & smask]
+            if rec is not None:
+                i = (psn - rec.psn) & PSN_MASK
+                # A slot reused by a later PSN: this one was acknowledged long ago.
+                if i < len(rec.packets):
+                    span = min(len(rec.packets) - i, count - k)
+                    self._ack_cell(rec, ((1 << span) - 1) << i, now, touched)
+            # PSNs of that record are cleared now; one resent elsewhere has its own record.
+            k += 1
+        return self._finish()
+
+    def ack_bits(self, base: int, bits: int, now: float, touched: set[int]) -> int:
+        """The PSNs `base + k` for every bit k of `bits` (bit 0 first) arrived: mark them in
+        their records, a flowcell at a time, count their bytes, and hand each flowcell touched
+        to RACK. PSNs without a record (acknowledged already) are skipped. The hottest loop
+        of the receive path: a record's packets are taken with integer masks, and its
+        accounts (in flight, per plane, acknowledged bytes) change once per record. Returns
+        the payload bytes newly acknowledged."""
+        records = self.records
+        slots, smask = records.slots, records.mask
+        self._acked = self._left = 0
+        self._interval = -1.0
+        while bits:
+            low = bits & -bits
+            k = low.bit_length() - 1
+            psn = (base + k) & PSN_MASK
+            rec = slots[psn & smask]
+            i = 0 if rec is None else (psn - rec.psn) & PSN_MASK
+            if rec is None or i >= len(rec.packets):
+                bits ^= low  # acknowledged already (its slot empty, or reused by a later PSN)
                 continue
-            del records[psn]
-            i = (psn - rec.psn) & PSN_MASK
-            bit = 1 << i
-            packets = rec.packets
-            length = rec.size if i < len(packets) - 1 else rec.last
-            if not rec.lost & bit:
-                rec.open -= 1
-                rec.open_bytes -= length
-                left += length
-                by_plane[rec.plane] -= length
-            rec.acked |= bit
-            acked += length
-            if rec is not cell:
-                if cell is not None:
-                    self._cell_acked(cell, top, cell_bytes, now, touched)
-                cell, top, cell_bytes = rec, i, 0
-            elif i > top:
-                top = i
-            cell_bytes += length
-            msg = packets[i][0]
-            msg.acked += 1
-            if msg.acked == msg.npkts and msg.status is None:
-                if interval < 0:  # once per call: many small messages complete in one SACK
-                    interval = max(pl.rtt.current for pl in self.paths.planes.values())
-                self.awaiting_aeth.add(msg, now, interval)
-        if cell is not None:
-            self._cell_acked(cell, top, cell_bytes, now, touched)
+            want = ((bits >> k) & ((1 << (len(rec.packets) - i)) - 1)) << i
+            taken = self._ack_cell(rec, want, now, touched)
+            bits &= ~((taken >> i) << k)  # the rest of `want` belongs to resends' records
+        return self._finish()
+
+    def _ack_cell(self, rec: SentCell, want: int, now: float, touched: set[int]) -> int:
+        """Take the packets of `rec` in `want` (a mask of its packets) whose current record
+        it is; returns the mask taken (never empty: the lowest bit of `want` is one)."""
+        records = self.records
+        slots, smask = records.slots, records.mask
+        packets = rec.packets
+        first = rec.psn
+        taken = 0
+        j = (want & -want).bit_length() - 1
+        w = want >> j
+        cur: OutMessage | None = None
+        run = 0
+        while w:
+            if w & 1:
+                slot = (first + j) & smask
+                if slots[slot] is rec:
+                    slots[slot] = None
+                    taken |= 1 << j
+                    msg = packets[j][0]
+                    if msg is not cur:
+                        if cur is not None:
+                            self._msg_acked(cur, run, now)
+                        cur, run = msg, 0
+                    run += 1
+            w >>= 1
+            j += 1
+        if cur is not None:
+            self._msg_acked(cur, run, now)
+        n = len(packets)
+        last_bit = 1 << (n - 1)
+        size = rec.size
+        extra = rec.last - size  # the last packet's length differs from the others'
+        count = taken.bit_count()
+        self.records.count -= count
+        acked = count * size + (extra if taken & last_bit else 0)
+        fresh = taken & ~rec.lost
+        if fresh:
+            opened = fresh.bit_count()
+            left = opened * size + (extra if fresh & last_bit else 0)
+            rec.open -= opened
+            rec.open_bytes -= left
+            self.flight.by_plane[rec.plane] -= left
+            self._left += left
+        rec.acked |= taken
+        self._acked += acked
+        self._cell_acked(rec, taken.bit_length() - 1, acked, now, touched)
+        return taken
+
+    def _msg_acked(self, msg: OutMessage, count: int, now: float) -> None:
+        """`count` more packets of `msg` arrived: once all have, its completion wait starts."""
+        msg.acked += count
+        if msg.acked == msg.npkts and msg.status is None:
+            if self._interval < 0:  # once per call: many small messages complete in one SACK
+                self._interval = max(pl.rtt.current for pl in self.paths.planes.values())
+            self.awaiting_aeth.add(msg, now, self._interval)
+
+    def _finish(self) -> int:
+        acked = self._acked
         if acked:
-            self.flight.left(left)
+            self.flight.left(self._left)
             self.stats.bytes_acked += acked
         return acked
 

@@ -35,21 +35,31 @@ class SackScoreboard:
             return bitmap & ((1 << (64 - behind)) - 1)
         return 0 if behind < HALF else bitmap
 
-    def new_psns(self, base: int, bitmap: int, una: int, span: int) -> list[int]:
-        """`new_bits` as PSNs, oldest first, keeping only the `span` PSNs from `una` (those
-        sent and not yet acknowledged)."""
-        bits = self.new_bits(base, bitmap, una)
-        psns = []
-        while bits:
-            top = bits.bit_length() - 1
-            bits ^= 1 << top
-            psn = (base + 63 - top) & PSN_MASK
-            if (psn - una) & PSN_MASK < span:
-                psns.append(psn)
-        return psns
+    def new_span(self, base: int, bitmap: int, una: int, span: int) -> int:
+        """`new_bits` turned round, bit k for PSN `base + k` (what the sender's
+        acknowledgement takes), keeping only the `span` PSNs from `una` (those sent and not
+        yet acknowledged)."""
+        bits = reverse64(self.new_bits(base, bitmap, una))
+        if not bits:
+            return 0
+        behind = (una - base) & PSN_MASK
+        limit = span + behind if behind < 64 else span - ((base - una) & PSN_MASK)
+        if limit <= 0:
+            return 0
+        return bits & ((1 << limit) - 1) if limit < 64 else bits
 
     def forget_behind(self, una: int) -> None:
         """Drop blocks wholly behind `una` (nothing in them can be acknowledged again)."""
         if len(self._blocks) > MAX_BLOCKS:
             for block in [b for b in self._blocks if 64 <= (una - b) & PSN_MASK < HALF]:
                 del self._blocks[block]
+
+
+def reverse64(x: int) -> int:
+    """The 64 bits of `x` in reverse order (a SETH bitmap's bit 63 is its block's first PSN)."""
+    x = ((x >> 1) & 0x5555555555555555) | ((x & 0x5555555555555555) << 1)
+    x = ((x >> 2) & 0x3333333333333333) | ((x & 0x3333333333333333) << 2)
+    x = ((x >> 4) & 0x0F0F0F0F0F0F0F0F) | ((x & 0x0F0F0F0F0F0F0F0F) << 4)
+    x = ((x >> 8) & 0x00FF00FF00FF00FF) | ((x & 0x00FF00FF00FF00FF) << 8)
+    x = ((x >> 16) & 0x0000FFFF0000FFFF) | ((x & 0x0000FFFF0000FFFF) << 16)
+    return (x >> 32) | ((x & 0xFFFFFFFF) << 32)

@@ -82,7 +82,7 @@ class Sender:
         self.by_msn: dict[int, OutMessage] = {}
         self.awaiting_aeth = AwaitingAeth(config.max_rto)
         self.rack = Rack(config, paths, timers)
-        self.log = SendLog(config.payload_mtu, self.rack, self.evs)
+        self.log = SendLog(config.payload_mtu, config.window, self.rack, self.evs)
         #: The records of the packets not yet acknowledged, by PSN.
         self.inflight = self.log.records
         self.rtos = RtoTimers()
@@ -424,7 +424,9 @@ class Sender:
         self._ack_through(cack, now, touched)
         base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
-        self._ack(self.scoreboard.new_psns(base, seth.sack_bitmap, cack, sent_span), now, touched)
+        bits = self.scoreboard.new_span(base, seth.sack_bitmap, cack, sent_span)
+        if bits and self.acks.ack_bits(base, bits, now, touched):
+            self._progress(now)
         self._advance_una()
         self.acks.sample_rtts(now)
         self.scoreboard.forget_behind(self.una)
@@ -462,8 +464,8 @@ class Sender:
         # consumed. One a NACK showed failed waits for its own AETH.
         for older in self.outstanding if syndrome_ok(syndrome) else (msg,):
             if older.status is None and (older is msg or older.failure is None):
-                first = older.first_psn
-                self._ack([(first + i) & PSN_MASK for i in range(older.npkts)], now, touched)
+                if self.acks.ack_range(older.first_psn, older.npkts, now, touched):
+                    self._progress(now)
                 older.settle(syndrome)
             if older is msg:
                 break
@@ -529,22 +531,25 @@ class Sender:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _ack(self, psns: list[int], now: float, touched: set[int]) -> None:
-        """The packets `psns` (in PSN order) arrived (acks.py); any new byte is progress."""
-        if self.acks.ack(psns, now, touched):
-            self.rtos.progress(now, self.last_progress, self.config.min_rto, self.paths.planes)
-            self.last_progress = now
-            self.rto_expiries = 0
+    def _progress(self, now: float) -> None:
+        """New bytes were acknowledged (acks.py): progress, for the RTO."""
+        self.rtos.progress(now, self.last_progress, self.config.min_rto, self.paths.planes)
+        self.last_progress = now
+        self.rto_expiries = 0
 
     def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
         """Everything before `cack` arrived (a cumulative acknowledgement)."""
         una = self.una
-        self._ack([(una + i) & PSN_MASK for i in range((cack - una) & PSN_MASK)], now, touched)
+        if cack != una and self.acks.ack_range(una, (cack - una) & PSN_MASK, now, touched):
+            self._progress(now)
         self.una = cack
 
     def _advance_una(self) -> None:
-        while self.una != self.next_psn and self.una not in self.inflight:
-            self.una = (self.una + 1) & PSN_MASK
+        una, next_psn = self.una, self.next_psn
+        slots, mask = self.inflight.slots, self.inflight.mask
+        while una != next_psn and slots[una & mask] is None:  # [una, next_psn) is in the ring
+            una = (una + 1) & PSN_MASK
+        self.una = una
 
     def _detect_losses(self, ev: int, now: float) -> None:
         for rec, mask in self.rack.lost(ev, now):

@@ -137,6 +137,49 @@ def test_a_sack_covering_a_flowcell_frees_its_record_at_once() -> None:
     assert first not in sender.log.by_plane[plane]
 
 
+def test_a_sack_over_a_flowcell_with_a_resent_packet_frees_each_packet_from_its_own_record() -> (
+    None
+):
+    pair = Pair(payload_mtu=1024, flowcell=8, cc="none")
+    pair.post(0, 8 * 1024)
+    (tx,) = data_transmits(pair.pull())
+    sender = pair.sa.sender
+    assert sender is not None
+    cell = sender.inflight[PSN0]
+    qp = pair.sa.qpn
+    # t = +0: the peer refuses PSN 1003 as out of its window; the next pull resends it alone.
+    neth = NETH(nack_reason=NackReason.PSN_OOR_WINDOW, entropy=tx.ev, nack_psn=PSN0 + 3)
+    nack = NackPacket(dest_qp=qp, psn=PSN0 + 3, ev=tx.ev, neth=neth)
+    pair.sa.receive_datagrams(tx.plane, [(nack.encode(), 0)], pair.net.now)
+    (resend,) = data_transmits(pair.pull())
+    rec = sender.inflight[PSN0 + 3]
+    assert rec is not cell and (rec.psn, rec.rtx, len(rec.packets)) == (PSN0 + 3, True, 1)
+    assert cell.lost == 0b1000 and len(sender.inflight) == 8
+    assert sender.flight.bytes == 8 * 1024
+    # A SACK block (bit 63 is PSN 1000) saying PSNs 1001..1007 arrived, cack_psn still 1000:
+    # the flowcell gives up its six, the resend its one, each counted once.
+    sack = encode_sack(
+        dest_qp=qp, cack_psn=PSN0, ev=tx.ev, ack_psn_offset=1, entropy=tx.ev,
+        sack_offset=0, sack_bitmap=0x7F << 56,
+    )  # fmt: skip
+    pair.sa.receive_datagrams(tx.plane, [(sack, 0)], pair.net.now)
+    assert (cell.acked, cell.open, cell.open_bytes) == (0b11110110, 1, 1024)
+    assert (rec.acked, rec.open, rec.open_bytes) == (1, 0, 0)
+    assert [psn for psn, _ in sender.inflight.items()] == [PSN0]
+    assert len(sender.inflight) == 1 and sender.flight.bytes == 1024
+    assert sender.una == PSN0
+    # The cumulative ACK for the rest: nothing is left, and the write awaits its AETH.
+    sack = encode_sack(
+        dest_qp=qp, cack_psn=PSN0 + 8, ev=tx.ev, ack_psn_offset=-1, entropy=tx.ev,
+        sack_offset=0, sack_bitmap=0,
+    )  # fmt: skip
+    pair.sa.receive_datagrams(resend.plane, [(sack, 0)], pair.net.now)
+    assert cell.acked == 0b11110111 and len(sender.inflight) == 0
+    assert sender.flight.bytes == 0 and sender.una == PSN0 + 8
+    assert pair.sa.stats.bytes_acked == 8 * 1024
+    assert [m.acked for m in sender.outstanding] == [8]
+
+
 def test_flowcell_one_is_a_datagram_and_an_ev_per_packet() -> None:
     pair = Pair(payload_mtu=1024)
     assert pair.sa.config.flowcell == 1
