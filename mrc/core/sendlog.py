@@ -47,13 +47,6 @@ class PsnRecords:
             return rec
         return None
 
-    def put(self, psn: int, rec: SentCell) -> None:
-        """`rec` carries `psn` now (its first transmission, or a resend replacing the last)."""
-        slot = psn & self.mask
-        if self.slots[slot] is None:
-            self.count += 1
-        self.slots[slot] = rec
-
     def __getitem__(self, psn: int) -> SentCell:
         rec = self.get(psn)
         if rec is None:

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mrc.wire.fast import split_datagrams
+
 __all__ = ["NO_RECVMMSG_ENV", "MmsgRing", "available"]
 
 #: Set to 1 to force the `recvmsg_into` loop (comparisons, or a libc that misbehaves).
@@ -284,9 +286,7 @@ class MmsgRing:
             nbytes_total += nbytes
             view = views[i]
             if 0 < seg < nbytes:
-                whole = view[:nbytes]
-                out += [(whole[at : at + seg], addr, tos) for at in range(0, nbytes, seg)]
-                most = max(most, -(-nbytes // seg))
+                most = max(most, split_datagrams(view, nbytes, seg, addr, tos, out))
             else:
                 out.append((view[:nbytes], addr, tos))
         if packets and not most:

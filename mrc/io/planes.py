@@ -35,6 +35,7 @@ from typing import Any
 
 from mrc.io.mmsg import MmsgRing
 from mrc.io.mmsg import available as mmsg_available
+from mrc.wire.fast import split_datagrams
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -385,9 +386,7 @@ class PlaneSocket:
             self.packets_received += 1
             self.bytes_received += nbytes
             if seg and seg < nbytes:
-                whole = view[:nbytes]
-                for start in range(0, nbytes, seg):
-                    out.append((whole[start : start + seg], addr, tos))
+                split_datagrams(view, nbytes, seg, addr, tos, out)
             else:
                 out.append((view[:nbytes], addr, tos))
             if len(out) >= limit:

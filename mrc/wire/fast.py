@@ -5,16 +5,37 @@ precompiled structs, the two the framer packs every data packet with (`DATA_HEAD
 `DATA_HEADER_IMM`, and their variants without EVXH), `encode_data_header` and
 `data_header_size`, and `encode_sack`, which writes a whole SACK in one call. They write the
 same bytes as the records of `mrc.wire.packet` (tests hold them to it), without building one;
-decoding is `mrc.wire.packet`'s job.
+decoding is `mrc.wire.packet`'s job. And `split_datagrams`, which cuts one GRO read into its
+datagrams for io, compiled where the rest of io is not.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Final, TypeVar
 
 from mrc.wire.bth import A_BIT, DATA_OPCODES, EVX_BIT, IMM_OPCODES, RTX_BIT, TS_BIT, Opcode
 from mrc.wire.data import MAX_DMA_LENGTH
+
+A = TypeVar("A")
+
+
+def split_datagrams(
+    view: memoryview, nbytes: int, seg: int, addr: A, tos: int,
+    out: list[tuple[memoryview, A, int]],
+) -> int:  # fmt: skip
+    """Append the datagrams of one read with UDP GRO (the first `nbytes` of `view`: `seg`
+    bytes each, the last one possibly shorter) to `out` as io hands datagrams to the core,
+    (view, source address, TOS word); returns how many. Per datagram it is a view and a
+    tuple: compiled, without the interpreter's loop around them."""
+    whole = view[:nbytes]
+    at = count = 0
+    while at < nbytes:
+        out.append((whole[at : at + seg], addr, tos))
+        at += seg
+        count += 1
+    return count
+
 
 # Data layouts (§2 table): BTH [EVXH] METH [TSETH] RETH [ImmDt], indexed by
 # EVX | TS << 1 | IMM << 2. TSETH's TSR/ftype half is sent as 0 and skipped ("2x").
