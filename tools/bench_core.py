@@ -3,10 +3,10 @@
     python -m tools.bench_core [-l 1M] [-n 256M] [--planes 4] [--imm] [--repeat 5]
 
 The writer posts `-l`-byte WRITEs (with an immediate each under `--imm`, as `mrc bench --verify`
-sends them) until `-n` bytes are acknowledged; every transmit is split at its segment size,
-as GRO hands it to io, and given to the other side's core endpoint at once. The clock is
+sends them) until `-n` bytes are acknowledged; every transmit goes to the other side's core
+endpoint at once, as io reads it: one read, a GRO batch whole with its segment size. The clock is
 virtual (it advances 20 µs a round), so no timer fires early and nothing is lost. As under
-io, a side pulls its transmits 64 packets at a time, a receive call gets at most 64 datagrams,
+io, a side pulls its transmits 64 packets at a time, a receive call gets about 64 datagrams,
 and the heap is frozen (`mrc.io.loop.freeze_heap`) once the connection is up.
 
 What it measures is the CPU time each side spends inside the core (posting, framing,
@@ -52,22 +52,29 @@ class _Side:
         self.transmits = 0
 
     def deliver(self, txs: list[Transmit], to: _Side, now: float) -> int:
-        """Hand `txs` to `to`, split into datagrams as GRO gives them to io, at most `PULL` to
-        a receive call (timed as `to`'s); returns how many were data packets."""
+        """Hand `txs` to `to` as io reads them, one read per transmit (a GRO batch whole, with
+        its segment size), reads of about `PULL` datagrams to a receive call (timed as
+        `to`'s); returns how many were data packets."""
         self.transmits += len(txs)
-        batches: dict[int, list[tuple[memoryview, Any, int]]] = {}
+        batches: dict[int, list[list[tuple[memoryview, Any, int, int]]]] = {}
+        counts: dict[int, int] = {}
         data_packets = 0
         for tx in txs:
             data = memoryview(tx.data)
-            seg = tx.segment_size or len(data)
-            batch = batches.setdefault(tx.plane, [])
-            for i in range(0, len(data), seg):
-                batch.append((data[i : i + seg], self.addr[tx.plane], 0))
-                data_packets += data[i] < 0xD0  # opcodes below ACKNOWLEDGE are data
+            seg = tx.segment_size or 0
+            held = -(-len(data) // seg) if seg else 1
+            calls = batches.setdefault(tx.plane, [[]])
+            if counts.get(tx.plane, 0) + held > PULL and calls[-1]:
+                calls.append([])
+                counts[tx.plane] = 0
+            calls[-1].append((data, self.addr[tx.plane], 0, seg))
+            counts[tx.plane] = counts.get(tx.plane, 0) + held
+            if data[0] < 0xD0:  # opcodes below ACKNOWLEDGE are data
+                data_packets += held
         t = time.perf_counter()
-        for plane, batch in batches.items():
-            for i in range(0, len(batch), PULL):
-                to.endpoint.receive_datagrams(plane, batch[i : i + PULL], now)
+        for plane, calls in batches.items():
+            for reads in calls:
+                to.endpoint.receive_reads(plane, reads, now)
         to.seconds += time.perf_counter() - t
         return data_packets
 

@@ -1,9 +1,10 @@
 """The sans-I/O endpoint: routes datagrams to sessions by DestQP and answers CM REQUESTs.
 
 One endpoint per host (per set of plane sockets). It peeks at each datagram's DestQP, groups a
-receive batch per session, creates responder sessions for REQUESTs that reach the listener
-(QPN 0x1), REJECTs the ones it cannot take (docs/WIRE.md §6), bounds half-open connections, and
-counts every datagram it cannot route. It never touches a socket: io/ and sim/ feed it and send
+receive batch per session (a GRO read's run of datagrams for one session goes over whole),
+creates responder sessions for REQUESTs that reach the listener (QPN 0x1), REJECTs the ones it
+cannot take (docs/WIRE.md §6), bounds half-open connections, and counts every datagram it
+cannot route. It never touches a socket: io/ and sim/ feed it and send
 what `datagrams_to_send()` and each session's `datagrams_to_send(now)` return.
 
 Security (docs/WIRE.md §6-§7, docs/DESIGN.md §8). The API for secured connections:
@@ -162,6 +163,40 @@ class Endpoint:
                 session.receive_datagrams(plane, batch, now)
             touched.append(session)
         return touched
+
+    def receive_reads(
+        self, plane: int, reads: Sequence[tuple[memoryview, Addr, int, int]], now: float
+    ) -> list[Session]:
+        """One receive batch as io reads it: per read its bytes, source, TOS word and segment
+        size (a UDP GRO batch of datagrams `seg` bytes each but the last; 0 for one datagram).
+        Each run of a read's datagrams for one session goes to it whole
+        (`Session.receive_span`), not cut into a view per datagram; the listener's, endpoint
+        messages and anything unroutable take `receive_datagrams` one at a time. Returns the
+        sessions that got input, in first-seen order."""
+        touched: dict[int, Session] = {}
+        for buf, addr, tos, seg in reads:
+            end = len(buf)
+            if not 0 < seg < end:
+                seg = end
+            at = 0
+            while at < end:
+                stop = min(at + seg, end)
+                try:
+                    qpn = peek_dest_qp(buf[at:stop])
+                except DecodeError:
+                    self.drops["decode_length"] += 1
+                    at = stop
+                    continue
+                session = self.sessions.get(qpn)
+                if session is None or session.is_closed:
+                    for other in self.receive_datagrams(plane, [(buf[at:stop], addr, tos)], now):
+                        touched.setdefault(other.qpn, other)
+                    at = stop
+                    continue
+                session.learn_addr(plane, addr, now)
+                touched.setdefault(qpn, session)
+                at = session.receive_span(plane, buf, at, end, seg, tos, now)
+        return list(touched.values())
 
     def _route_connectionless(
         self,

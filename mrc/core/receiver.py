@@ -71,6 +71,7 @@ _HDR: Final = DATA_HEADER.size
 _HDR_IMM: Final = DATA_HEADER_IMM.size
 _HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
 _LABEL: Final = 0xFFFFF
+_QPN: Final = 0xFFFFFF  # BTH.DestQP, the low 24 bits of the word after P_Key
 # Bound once: compiled, `DATA_HEADER.unpack_from(…)` looks the method up by name per call.
 _UNPACK: Final = DATA_HEADER.unpack_from
 _UNPACK_IMM: Final = DATA_HEADER_IMM.unpack_from
@@ -276,6 +277,15 @@ class Receiver:
 
     def _place_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> int:
         """`on_data_bytes` but for the stall clock (`_placed`): the payload bytes placed, or 0."""
+        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
+        mv = memoryview(data) if isinstance(data, bytes) else data
+        return self._place_at(mv, 0, len(mv), -1, plane, tos, now)
+
+    def _place_at(
+        self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float
+    ) -> int:
+        """`_place_bytes` for the datagram of `size` bytes at offset `at` of `buf`; one for
+        another QP than `qpn` (when not -1) is not placed."""
         mtu = self.config.payload_mtu
         imm: int | None = None
         # Declared, so that compiled the fields are machine ints, not objects (struct
@@ -294,9 +304,9 @@ class Receiver:
         dma: int
         if self._noevx:
             hdr = _HDR_NOEVX
-            if len(data) < hdr:
+            if size < hdr:
                 return 0
-            op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = _UNPACK_NOEVX(data)
+            op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = _UNPACK_NOEVX(buf, at)
             ev = tos >> 8 & _LABEL
             if not ev:
                 return 0  # no label: the slow path counts it (evlabel.py)
@@ -304,17 +314,21 @@ class Receiver:
             w4 ^= EVX_BIT  # expected clear: the checks below read it set
         else:
             hdr = _HDR
-            if len(data) < hdr:
+            if size < hdr:
                 return 0
-            if data[0] in (OP_ONLY_IMM, OP_LAST_IMM):
+            if buf[at] in (OP_ONLY_IMM, OP_LAST_IMM):
                 # The small WRITE_WITH_IMM of a --verify bench or an RPC: one ONLY_IMM each.
                 hdr = _HDR_IMM
-                if len(data) < hdr:
+                if size < hdr:
                     return 0
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = _UNPACK_IMM(data)
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = _UNPACK_IMM(
+                    buf, at
+                )
             else:
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = _UNPACK(data)
-        n = len(data) - hdr
+                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = _UNPACK(buf, at)
+        if qpn >= 0 and w4 & _QPN != qpn:
+            return 0  # a read can hold datagrams of several QPs: the endpoint routes the rest
+        n = size - hdr
         if op in (OP_MIDDLE, OP_FIRST):
             if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:
                 return 0
@@ -346,9 +360,7 @@ class Receiver:
         if not region.contains(span_va, span):
             return 0
         start = va - region.base_va
-        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
-        mv = memoryview(data) if isinstance(data, bytes) else data
-        region.view[start : start + n] = mv[hdr:]
+        region.view[start : start + n] = buf[at + hdr : at + size]
         self._ring[slot] = _ONE
         self._held += 1
         if op not in (OP_MIDDLE, OP_FIRST):
@@ -366,31 +378,28 @@ class Receiver:
         self._pend_ts = ts
         return n
 
-    def on_data_run(
-        self,
-        datagrams: list[tuple[bytes | memoryview, int]],
-        i: int,
-        plane: int,
-        ps: PlaneStats,
-        now: float,
-    ) -> int:
-        """`on_data_bytes` for `datagrams[i:]`, counting each placed one on `ps`, until one
-        does not take the byte path: returns its index (the batch's length once all did).
-        One call per run of packets, not one per packet."""
-        n = len(datagrams)
+    def on_data_span(
+        self, buf: memoryview, at: int, end: int, seg: int, qpn: int, plane: int, tos: int,
+        ps: PlaneStats, now: float,
+    ) -> int:  # fmt: skip
+        """`on_data_bytes` for the datagrams of one read (`buf[at:end]`, `seg` bytes each, the
+        last one possibly shorter) for QP `qpn`, counting each placed one on `ps`, placed
+        where they lie in `buf` (no view or tuple per datagram) until one does not take the
+        byte path: returns its offset (`end` once all did). One call per read, not one per
+        packet."""
         placed = 0
-        while i < n:
-            data, tos = datagrams[i]
-            got = self._place_bytes(data, plane, tos, now)
+        while at < end:
+            size = min(seg, end - at)
+            got = self._place_at(buf, at, size, qpn, plane, tos, now)
             if not got:
                 break
             placed += got
             ps.packets_received += 1
-            ps.bytes_received += len(data)
-            i += 1
+            ps.bytes_received += size
+            at += size
         if placed:
-            self._placed(placed, now)  # once: every packet of the run came at `now`
-        return i
+            self._placed(placed, now)  # once: every packet of the read came at `now`
+        return at
 
     def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
         """(VA, length) that must lie inside the region for a packet of opcode `op` with

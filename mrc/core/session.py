@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 The session never touches a socket, a clock or an event loop (docs/DESIGN.md §3). It is driven by:
 
-* inputs: `receive_datagrams(plane, datagrams, now)` (one receive batch; the `Endpoint` routes
-  datagrams here by DestQP), `plane_status(plane, up, now)`, `handle_timer(now)`, and user calls
-  (`post_write`, `close`);
+* inputs: `receive_span(plane, buf, at, end, seg, tos, now)` (one read, a GRO batch or one
+  datagram, which the `Endpoint` routes here by DestQP; `receive_datagrams` for a list),
+  `plane_status(plane, up, now)`, `handle_timer(now)`, and user calls (`post_write`, `close`);
 * outputs, pulled once after every input, in this order: `datagrams_to_send(now)`,
   `get_timer()`, then `next_event()` until it returns None.
 
@@ -45,6 +45,7 @@ from ..wire.packet import (
     ProbePacket,
     SackPacket,
     decode_packet,
+    peek_dest_qp,
 )
 from ..wire.probe import EETH, ERTH, EndpointOp
 from . import cm
@@ -66,7 +67,7 @@ from .receiver import Receiver
 from .secure import SecureChannel, before_keys, reply_for
 from .sender import Sender
 from .spray import make_spray
-from .stats import SessionStats
+from .stats import PlaneStats, SessionStats
 from .timers import Timer, TimerTable
 from .trace import TraceCollector
 from .transmit import Addr, Transmit
@@ -121,6 +122,7 @@ class Session:
         self._cm_interval = config.cm_retry
         self._reply = b""
         self._data_seen = False
+        self._heard = False  # an acknowledgement came in this receive batch
         self.noevx = False
         #: Secured connections: the requester's handshake half until the REPLY verifies, the
         #: REQUEST head the transcript hashes, then the gate (secure.py).
@@ -152,18 +154,10 @@ class Session:
 
     @classmethod
     def connect(
-        cls,
-        config: SessionConfig,
-        peer_addrs: Mapping[int, Addr],
-        private_data: bytes,
-        *,
-        qpn: int,
-        regions: RegionTable,
-        rng: random.Random,
-        now: float,
-        identity: Identity | None = None,
-        peer_key: bytes | None = None,
-    ) -> Session:
+        cls, config: SessionConfig, peer_addrs: Mapping[int, Addr], private_data: bytes, *,
+        qpn: int, regions: RegionTable, rng: random.Random, now: float,
+        identity: Identity | None = None, peer_key: bytes | None = None,
+    ) -> Session:  # fmt: skip
         """A requester: sends a REQUEST on every plane of `config.plane_mask` it has an address
         for, and repeats them on a backoff until a REPLY or REJECT arrives (docs/WIRE.md §6).
         A secured one needs `identity`; `peer_key` is the responder static key it accepts
@@ -185,20 +179,10 @@ class Session:
 
     @classmethod
     def accept(
-        cls,
-        config: SessionConfig,
-        request: CmPacket,
-        plane: int,
-        addr: Addr,
-        reply_private_data: bytes,
-        *,
-        qpn: int,
-        regions: RegionTable,
-        rng: random.Random,
-        now: float,
-        identity: Identity | None = None,
-        request_raw: bytes | memoryview = b"",
-    ) -> Session:
+        cls, config: SessionConfig, request: CmPacket, plane: int, addr: Addr,
+        reply_private_data: bytes, *, qpn: int, regions: RegionTable, rng: random.Random,
+        now: float, identity: Identity | None = None, request_raw: bytes | memoryview = b"",
+    ) -> Session:  # fmt: skip
         """A responder for a REQUEST, with `config` already negotiated (`cm.negotiate`). A
         secured one does its half of the key agreement with `identity` over the REQUEST's
         bytes `request_raw` (LocalProtocolError if the REQUEST's keys are degenerate)."""
@@ -348,75 +332,94 @@ class Session:
     # -- inputs -------------------------------------------------------------------------------
 
     def receive_datagrams(self, plane: int, datagrams: list[Datagram], now: float) -> None:
-        """One receive batch from `plane`: each datagram with the TOS byte it arrived with."""
-        if self.state is SessionState.CLOSED:
-            return
-        drops = self.stats.drops_by_reason
-        ps = self.stats.plane(plane)
-        # Data goes straight to the receiver once it exists, in plaintext a run at a time.
-        receiver = self.receiver
-        fast = receiver if not self.half_open else None
-        heard = False  # an acknowledgement: the peer still uses this plane toward us
-        secured = self.config.secured
-        runs = None if secured else fast
-        i, n = 0, len(datagrams)
-        while i < n:
-            if runs is not None:
-                j = runs.on_data_run(datagrams, i, plane, ps, now)
-                self._data_seen = self._data_seen or j > i
-                if j == n:
-                    break
-                i = j
-            data, tos = datagrams[i]
-            i += 1
-            ps.packets_received += 1
-            ps.bytes_received += len(data)
-            if secured:
-                # Nothing below sees a packet that did not authenticate (secure.py).
-                channel = self.channel
-                if channel is None:
-                    self._before_keys(data, plane, now)
-                    if self.is_closed:
-                        return
-                    continue
-                opened = channel.open(data, plane, tos)
-                if opened is None:
-                    continue
-                data = opened
-                if fast is not None and fast.on_data_bytes(data, plane, tos, now):
-                    self._data_seen = True
-                    continue
-            try:
-                pkt: Packet = decode_packet(data)
-            except DecodeError as exc:
-                drops[f"decode_{exc.field}"] += 1
-                continue
-            if pkt.p_key != self.config.p_key:
-                drops["p_key"] += 1
-                continue
-            if self.noevx and not restore_ev(pkt, data, plane, tos):
-                drops["ev_no_label"] += 1
-                continue
-            if type(pkt) is DataPacket and receiver is not None and not self.half_open:
-                self._data_seen = True
-                receiver.on_data(pkt, plane, tos, now)
-                continue
-            if not isinstance(pkt, CmPacket):
-                if self.state is not SessionState.ESTABLISHED:
-                    drops["not_connected"] += 1
-                    continue
-                if self.half_open:
-                    self.half_open = False
-                    self.timers.cancel(Timer.HALF_OPEN)
-                heard = heard or type(pkt) in _ACKNOWLEDGEMENTS
-            self._handlers[type(pkt)](pkt, plane, tos, now)
-            if self.is_closed:
+        """One batch from `plane`: `receive_span` for each datagram, with its TOS word."""
+        for data, tos in datagrams:
+            if self.state is SessionState.CLOSED:
                 return
-        if (heard or self._data_seen) and plane in self.paths.planes:
+            mv = memoryview(data) if isinstance(data, bytes) else data
+            self.receive_span(plane, mv, 0, len(mv), len(mv), tos, now)
+
+    def receive_span(
+        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
+    ) -> int:
+        """The datagrams of one read from `plane` (`buf[at:end]`, `seg` bytes each but the
+        last: a GRO batch) up to the first for another QP, whose offset it returns (`end` once
+        all were taken); the endpoint routed the first here. Data is placed from `buf`."""
+        if self.state is SessionState.CLOSED:
+            return end
+        ps = self.stats.plane(plane)
+        runs = self.receiver if not self.half_open and not self.config.secured else None
+        first = at
+        while at < end:
+            if runs is not None:
+                k = runs.on_data_span(buf, at, end, seg, self.qpn, plane, tos, ps, now)
+                self._data_seen = self._data_seen or k > at
+                at = k
+                if at >= end:
+                    break
+            stop = min(at + seg, end)
+            data = buf[at:stop]
+            if at != first and (len(data) < 12 or peek_dest_qp(data) != self.qpn):
+                break  # another QP's (or too short to say): the endpoint routes it
+            at = stop
+            if not self._receive_one(data, plane, tos, ps, now):
+                return end
+        # Acknowledgements or data: the peer still uses this plane toward us.
+        if (self._heard or self._data_seen) and plane in self.paths.planes:
             self.paths.planes[plane].heard_at = now
+        self._heard = False
         if self._data_seen and self.planes is not None:
             self._data_seen = False
             self.planes.traffic_received(now)
+        return at
+
+    def _receive_one(
+        self, data: bytes | memoryview, plane: int, tos: int, ps: PlaneStats, now: float
+    ) -> bool:
+        """One datagram the byte path did not take; False once the session closed."""
+        ps.packets_received += 1
+        ps.bytes_received += len(data)
+        receiver = self.receiver
+        drops = self.stats.drops_by_reason
+        if self.config.secured:
+            # Nothing below sees a packet that did not authenticate (secure.py).
+            channel = self.channel
+            if channel is None:
+                self._before_keys(data, plane, now)
+                return not self.is_closed
+            opened = channel.open(data, plane, tos)
+            if opened is None:
+                return True
+            data = opened
+            fast = receiver is not None and not self.half_open
+            if fast and receiver is not None and receiver.on_data_bytes(data, plane, tos, now):
+                self._data_seen = True
+                return True
+        try:
+            pkt: Packet = decode_packet(data)
+        except DecodeError as exc:
+            drops[f"decode_{exc.field}"] += 1
+            return True
+        if pkt.p_key != self.config.p_key:
+            drops["p_key"] += 1
+            return True
+        if self.noevx and not restore_ev(pkt, data, plane, tos):
+            drops["ev_no_label"] += 1
+            return True
+        if type(pkt) is DataPacket and receiver is not None and not self.half_open:
+            self._data_seen = True
+            receiver.on_data(pkt, plane, tos, now)
+            return True
+        if not isinstance(pkt, CmPacket):
+            if self.state is not SessionState.ESTABLISHED:
+                drops["not_connected"] += 1
+                return True
+            if self.half_open:
+                self.half_open = False
+                self.timers.cancel(Timer.HALF_OPEN)
+            self._heard = self._heard or type(pkt) in _ACKNOWLEDGEMENTS
+        self._handlers[type(pkt)](pkt, plane, tos, now)
+        return not self.is_closed
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at `now`."""

@@ -57,8 +57,8 @@ S = TypeVar("S", bound=CoreSession)
 class CoreEndpoint(Protocol[S]):
     """What io/ needs from a core `Endpoint`."""
 
-    def receive_datagrams(
-        self, plane: int, datagrams: Sequence[tuple[bytes | memoryview, Hashable, int]], now: float
+    def receive_reads(
+        self, plane: int, reads: Sequence[tuple[memoryview, Hashable, int, int]], now: float
     ) -> list[S]: ...
 
     def datagrams_to_send(self) -> list[Transmit]: ...
@@ -367,14 +367,15 @@ class IoEndpoint(Generic[S]):
             now = self.now()
             got = False
             for plane in order:
-                batch = self.planes[plane].drain(self.batch, errors=False)
+                sock = self.planes[plane]
+                batch = sock.drain_reads(self.batch, errors=False)
                 if not batch:
                     continue
                 got = True
-                if len(batch) >= self.batch:
+                if sock.drained >= self.batch:
                     full = True
                 try:
-                    for session in self.core.receive_datagrams(plane, batch, now):
+                    for session in self.core.receive_reads(plane, batch, now):
                         touched.setdefault(id(session), session)
                 except Exception as exc:
                     self._internal_error(f"receive on plane {plane}", exc)

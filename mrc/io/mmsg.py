@@ -28,8 +28,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mrc.wire.fast import split_datagrams
-
 __all__ = ["NO_RECVMMSG_ENV", "MmsgRing", "available"]
 
 #: Set to 1 to force the `recvmsg_into` loop (comparisons, or a libc that misbehaves).
@@ -219,16 +217,16 @@ class MmsgRing:
         start: int,
         count: int,
         views: Sequence[memoryview],
-        out: list[tuple[memoryview, tuple[Any, ...], int]],
-    ) -> tuple[int, int, int, int, int]:
+        out: list[tuple[memoryview, tuple[Any, ...], int, int]],
+    ) -> tuple[int, int, int, int, int, int]:
         """One recvmmsg (MSG_DONTWAIT) into slots start…start+count-1 (`views[i]` views
-        slot i's buffer), then append what it read to `out`: (view into the ring, source
-        address, TOS | flow label << 8), a GRO batch split at its segment size. The slots
+        slot i's buffer), then append each read to `out`: (view into the ring, source
+        address, TOS | flow label << 8, GRO segment size or 0 for one datagram). The slots
         read are restored for the next call.
 
-        Returns (slots read or -errno, packets kept, their bytes, datagrams dropped as
-        truncated, the most datagrams one read held: 1 without GRO, 0 when none was kept).
-        -EAGAIN: the socket was empty."""
+        Returns (slots read or -errno, reads kept, their bytes, datagrams dropped as
+        truncated, the most datagrams one read held: 1 without GRO, 0 when none was kept,
+        and the datagrams the reads kept hold). -EAGAIN: the socket was empty."""
         # One attribute load for all the state: this runs once per syscall, and a call that
         # reads a single datagram (or GRO batch) is common, so fixed costs count.
         (fn, slots, hdrs, ctrl, ctrl_slot, addrs, names, names_q, v6, want_namelen, tos_kind) = (
@@ -236,9 +234,9 @@ class MmsgRing:
         )
         got = fn(fd, slots[start], count, _MSG_DONTWAIT, None)
         if got <= 0:
-            return (-ctypes.get_errno() if got else 0), 0, 0, 0, 0
+            return (-ctypes.get_errno() if got else 0), 0, 0, 0, 0, 0
         tos_level = _IPPROTO_IPV6 if v6 else _IPPROTO_IP
-        packets = nbytes_total = truncated = most = 0
+        packets = nbytes_total = truncated = most = datagrams = 0
         for i in range(start, start + got):
             namelen, ctrllen, flags, nbytes = _unpack_result(hdrs, i * _HDR_SIZE)
             if flags & _MSG_TRUNC:
@@ -284,16 +282,19 @@ class MmsgRing:
                 tos = seg = 0
             packets += 1
             nbytes_total += nbytes
-            view = views[i]
             if 0 < seg < nbytes:
-                most = max(most, split_datagrams(view, nbytes, seg, addr, tos, out))
+                held = -(-nbytes // seg)
+                most = max(most, held)
+                datagrams += held
             else:
-                out.append((view[:nbytes], addr, tos))
+                seg = 0
+                datagrams += 1
+            out.append((views[i][:nbytes], addr, tos, seg))
         if packets and not most:
             most = 1
         lo, hi = start * _HDR_SIZE, (start + got) * _HDR_SIZE
         hdrs[lo:hi] = self._template_view[lo:hi]
-        return got, packets, nbytes_total, truncated, most
+        return got, packets, nbytes_total, truncated, most, datagrams
 
     def _parse_cmsgs(self, off: int, ctrllen: int) -> tuple[int, int]:
         """(TOS | flow label << 8, GRO segment size) from any control area: every message in

@@ -53,6 +53,8 @@ __all__ = [
 SockAddr = tuple[Any, ...]
 #: One received datagram: its bytes (a view into a ring buffer), the source, the TOS byte.
 Datagram = tuple[memoryview, SockAddr, int]
+#: One read: its bytes, source, TOS word and GRO segment size (0: the read is one datagram).
+Read = tuple[memoryview, SockAddr, int, int]
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -144,6 +146,7 @@ class PlaneSocket:
         self.packets_sent = 0
         self.bytes_sent = 0
         self.packets_received = 0
+        self.drained = 0  # datagrams the last drain read
         self.bytes_received = 0
         self.connected: SockAddr | None = None
         #: Wake-ups that carried a socket error (an ICMP error pinned on the socket or queued
@@ -265,6 +268,17 @@ class PlaneSocket:
         that to the wake-up of this socket's own readiness.
         """
         out: list[Datagram] = []
+        for view, addr, tos, seg in self.drain_reads(limit, errors):
+            if seg:
+                split_datagrams(view, len(view), seg, addr, tos, out)
+            else:
+                out.append((view, addr, tos))
+        return out
+
+    def drain_reads(self, limit: int = 64, errors: bool = True) -> list[Read]:
+        """`drain`, each read whole: a GRO batch stays one `Read` with its segment size.
+        `drained` says how many datagrams the reads hold."""
+        out: list[Read] = []
         if self._mmsg is None or self.sock is not self._mmsg_sock:
             self._drain_recvmsg(limit, out)
         elif self._last_reads >= self.mmsg_min_reads:
@@ -290,7 +304,7 @@ class PlaneSocket:
         uses the recvmsg_into loop."""
         return self._mmsg is not None and self.sock is self._mmsg_sock
 
-    def _drain_mmsg(self, limit: int, out: list[Datagram]) -> int:
+    def _drain_mmsg(self, limit: int, out: list[Read]) -> int:
         """`drain` with recvmmsg: as many slots per syscall as the ring, the remaining calls
         and the room left under `limit` (counted in the largest recent read) allow, without
         wrapping round the ring inside one call."""
@@ -302,13 +316,13 @@ class PlaneSocket:
         left = min(limit, ring)
         idx = self._next
         per_read = self._per_read
-        reads = 0
+        reads = taken = 0
         while left > 0:
-            room = limit - len(out)
+            room = limit - taken
             if room <= 0:
                 break
             count = min(left, ring - idx, max(1, room // per_read))
-            got, packets, nbytes, truncated, most = mm.read(fd, idx, count, views, out)
+            got, packets, nbytes, truncated, most, held = mm.read(fd, idx, count, views, out)
             if got < 0:
                 code = -got
                 if code in _AGAIN_ERRNOS:
@@ -322,6 +336,7 @@ class PlaneSocket:
             if got == 0:
                 break
             reads += got
+            taken += held
             if most:
                 # Up at once, down by one a call: a few reads of single datagrams between
                 # GRO batches should not size the next call for singles.
@@ -338,9 +353,10 @@ class PlaneSocket:
                 break  # the socket is empty (an error after the first datagram waits in sk_err)
         self._next = idx
         self._per_read = per_read
+        self.drained = taken
         return reads
 
-    def _drain_recvmsg(self, limit: int, out: list[Datagram]) -> int:
+    def _drain_recvmsg(self, limit: int, out: list[Read]) -> int:
         """`drain` with one recvmsg_into per datagram (or GRO batch); how many it read."""
         recv = self.sock.recvmsg_into
         iovs = self._iov
@@ -349,7 +365,7 @@ class PlaneSocket:
         calls = min(limit, ring)
         idx = self._next
         anc_size = self._anc
-        reads = 0
+        reads = taken = 0
         for _ in range(calls):
             try:
                 nbytes, anc, flags, addr = recv(iovs[idx], anc_size)
@@ -385,13 +401,14 @@ class PlaneSocket:
                 tos |= label << 8  # the EV's label for the core, above the TOS byte (evlabel.py)
             self.packets_received += 1
             self.bytes_received += nbytes
-            if seg and seg < nbytes:
-                split_datagrams(view, nbytes, seg, addr, tos, out)
-            else:
-                out.append((view[:nbytes], addr, tos))
-            if len(out) >= limit:
+            if not 0 < seg < nbytes:
+                seg = 0
+            out.append((view[:nbytes], addr, tos, seg))
+            taken += -(-nbytes // seg) if seg else 1
+            if taken >= limit:
                 break
         self._next = idx
+        self.drained = taken
         return reads
 
     def _read_error(self, name: str) -> None:

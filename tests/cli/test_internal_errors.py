@@ -21,17 +21,17 @@ def test_a_core_exception_fails_the_bench_with_exit_70(
 ) -> None:
     # io hands every receive batch to the core endpoint through this method. The demo
     # server's batches carry data packets, the client's only acknowledgements.
-    real = Endpoint.receive_datagrams
+    real = Endpoint.receive_reads
     calls = {"n": 0}
 
-    def flaky(self: Endpoint, plane: int, datagrams: list[Any], now: float) -> list[Any]:
-        if datagrams and datagrams[0][0][0] in DATA_VALUES:
+    def flaky(self: Endpoint, plane: int, reads: list[Any], now: float) -> list[Any]:
+        if reads and reads[0][0][0] in DATA_VALUES:
             calls["n"] += 1
             if calls["n"] == 20:
                 raise KeyError("injected by the test")
-        return real(self, plane, datagrams, now)
+        return real(self, plane, reads, now)
 
-    monkeypatch.setattr(Endpoint, "receive_datagrams", flaky)
+    monkeypatch.setattr(Endpoint, "receive_reads", flaky)
     rc = main(["bench", "--demo", "-n", "16M", "-J"])
     out, err = capsys.readouterr()
     assert rc == 70

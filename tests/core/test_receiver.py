@@ -299,22 +299,22 @@ def _story(pair: Pair) -> list[tuple[bytes, int]]:
 
 @pytest.mark.skipif(mrc.compiled(), reason="spies on a compiled method; make test-pure")
 def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_decoder() -> None:
-    """`Receiver.on_data_bytes` is a shortcut, not a second set of rules: a run through it
+    """The receiver's byte path is a shortcut, not a second set of rules: a run through it
     ends exactly like the same run with every packet decoded (docs/DESIGN.md §6)."""
     fast, slow = Pair(), Pair()
     assert fast.sb.receiver is not None and slow.sb.receiver is not None
     took: list[bool] = []
-    # Both ways into the byte path (a run of a batch, or one opened secured packet) go
-    # through `_place_bytes`.
-    real = fast.sb.receiver._place_bytes
+    # Every way into the byte path (a read's run of datagrams, one opened secured packet)
+    # goes through `_place_at`.
+    real = fast.sb.receiver._place_at
 
-    def spy(data: bytes | memoryview, plane: int, tos: int, now: float) -> int:
-        placed = real(data, plane, tos, now)
+    def spy(buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float) -> int:
+        placed = real(buf, at, size, qpn, plane, tos, now)
         took.append(placed > 0)
         return placed
 
-    fast.sb.receiver._place_bytes = spy  # type: ignore[method-assign]
-    slow.sb.receiver._place_bytes = lambda *_: 0  # type: ignore[method-assign]
+    fast.sb.receiver._place_at = spy  # type: ignore[method-assign]
+    slow.sb.receiver._place_at = lambda *_: 0  # type: ignore[method-assign]
     answers = {}
     for name, pr in (("fast", fast), ("slow", slow)):
         answers[name] = [pr.inject(d, tos=tos) for d, tos in _story(pr)]

@@ -81,6 +81,16 @@ class FakeCore:
             self.session.outbox.append(Transmit(plane, addr, b"echo:" + bytes(d)))
         return [self.session]
 
+    def receive_reads(
+        self, plane: int, reads: Sequence[tuple[memoryview, Hashable, int, int]], now: float
+    ) -> list[FakeSession]:
+        """io hands over whole reads; this fake cuts them into datagrams as the core would."""
+        datagrams = []
+        for buf, addr, tos, seg in reads:
+            step = seg or len(buf)
+            datagrams += [(buf[i : i + step], addr, tos) for i in range(0, len(buf), step)]
+        return self.receive_datagrams(plane, datagrams, now)
+
     def datagrams_to_send(self) -> list[Transmit]:
         out, self.endpoint_out = self.endpoint_out, []
         return out
