@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ..wire.ack import NackReason, SackMark, syndrome_ok
-from ..wire.bth import MSN_MOD, PSN_MOD
+from ..wire.bth import BTH, DATA_OPCODES, MSN_MOD, PSN_MOD
 from ..wire.packet import AckPacket, NackPacket, SackPacket
 from .acks import AckLedger
 from .balance import PlaneBalance
@@ -385,13 +385,25 @@ class Sender:
         return cack
 
     def on_sack(self, pkt: SackPacket, now: float) -> None:
-        cack = self._cumulative(pkt.cack_psn)
+        seth, cc = pkt.seth, pkt.cc
+        self.on_sack_fields(
+            pkt.cack_psn, seth.ack_psn_offset, seth.sack_offset, seth.sack_bitmap, int(seth.m),
+            seth.pr, seth.entropy, cc.tx_timestamp, cc.valid, cc.rcv_cwnd_pen, now,
+        )  # fmt: skip
+
+    def on_sack_fields(
+        self, cack_psn: int, ack_psn_offset: int, sack_offset: int, sack_bitmap: int, m: int,
+        pr: bool, entropy: int, echo: int, valid: bool, pen: int, now: float,
+    ) -> None:  # fmt: skip
+        """A SACK (docs/WIRE.md §4) as its fields: BTH.PSN (`cack_psn`), SETH's offsets,
+        bitmap, mark `m`, PR bit and entropy, CC_STATE's timestamp echo, V bit and cwnd
+        penalty. `on_sack` for a decoded one; the byte path (sackpath.py) calls it straight."""
+        cack = self._cumulative(cack_psn)
         if cack is None:
             return
         sent_span = (self.next_psn - self.una) & PSN_MASK
-        seth = pkt.seth
-        trig = (pkt.cack_psn + seth.ack_psn_offset) & PSN_MASK
-        trig_rec = None if seth.pr else self.inflight.get(trig)
+        trig = (cack_psn + ack_psn_offset) & PSN_MASK
+        trig_rec = None if pr else self.inflight.get(trig)
         acked_before, rtt = self.stats.bytes_acked, None
         if trig_rec is not None:
             plane = self.paths.planes[trig_rec.plane]
@@ -401,17 +413,16 @@ class Sender:
                 plane.answered_sent_at = trig_rec.sent_at
             # CC's delay sample (Karn): a first transmission whose own timestamp came back
             # (a non-zero echo counts without our V bit too: docs/WIRE.md §4).
-            echo = pkt.cc.tx_timestamp
-            if (pkt.cc.valid or echo) and not trig_rec.rtx and trig_rec.tx_ts == echo:
+            if (valid or echo) and not trig_rec.rtx and trig_rec.tx_ts == echo:
                 rtt = now - trig_rec.sent_at
                 if self.trace is not None:
                     self.trace.rtt(trig_rec.plane, trig_rec.ev, rtt, now)
         ce_ev = None
-        if seth.m is not SackMark.NONE and not seth.pr:
+        if m != SackMark.NONE and not pr:
             # The packet that triggered this SACK met congestion on its path (SKIP_ONCE)
             # or the peer wants the path avoided (ALWAYS_SKIP).
-            sig = EvSignal.ECN if seth.m is SackMark.SKIP_ONCE else EvSignal.ALWAYS_SKIP
-            ce_ev = seth.entropy
+            sig = EvSignal.ECN if m == SackMark.SKIP_ONCE else EvSignal.ALWAYS_SKIP
+            ce_ev = entropy
             self.evs.signal(
                 ce_ev,
                 sig,
@@ -422,9 +433,9 @@ class Sender:
             )
         touched: set[int] = set()
         self._ack_through(cack, now, touched)
-        base = (pkt.cack_psn + seth.sack_offset) & PSN_MASK
+        base = (cack_psn + sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
-        bits = self.scoreboard.new_span(base, seth.sack_bitmap, cack, sent_span)
+        bits = self.scoreboard.new_span(base, sack_bitmap, cack, sent_span)
         if bits and self.acks.ack_bits(base, bits, now, touched):
             self._progress(now)
         self._advance_una()
@@ -438,8 +449,8 @@ class Sender:
             acked=self.stats.bytes_acked - acked_before,
             rtt=rtt,
             plane=trig_rec.plane if trig_rec is not None else 0,
-            ecn=seth.m is SackMark.SKIP_ONCE and not seth.pr,
-            pen=pkt.cc.rcv_cwnd_pen,
+            ecn=m == SackMark.SKIP_ONCE and not pr,
+            pen=pen,
             inflight=self._in_flight(),
         )
 
@@ -512,10 +523,15 @@ class Sender:
             rec.packets[i][0].failure = reason
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends.
 
-    def on_transmit_failed(self, psn: int, count: int, ev: int, plane: int, now: float) -> None:
-        """A local queue refused the `count` packets from `psn` sent on `ev` (ENOBUFS): they
-        never left the host. Resent at once on another plane, counted as `local` drops; the
-        plane's cap is cut, and no EV is blamed: the path never saw them."""
+    def on_transmit_failed(self, tx: Transmit, now: float) -> None:
+        """A local queue refused `tx` whole (ENOBUFS): its packets never left the host. Data
+        packets are resent at once on another plane, counted as `local` drops; the plane's cap
+        is cut, and no EV is blamed: the path never saw them."""
+        bth = BTH.decode(tx.data)  # our own bytes: its first packet's BTH
+        if bth.opcode not in DATA_OPCODES:
+            return  # a control packet: SACKs and probes are never resent
+        psn, ev, plane = bth.psn, tx.ev, tx.plane
+        count = -(-len(tx.data) // tx.segment_size) if tx.segment_size else 1
         lost = 0
         for i in reversed(range(count)):  # queued at the front: the lowest PSN goes first
             p = (psn + i) & PSN_MASK

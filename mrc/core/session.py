@@ -14,8 +14,7 @@ Inside, the work is split by concern: `Sender` (posted WRITEs, send records, los
 completions), `Receiver` (checks, placement, SACK/NACK/AETH), `PathTable` (planes, EVs, RTTs),
 a spray policy, and the CM handshake helpers in `cm.py`. This module holds the handshake state,
 routes decoded packets to their handler (`_handle_<kind>`), hands plane suspicion, probing and
-DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. Time always arrives as `now`
-(monotonic seconds).
+DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. `now` is monotonic seconds.
 
 Security (docs/WIRE.md §7). With `config.security` "auth" or "encrypt" a session needs an
 `Identity` (handshake.py): `Endpoint.connect(..., peer_key=...)` and `Endpoint.listen` pass it
@@ -33,7 +32,7 @@ from enum import Enum
 from typing import Any, Final
 
 from ..wire.ack import NackReason, SackMark
-from ..wire.bth import BTH, DATA_OPCODES, Opcode
+from ..wire.bth import Opcode
 from ..wire.errors import DecodeError
 from ..wire.packet import (
     AckPacket,
@@ -64,6 +63,7 @@ from .memory import Region, RegionTable
 from .paths import PathTable, PlaneState
 from .planes import PlaneMonitor
 from .receiver import Receiver
+from .sackpath import take_sack
 from .secure import SecureChannel, before_keys, reply_for
 from .sender import Sender
 from .spray import make_spray
@@ -274,11 +274,9 @@ class Session:
             return
         if self.state is SessionState.ESTABLISHED:
             data = cm.build_disconnect(
-                self.config,
-                local_qpn=self.qpn,
-                remote_qpn=self.peer_qpn,
+                self.config, local_qpn=self.qpn, remote_qpn=self.peer_qpn,
                 connection_id=self.connection_id,
-            )
+            )  # fmt: skip
             for plane in sorted(self.peer_addrs):
                 self._cm_send(plane, data)
         self._close("closed")
@@ -290,16 +288,9 @@ class Session:
 
     def transmit_failed(self, tx: Transmit, now: float) -> None:
         """io/ or sim/ report that a local queue refused `tx` whole (ENOBUFS from a full
-        qdisc): none of its packets left the host. Its data packets are resent at once on
-        another plane and the plane's cap is cut; no path is blamed, since the packets never
-        reached one (a congestion loss must not retire healthy EVs)."""
-        if self.sender is None or self.is_closed:
-            return
-        bth = BTH.decode(tx.data)  # our own bytes: its first packet's BTH
-        if bth.opcode not in DATA_OPCODES:
-            return  # a control packet: SACKs and probes are never resent
-        count = -(-len(tx.data) // tx.segment_size) if tx.segment_size else 1
-        self.sender.on_transmit_failed(bth.psn, count, tx.ev, tx.plane, now)
+        qdisc): the sender resends its data packets elsewhere and blames no path."""
+        if self.sender is not None and not self.is_closed:
+            self.sender.on_transmit_failed(tx, now)
 
     def learn_addr(self, plane: int, addr: Addr, now: float) -> None:
         """The endpoint saw the peer on `plane` at `addr` (responder: a late REQUEST copy)."""
@@ -343,8 +334,9 @@ class Session:
         self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
     ) -> int:
         """The datagrams of one read from `plane` (`buf[at:end]`, `seg` bytes each but the
-        last: a GRO batch) up to the first for another QP, whose offset it returns (`end` once
-        all were taken); the endpoint routed the first here. Data is placed from `buf`."""
+        last) up to the first for another QP, whose offset it returns (`end` once all were
+        taken); the endpoint routed the first here. Data is placed from `buf`, SACKs are read
+        from it (sackpath.py), the rest is decoded."""
         if self.state is SessionState.CLOSED:
             return end
         ps = self.stats.plane(plane)
@@ -395,6 +387,13 @@ class Session:
             if fast and receiver is not None and receiver.on_data_bytes(data, plane, tos, now):
                 self._data_seen = True
                 return True
+        sender, planes = self.sender, self.planes
+        if (
+            sender is not None and planes is not None and not self.half_open and not self.noevx
+            and take_sack(data, self.config.p_key, sender, planes, now)
+        ):  # fmt: skip
+            self._heard = True
+            return not self.is_closed
         try:
             pkt: Packet = decode_packet(data)
         except DecodeError as exc:

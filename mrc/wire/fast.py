@@ -5,7 +5,8 @@ precompiled structs, the two the framer packs every data packet with (`DATA_HEAD
 `DATA_HEADER_IMM`, and their variants without EVXH), `encode_data_header` and
 `data_header_size`, and `encode_sack`, which writes a whole SACK in one call. They write the
 same bytes as the records of `mrc.wire.packet` (tests hold them to it), without building one;
-decoding is `mrc.wire.packet`'s job. And `split_datagrams`, which cuts one GRO read into its
+decoding is `mrc.wire.packet`'s job (but for the SACK layouts the sender's byte path reads).
+And `split_datagrams`, which cuts one GRO read into its
 datagrams for io, compiled where the rest of io is not.
 """
 
@@ -83,6 +84,10 @@ _SACK_PS: Final = struct.Struct(">BBHIIIHhIHHIBBhQHHII")
 _SACK_NOEVX: Final = struct.Struct(">BBHIIHhIHHIBBhQHHI")
 _SACK_PS_NOEVX: Final = struct.Struct(">BBHIIHhIHHIBBhQHHII")
 _SACK_OP: Final = Opcode.RELIABILITY_SACK.value
+#: The common SACK's layouts, BTH EVXH SETH CC_STATE (52 bytes) and the same plus PORTSTATE
+#: (56), for the sender's byte path (mrc.core.sackpath), which reads them without a record.
+SACK_LAYOUT: Final = _SACK
+SACK_LAYOUT_PS: Final = _SACK_PS
 
 
 def encode_sack(
