@@ -4,8 +4,8 @@ One endpoint per host (per set of plane sockets). It peeks at each datagram's De
 receive batch per session (a GRO read's run of datagrams for one session goes over whole),
 creates responder sessions for REQUESTs that reach the listener (QPN 0x1), REJECTs the ones it
 cannot take (docs/WIRE.md §6), bounds half-open connections, and counts every datagram it
-cannot route. It never touches a socket: io/ and sim/ feed it and send
-what `datagrams_to_send()` and each session's `datagrams_to_send(now)` return.
+cannot route. It never touches a socket: io/ and sim/ feed it and send what
+`datagrams_to_send()` and each session's `datagrams_to_send(now)` return.
 
 Security (docs/WIRE.md §6-§7, docs/DESIGN.md §8). The API for secured connections:
 
@@ -176,6 +176,9 @@ class Endpoint:
         touched: dict[int, Session] = {}
         for buf, addr, tos, seg in reads:
             end = len(buf)
+            if not end:
+                self.drops["decode_length"] += 1  # an empty datagram: no BTH
+                continue
             if not 0 < seg < end:
                 seg = end
             at = 0

@@ -62,11 +62,12 @@ def test_a_read_holding_two_qps_and_junk_places_each_run_for_its_own_session() -
     read = b"".join([*first[:3], *second, junk, *first[3:]]) + b"\x01\x02\x03"
     one, two = w.responders()
     before = {s: s.stats.plane(0).packets_received for s in (one, two)}  # their REQUESTs
-    sessions = w.b.endpoint.receive_reads(0, [(memoryview(read), ("a", 0), 0, SEG)], w.net.now)
-    # t = +0: both sessions got their runs (in first-seen order), the junk and the 3-byte tail
-    # were counted, and every payload byte is in place.
+    reads = [(memoryview(read), ("a", 0), 0, SEG), (memoryview(b""), ("a", 0), 0, 0)]
+    sessions = w.b.endpoint.receive_reads(0, reads, w.net.now)
+    # t = +0: both sessions got their runs (in first-seen order), the junk, the 3-byte tail
+    # and an empty datagram were counted, and every payload byte is in place.
     assert sessions == [one, two]
-    assert w.b.endpoint.drops == {"unknown_qp": 1, "decode_length": 1}
+    assert w.b.endpoint.drops == {"unknown_qp": 1, "decode_length": 2}
     assert one.stats.bytes_placed == two.stats.bytes_placed == 8 * MTU
     assert [s.stats.plane(0).packets_received - n for s, n in before.items()] == [8, 8]
     assert bytes(w.dst[: 16 * MTU]) == w.src
