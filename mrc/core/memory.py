@@ -58,6 +58,9 @@ class RegionTable:
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
         self._by_rkey: dict[int, Region] = {}
+        # The region the last lookup found: a stream of packets names the same R_Key, and
+        # comparing it is cheaper than hashing it (compiled, a boxed int per dict lookup).
+        self._last: Region | None = None
 
     def register(self, buffer: bytearray | memoryview, *, prefault_pages: bool = True) -> Region:
         """Register a writable buffer; returns its Region with a fresh random R_Key and VA."""
@@ -79,9 +82,17 @@ class RegionTable:
         if self._by_rkey.get(region.rkey) is not region:
             raise LocalProtocolError(f"R_Key {region.rkey:#010x} is not registered")
         del self._by_rkey[region.rkey]
+        if self._last is region:
+            self._last = None
 
     def lookup(self, rkey: int) -> Region | None:
-        return self._by_rkey.get(rkey)
+        last = self._last
+        if last is not None and last.rkey == rkey:
+            return last
+        region = self._by_rkey.get(rkey)
+        if region is not None:
+            self._last = region
+        return region
 
     def __len__(self) -> int:
         return len(self._by_rkey)
