@@ -136,14 +136,12 @@ class RtoTimers:
         self.holds[plane] = until
 
     def arm(
-        self,
-        timers: TimerTable,
-        fifos: Mapping[int, deque[SentCell]],
-        planes: Mapping[int, Plane],
+        self, timers: TimerTable, fifos: dict[int, deque[SentCell]], planes: dict[int, Plane]
     ) -> None:
         """Each plane's RETRANSMIT is due an RTO after its oldest packet in flight (never
         before the plane's hold), and cancelled when it has none. Records that left the
-        network are dropped from the front of each plane's FIFO here."""
+        network are dropped from the front of each plane's FIFO here. (Once per output pull:
+        `dict`, not `Mapping`, so compiled the loops are the dict's own.)"""
         holds, armed = self.holds, self.armed
         for plane, fifo in fifos.items():
             while fifo and not fifo[0].open:

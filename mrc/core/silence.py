@@ -63,12 +63,9 @@ class SilentPlanes:
         self._probed: dict[int, float] = {}
 
     def judge(
-        self,
-        fifos: Mapping[int, deque[SentCell]],
-        planes: Mapping[int, Plane],
-        now: float,
+        self, fifos: dict[int, deque[SentCell]], planes: dict[int, Plane], now: float,
         resumed_at: float = 0.0,
-    ) -> tuple[list[int], float | None]:
+    ) -> tuple[list[int], float | None]:  # fmt: skip
         """Update the suspicions at `now`: the planes newly suspected, and when to look
         again: the earliest time another plane with a flowcell out may be suspected or a
         suspicion ends (None: nothing to wait for). `resumed_at`:
@@ -82,7 +79,7 @@ class SilentPlanes:
         for plane, fifo in fifos.items():
             if plane in until or not fifo:
                 continue
-            rec = next((r for r in fifo if r.open), None)
+            rec = _first_open(fifo)
             pl = planes[plane]
             srtt = pl.rtt.srtt
             if rec is None or srtt is None:
@@ -93,12 +90,18 @@ class SilentPlanes:
             # Only a plane not itself suspected speaks for the peer: a suspected plane is
             # idle because it gets nothing new, and two lagging planes must not suspect
             # each other until no plane is left to send on.
-            if not any(
-                q.answered_sent_at >= sent
-                and (q.acked_at > quiet + reorder or not _open(fifos.get(n)))
-                for n, q in planes.items()
-                if n != plane and n not in until
-            ):
+            # (Loops, not `any` over a generator: this runs for every plane at every pull.)
+            spoken = False
+            for n, q in planes.items():
+                if (
+                    n != plane
+                    and n not in until
+                    and q.answered_sent_at >= sent
+                    and (q.acked_at > quiet + reorder or not _open(fifos.get(n)))
+                ):
+                    spoken = True
+                    break
+            if not spoken:
                 continue
             if resumed_at > quiet:
                 # Silent since before the peer's stall ended: a peer catching up reads its
@@ -120,12 +123,9 @@ class SilentPlanes:
         return new, wake
 
     def tail_probe(
-        self,
-        fifos: Mapping[int, deque[SentCell]],
-        planes: Mapping[int, Plane],
-        now: float,
+        self, fifos: dict[int, deque[SentCell]], planes: dict[int, Plane], now: float,
         resumed_at: float = 0.0,
-    ) -> tuple[SentCell | None, float | None]:
+    ) -> tuple[SentCell | None, float | None]:  # fmt: skip
         """The window holds one plane's flowcells only and no other plane owes anything:
         no answer can bring evidence about that plane (a window shrunk to the bytes sent on
         a plane that died just after). RACK's tail loss probe (RFC 8985 §7), two SRTTs and a
@@ -143,7 +143,7 @@ class SilentPlanes:
             return None, None
         pl = planes[held]
         srtt = pl.rtt.srtt
-        rec = next((r for r in fifos[held] if r.open), None)
+        rec = _first_open(fifos[held])
         if rec is None or srtt is None or self._probed.get(held, -1.0) >= pl.acked_at:
             return None, None  # already probed since it last answered
         quiet = max(pl.acked_at, resumed_at)
@@ -206,6 +206,14 @@ def _answered(pl: Plane, since: float) -> bool:
     return pl.acked_at > since or pl.proven_at > since
 
 
+def _first_open(fifo: deque[SentCell]) -> SentCell | None:
+    """The oldest flowcell of this FIFO still in flight."""
+    for rec in fifo:
+        if rec.open:
+            return rec
+    return None
+
+
 def _open(fifo: deque[SentCell] | None) -> bool:
     """A flowcell of this FIFO is still in flight."""
-    return fifo is not None and any(r.open for r in fifo)
+    return fifo is not None and _first_open(fifo) is not None
