@@ -19,7 +19,7 @@ from ..wire.fast import SACK_LAYOUT, SACK_LAYOUT_PS
 from .planes import PlaneMonitor
 from .sender import Sender
 
-SACK_OP: Final = Opcode.RELIABILITY_SACK.value
+_SACK_OP: Final = Opcode.RELIABILITY_SACK.value
 _SIZE: Final = SACK_LAYOUT.size
 _SIZE_PS: Final = SACK_LAYOUT_PS.size
 # Bound once: compiled, a method called by name is looked up at every call.
@@ -47,7 +47,7 @@ def take_sack(
         return False
     m = (first >> 5) & 3
     if (
-        op != SACK_OP
+        op != _SACK_OP
         or b1 & 0x0F  # TVer
         or not w4 & EVX_BIT
         or pk != p_key

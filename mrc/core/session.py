@@ -327,8 +327,7 @@ class Session:
         for data, tos in datagrams:
             if self.state is SessionState.CLOSED:
                 return
-            mv = memoryview(data) if isinstance(data, bytes) else data
-            self.receive_span(plane, mv, 0, len(mv), len(mv), tos, now)
+            self.receive_span(plane, memoryview(data), 0, len(data), len(data), tos, now)
 
     def receive_span(
         self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
@@ -371,8 +370,7 @@ class Session:
         """One datagram the byte path did not take; False once the session closed."""
         ps.packets_received += 1
         ps.bytes_received += len(data)
-        receiver = self.receiver
-        drops = self.stats.drops_by_reason
+        receiver, drops = self.receiver, self.stats.drops_by_reason
         if self.config.secured:
             # Nothing below sees a packet that did not authenticate (secure.py).
             channel = self.channel

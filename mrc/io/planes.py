@@ -145,9 +145,8 @@ class PlaneSocket:
         self.counters: Counter[str] = Counter()
         self.packets_sent = 0
         self.bytes_sent = 0
-        self.packets_received = 0
+        self.packets_received = self.bytes_received = 0
         self.drained = 0  # datagrams the last drain read
-        self.bytes_received = 0
         self.connected: SockAddr | None = None
         #: Wake-ups that carried a socket error (an ICMP error pinned on the socket or queued
         #: under IP_RECVERR): each one was an EPOLLERR.
@@ -276,8 +275,7 @@ class PlaneSocket:
         return out
 
     def drain_reads(self, limit: int = 64, errors: bool = True) -> list[Read]:
-        """`drain`, each read whole: a GRO batch stays one `Read` with its segment size.
-        `drained` says how many datagrams the reads hold."""
+        """`drain`, a GRO batch left whole; `drained` counts the datagrams the reads hold."""
         out: list[Read] = []
         if self._mmsg is None or self.sock is not self._mmsg_sock:
             self._drain_recvmsg(limit, out)
