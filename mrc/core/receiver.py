@@ -270,22 +270,19 @@ class Receiver:
         window, of a message with no failure, inside its region. True if it was placed;
         False, having changed nothing, for every other packet, which then takes
         `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
-        n = self._place_bytes(data, plane, tos, now)
+        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
+        mv = memoryview(data) if isinstance(data, bytes) else data
+        n = self._place_at(mv, 0, len(mv), -1, plane, tos, now)
         if n:
             self._placed(n, now)
         return n > 0
 
-    def _place_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> int:
-        """`on_data_bytes` but for the stall clock (`_placed`): the payload bytes placed, or 0."""
-        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
-        mv = memoryview(data) if isinstance(data, bytes) else data
-        return self._place_at(mv, 0, len(mv), -1, plane, tos, now)
-
     def _place_at(
         self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float
     ) -> int:
-        """`_place_bytes` for the datagram of `size` bytes at offset `at` of `buf`; one for
-        another QP than `qpn` (when not -1) is not placed."""
+        """`on_data_bytes` for the datagram of `size` bytes at offset `at` of `buf`, but for
+        the stall clock (`_placed`): the payload bytes placed, or 0. One for another QP than
+        `qpn` (when not -1) is not placed."""
         mtu = self.config.payload_mtu
         imm: int | None = None
         # Declared, so that compiled the fields are machine ints, not objects (struct

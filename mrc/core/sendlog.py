@@ -53,9 +53,6 @@ class PsnRecords:
             raise KeyError(psn)
         return rec
 
-    def __contains__(self, psn: int) -> bool:
-        return self.get(psn) is not None
-
     def __len__(self) -> int:
         return self.count
 

@@ -324,18 +324,15 @@ class Session:
 
     def receive_datagrams(self, plane: int, datagrams: list[Datagram], now: float) -> None:
         """One batch from `plane`: `receive_span` for each datagram, with its TOS word."""
-        for data, tos in datagrams:
-            if self.state is SessionState.CLOSED:
-                return
+        for data, tos in datagrams:  # (a closed session's receive_span takes nothing)
             self.receive_span(plane, memoryview(data), 0, len(data), len(data), tos, now)
 
     def receive_span(
         self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
     ) -> int:
-        """The datagrams of one read from `plane` (`buf[at:end]`, `seg` bytes each but the
-        last) up to the first for another QP, whose offset it returns (`end` once all were
-        taken); the endpoint routed the first here. Data is placed from `buf`, SACKs are read
-        from it (sackpath.py), the rest is decoded."""
+        """One read's datagrams (`buf[at:end]`, `seg` bytes each but the last) up to the first
+        for another QP, whose offset it returns (`end` once all were taken; the endpoint routed
+        the first here). Data is placed from `buf`, SACKs read from it, the rest decoded."""
         if self.state is SessionState.CLOSED:
             return end
         ps = self.stats.plane(plane)
@@ -381,8 +378,11 @@ class Session:
             if opened is None:
                 return True
             data = opened
-            fast = receiver is not None and not self.half_open
-            if fast and receiver is not None and receiver.on_data_bytes(data, plane, tos, now):
+            if (
+                receiver is not None
+                and not self.half_open
+                and receiver.on_data_bytes(data, plane, tos, now)
+            ):
                 self._data_seen = True
                 return True
         sender, planes = self.sender, self.planes
