@@ -12,7 +12,6 @@ what both the build and the import need.
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -78,8 +77,9 @@ def choose(environ: Mapping[str, str]) -> tuple[bool, str]:
     return True, "compiled"
 
 
-class PureFinder(importlib.abc.MetaPathFinder):
-    """Loads mrc.wire and mrc.core from their .py files even where a compiled module exists."""
+class PureFinder:
+    """Loads mrc.wire and mrc.core from their .py files even where a compiled module exists
+    (a meta path finder: `find_spec` is all the import system asks of one)."""
 
     def find_spec(
         self,

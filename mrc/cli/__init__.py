@@ -2,13 +2,15 @@
 
 Holds `main(argv)`, the parser whose errors are one line on stderr with exit status 2, and the
 top-level guard that turns an interrupt into an exit status instead of a traceback. Each
-subcommand lives in its own module (`bench` now; `daemon`, `ctl`, `dissect`, `plot` later) and
-registers itself with `add_parser`.
+subcommand lives in its own module and registers itself with `add_parser`. Only the module of
+the command being run is imported (the others appear in `mrc --help` by name and summary), so a
+command does not pay for the imports of the others: every `mrc bench` process starts faster.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -16,9 +18,19 @@ from typing import NoReturn
 
 import mrc
 
-from . import bench, ctl, daemon, dissect, keygen, plot, switch
-
 __all__ = ["main"]
+
+#: Subcommand → its one-line summary, in `mrc --help` order. Each is the module
+#: `mrc.cli.<name>`, whose `add_parser` repeats the summary (a test holds them equal).
+COMMANDS: dict[str, str] = {
+    "bench": "measure MRC between two hosts (iperf3 roles and flags)",
+    "keygen": "make a private key file (mode 0600) and print its public key",
+    "switch": "a userspace trimming switch on one plane (UDP relay with a shaped queue)",
+    "ctl": "show a running mrc daemon's status, peers, connections, planes, EVs, regions",
+    "daemon": "run the peer daemon that applications use through its control socket",
+    "plot": "draw a bench -J run, a --trace file or compare.json as PNG or SVG",
+    "dissect": "print the MRC packets of a pcap/pcapng capture",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +40,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first argument that is not an option."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full subparser of the command `argv` names (every command's
+    when `argv` is None) and a summary-only one for each other command."""
+    wanted = None if argv is None else _command(argv)
     parser = _Parser(
         prog="mrc",
         description="mrc: a userspace implementation of MRC (Multipath Reliable Connection).",
@@ -37,18 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"mrc {mrc.__version__} ({mrc.implementation()})"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    bench.add_parser(sub)
-    keygen.add_parser(sub)
-    switch.add_parser(sub)
-    ctl.add_parser(sub)
-    daemon.add_parser(sub)
-    plot.add_parser(sub)
-    dissect.add_parser(sub)
+    for name, summary in COMMANDS.items():
+        if argv is None or name == wanted:
+            importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     try:
         ns = parser.parse_args(argv)
         func: Callable[[argparse.Namespace], int] | None = getattr(ns, "func", None)

@@ -29,7 +29,7 @@ from mrc.core.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
 from mrc.node.host import EV_ENCODINGS
 
-from . import bench_daemon, bench_modes, bench_run
+from . import bench_modes, bench_run
 from .bench_latency import DEFAULT_ITERATIONS, DEFAULT_LATENCY_SIZE
 from .bench_options import (
     DEFAULT_CC,
@@ -517,6 +517,8 @@ def run(ns: argparse.Namespace) -> int:
                 "(the daemon's config secures its connections)\n"
             )
             return 2
+        from . import bench_daemon  # only here: the daemon client's imports cost every run
+
         return bench_daemon.run(ns)
     try:
         opts = options_from(ns)

@@ -66,10 +66,13 @@ class AckLedger:
             if rec is not None:
                 i = (psn - rec.psn) & PSN_MASK
                 # A slot reused by a later PSN: this one was acknowledged long ago.
-                if i < len(rec.packets):
-                    span = min(len(rec.packets) - i, count - k)
-                    self._ack_cell(rec, ((1 << span) - 1) << i, now, touched)
-            # PSNs of that record are cleared now; one resent elsewhere has its own record.
+                if i < rec.n:
+                    span = min(rec.n - i, count - k)
+                    want = ((1 << span) - 1) << i
+                    if self._ack_cell(rec, want, now, touched) == want:
+                        k += span  # the record's PSNs in range, all taken at once
+                        continue
+            # A PSN of that record resent elsewhere has its own record: go on one at a time.
             k += 1
         return self._finish()
 
@@ -90,10 +93,10 @@ class AckLedger:
             psn = (base + k) & PSN_MASK
             rec = slots[psn & smask]
             i = 0 if rec is None else (psn - rec.psn) & PSN_MASK
-            if rec is None or i >= len(rec.packets):
+            if rec is None or i >= rec.n:
                 bits ^= low  # acknowledged already (its slot empty, or reused by a later PSN)
                 continue
-            want = ((bits >> k) & ((1 << (len(rec.packets) - i)) - 1)) << i
+            want = ((bits >> k) & ((1 << (rec.n - i)) - 1)) << i
             taken = self._ack_cell(rec, want, now, touched)
             bits &= ~((taken >> i) << k)  # the rest of `want` belongs to resends' records
         return self._finish()
@@ -103,30 +106,26 @@ class AckLedger:
         it is; returns the mask taken (never empty: the lowest bit of `want` is one)."""
         records = self.records
         slots, smask = records.slots, records.mask
-        packets = rec.packets
         first = rec.psn
         taken = 0
         j = (want & -want).bit_length() - 1
         w = want >> j
-        cur: OutMessage | None = None
-        run = 0
         while w:
             if w & 1:
                 slot = (first + j) & smask
                 if slots[slot] is rec:
                     slots[slot] = None
                     taken |= 1 << j
-                    msg = packets[j][0]
-                    if msg is not cur:
-                        if cur is not None:
-                            self._msg_acked(cur, run, now)
-                        cur, run = msg, 0
-                    run += 1
             w >>= 1
             j += 1
-        if cur is not None:
-            self._msg_acked(cur, run, now)
-        n = len(packets)
+        # Each message counts its packets taken, a run (a message's packets) at a time.
+        shift = 0
+        for msg, _, count in rec.runs:
+            got = (taken >> shift) & ((1 << count) - 1)
+            if got:
+                self._msg_acked(msg, got.bit_count(), now)
+            shift += count
+        n = rec.n
         last_bit = 1 << (n - 1)
         size = rec.size
         extra = rec.last - size  # the last packet's length differs from the others'

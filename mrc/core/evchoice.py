@@ -7,7 +7,7 @@ the sender (sender.py): what is sent, its records and its accounting.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 from .balance import PlaneBalance
 from .inflight import InFlight
@@ -26,6 +26,8 @@ class EvChoice:
         self.flight = flight
         #: Planes suspected silent (silence.py): no new flowcell and no resend goes there.
         self.avoid = avoid
+        # Made once: a bound method built at every flowcell's `next_plane` call cost as much.
+        self._is_open: Callable[[int], bool] = self.plane_open
 
     def plane_open(self, plane: int) -> bool:
         """`plane` is not suspected silent and its own cap lets one more packet go."""
@@ -36,7 +38,7 @@ class EvChoice:
         rotation goes next when the balance leaves it to the spray (equal shares). A plane
         at its own cap gives its turn to the next (as a congested plane's EVs are skipped in
         MRC); None when every plane is at its cap."""
-        plane = self.balance.next_plane(now, self.plane_open)
+        plane = self.balance.next_plane(now, self._is_open)
         if plane is not None:
             return self.spray.next_ev_on(plane, now) if self.plane_open(plane) else None
         for _ in range(4 * len(self.paths.planes)):

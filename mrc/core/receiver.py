@@ -299,6 +299,7 @@ class Receiver:
         va: int
         rkey: int
         dma: int
+        word: int
         if self._noevx:
             hdr = _HDR_NOEVX
             if size < hdr:
@@ -310,19 +311,16 @@ class Receiver:
             ev |= plane << 24
             w4 ^= EVX_BIT  # expected clear: the checks below read it set
         else:
-            hdr = _HDR
-            if size < hdr:
-                return 0
-            if buf[at] in (OP_ONLY_IMM, OP_LAST_IMM):
-                # The small WRITE_WITH_IMM of a --verify bench or an RPC: one ONLY_IMM each.
+            if size < _HDR_IMM:
+                return 0  # a payload under 4 bytes: the slow path
+            # One unpack either way (reading the opcode first was a memoryview index a
+            # packet): without ImmDt, the last word is the payload's first 4 bytes.
+            op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, word = _UNPACK_IMM(buf, at)
+            if op in (OP_ONLY_IMM, OP_LAST_IMM):
                 hdr = _HDR_IMM
-                if size < hdr:
-                    return 0
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, imm = _UNPACK_IMM(
-                    buf, at
-                )
+                imm = word
             else:
-                op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma = _UNPACK(buf, at)
+                hdr = _HDR
         if qpn >= 0 and w4 & _QPN != qpn:
             return 0  # a read can hold datagrams of several QPs: the endpoint routes the rest
         n = size - hdr

@@ -108,21 +108,26 @@ def new_message(
     )
 
 
-#: One packet of a flowcell: its message, its index in the message, its PSN.
-CellPacket = tuple[OutMessage, int, int]
+#: A run of a flowcell's packets that belong to one message: the message, the index in it of
+#: the run's first packet, and how many packets (consecutive indexes, consecutive PSNs). A
+#: flowcell of large WRITEs is one run or two; one of small WRITEs is a run per message.
+#: Runs, not a tuple per packet: the per-packet tuple and its boxed ints cost the sender
+#: about 65 ns a packet.
+CellRun = tuple[OutMessage, int, int]
 
 
 @dataclass(eq=False, slots=True)
 class SentCell:
-    """One transmission of a flowcell: `packets` (consecutive PSNs from `psn`) sent at
-    `sent_at` on `ev` as one batch; a resend is a cell of one packet with `rtx` set.
+    """One transmission of a flowcell: `n` packets (consecutive PSNs from `psn`, in `runs`)
+    sent at `sent_at` on `ev` as one batch; a resend is a cell of one packet with `rtx` set.
 
     Per packet, a bit (bit i for packet i): `acked`, or `lost` (declared lost; its resend, if
     any, is a record of its own). The others are in flight (`open`, `open_bytes`). Every packet
     is `size` payload bytes but the last, which is `last` (docs/DESIGN.md §11)."""
 
     psn: int
-    packets: list[CellPacket]
+    n: int
+    runs: list[CellRun]
     ev: int
     plane: int
     sent_at: float
@@ -141,11 +146,12 @@ class SentCell:
 
     # Written out (OutMessage says why): one per flowcell sent.
     def __init__(
-        self, psn: int, packets: list[CellPacket], ev: int, plane: int, sent_at: float,
+        self, psn: int, n: int, runs: list[CellRun], ev: int, plane: int, sent_at: float,
         seq: int, tx_ts: int, rtx: bool, size: int, last: int, open: int, open_bytes: int,
     ) -> None:  # fmt: skip
         self.psn = psn
-        self.packets = packets
+        self.n = n
+        self.runs = runs
         self.ev = ev
         self.plane = plane
         self.sent_at = sent_at
@@ -162,11 +168,19 @@ class SentCell:
 
     def length(self, i: int) -> int:
         """Payload bytes of packet `i`."""
-        return self.size if i < len(self.packets) - 1 else self.last
+        return self.size if i < self.n - 1 else self.last
+
+    def packet(self, i: int) -> tuple[OutMessage, int]:
+        """Packet `i`'s message and its index in that message."""
+        for msg, first, count in self.runs:
+            if i < count:
+                return msg, first + i
+            i -= count
+        raise IndexError(i)
 
     def open_mask(self) -> int:
         """The packets still in flight: neither acknowledged nor declared lost."""
-        return ((1 << len(self.packets)) - 1) & ~(self.acked | self.lost)
+        return ((1 << self.n) - 1) & ~(self.acked | self.lost)
 
     def lose(self, mask: int) -> tuple[list[int], int]:
         """Declare the packets in `mask` still in flight lost: their PSNs, and their bytes."""
@@ -187,20 +201,21 @@ class SentCell:
 
 
 def new_cell(
-    packets: list[CellPacket], mtu: int, ev: int, plane: int, now: float, seq: int,
-    tx_ts: int, rtx: bool,
+    runs: list[CellRun], n: int, psn: int, mtu: int, ev: int, plane: int, now: float,
+    seq: int, tx_ts: int, rtx: bool,
 ) -> SentCell:  # fmt: skip
-    """The record of `packets` (non-empty, consecutive PSNs) sent at `now` on `ev`."""
-    msg, index, _ = packets[-1]
+    """The record of the `n` packets of `runs` (non-empty), PSNs from `psn`, sent at `now` on
+    `ev`."""
+    msg, first, count = runs[-1]
+    index = first + count - 1
     last = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
-    n = len(packets)
     if n == 1:
         size = last
     else:
-        msg, index, _ = packets[0]
+        msg, index, _ = runs[0]
         size = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
     total = size * (n - 1) + last
-    return SentCell(packets[0][2], packets, ev, plane, now, seq, tx_ts, rtx, size, last, n, total)
+    return SentCell(psn, n, runs, ev, plane, now, seq, tx_ts, rtx, size, last, n, total)
 
 
 def opcode_for(msg: OutMessage, index: int) -> Opcode:

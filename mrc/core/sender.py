@@ -36,11 +36,11 @@ from .inflight import InFlight
 from .memory import Region
 from .paths import PathTable, ev_plane
 from .rack import Rack
-from .records import CellPacket, OutMessage, SentCell, new_message, tx_timestamp
+from .records import OutMessage, SentCell, new_message, tx_timestamp
 from .rto import Expiry, RtoTimers, acked_later, acked_on_plane
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
-from .sendpath import Framer, flowcell_limit, packet_size
+from .sendpath import Framer, cut_flowcell, flowcell_limit, packet_size
 from .silence import SilentPlanes, closed_on_silent
 from .spray import SprayPolicy
 from .stats import SessionStats
@@ -180,32 +180,20 @@ class Sender:
             plane = ev_plane(ev)
             room = self.flight.plane_room(plane, room)
             rqmsn = self.outstanding[0].msn
-            cell: list[CellPacket] = []
+            first_psn = self.next_psn
             if flowcell > 1:
                 size = packet_size(pending[0], pending[0].sent, mtu)
                 limit = min(flowcell_limit(flowcell, size + self.framer.overhead), room)
             else:
                 size, limit = 0, 1  # an EV per packet: sizes do not matter
-            while True:
-                msg = pending[0]
-                index = msg.sent
-                this = packet_size(msg, index, mtu) if cell else size
-                if this > size:
-                    break
-                psn = self.next_psn
-                if index == 0:
-                    msg.first_psn = psn
-                msg.sent = index + 1
-                if msg.sent == msg.npkts:
-                    msg.last_psn = psn
-                    pending.popleft()
-                self.next_psn = (psn + 1) & PSN_MASK
-                cell.append((msg, index, psn))
-                if len(cell) == limit or this < size or not pending:
-                    break
-            budget -= len(cell)
-            self.flight.add(plane, self.log.add(cell, ev, plane, now, tx_ts, rtx=False).open_bytes)
-            out.append(self.framer.frame(cell, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn))
+            runs, n = cut_flowcell(pending, first_psn, size, limit, mtu)
+            self.next_psn = (first_psn + n) & PSN_MASK
+            budget -= n
+            rec = self.log.add(runs, n, first_psn, ev, plane, now, tx_ts, rtx=False)
+            self.flight.add(plane, rec.open_bytes)
+            out.append(
+                self.framer.frame(runs, n, first_psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn)
+            )
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
@@ -221,9 +209,9 @@ class Sender:
             if ev is None:
                 return
             self.rtx_queue.popleft()
-            msg, index, _ = rec.packets[i]
+            msg, index = rec.packet(i)
             plane = ev_plane(ev)
-            self.log.add([(msg, index, psn)], ev, plane, now, tx_timestamp(now), rtx=True)
+            self.log.add([(msg, index, 1)], 1, psn, ev, plane, now, tx_timestamp(now), rtx=True)
             out.append(self._build(msg, index, psn, ev, now, rtx=True))
             self.flight.add(plane, rec.length(i))
             self.stats.retransmits_by_cause[cause] += 1
@@ -246,7 +234,7 @@ class Sender:
         """One packet, alone in its datagram."""
         rqmsn = self.outstanding[0].msn if self.outstanding else msg.msn
         return self.framer.frame(
-            [(msg, index, psn)], ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, rtx=rtx
+            [(msg, index, 1)], 1, psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, rtx=rtx
         )
 
     # -- timers -----------------------------------------------------------------------------
@@ -520,7 +508,7 @@ class Sender:
             self._declare_lost(rec, bit, "nack_other", avoid_plane=None)
         elif reason in (NackReason.BAD_RKEY, NackReason.OUT_OF_BOUNDS) and rec is not None:
             # Early; the AETH's remote access error is the outcome.
-            rec.packets[i][0].failure = reason
+            rec.packet(i)[0].failure = reason
         # NO_BITMAP / NO_PKT_BUFFER / NO_RESOURCE: the RTO resends.
 
     def on_transmit_failed(self, tx: Transmit, now: float) -> None:

@@ -18,7 +18,7 @@ from typing import Final
 from ..wire.bth import PSN_MOD
 from .evs import EvTable
 from .rack import Rack
-from .records import CellPacket, SentCell, new_cell
+from .records import CellRun, SentCell, new_cell
 
 PSN_MASK: Final = PSN_MOD - 1
 
@@ -43,7 +43,7 @@ class PsnRecords:
 
     def get(self, psn: int) -> SentCell | None:
         rec = self.slots[psn & self.mask]
-        if rec is not None and (psn - rec.psn) & PSN_MASK < len(rec.packets):
+        if rec is not None and (psn - rec.psn) & PSN_MASK < rec.n:
             return rec
         return None
 
@@ -85,21 +85,23 @@ class SendLog:
         return fifo
 
     def add(
-        self, packets: list[CellPacket], ev: int, plane: int, now: float, tx_ts: int, *, rtx: bool
-    ) -> SentCell:
-        """The record of one transmission of `packets` (a flowcell, or one resent packet)."""
+        self, runs: list[CellRun], n: int, psn: int, ev: int, plane: int, now: float, tx_ts: int,
+        *, rtx: bool,
+    ) -> SentCell:  # fmt: skip
+        """The record of one transmission of the `n` packets of `runs` (a flowcell, or one
+        resent packet), PSNs from `psn`."""
         self.seq += 1
-        cell = new_cell(packets, self.mtu, ev, plane, now, self.seq, tx_ts, rtx)
+        cell = new_cell(runs, n, psn, self.mtu, ev, plane, now, self.seq, tx_ts, rtx)
         records = self.records
         slots, mask = records.slots, records.mask
         added = 0
-        for _, _, psn in packets:
-            slot = psn & mask
+        for k in range(n):
+            slot = (psn + k) & mask
             if slots[slot] is None:
                 added += 1
             slots[slot] = cell
         records.count += added
-        self.evs.count_sent(ev, rtx, len(packets))
+        self.evs.count_sent(ev, rtx, n)
         self.rack.fifo(ev).append(cell)
         self.plane(plane).append(cell)
         return cell

@@ -3,7 +3,9 @@
 A flowcell is a run of consecutive new packets that goes out on one EV as one UDP GSO batch
 (docs/DESIGN.md §11): every segment is `segment_size` bytes except possibly a shorter last one, and
 there are at most `flowcell_limit(flowcell, segment_size)` of them. This module holds the size
-rules (`packet_size`, `flowcell_limit`) and `Framer`, which writes each packet's headers with
+rules (`packet_size`, `flowcell_limit`), `cut_flowcell`, which takes the next flowcell's
+packets from the pending messages as runs (a message's packets in one tuple, not one tuple a
+packet), and `Framer`, which writes each packet's headers with
 the precompiled layouts of `mrc.wire.fast` (every packet carries the flowcell's EV in its
 EVXH, or, on a connection that agreed on flow labels, no EVXH: io puts the EV in each
 datagram's flow label), slices its payload from the message's source, joins the lot once per
@@ -14,12 +16,13 @@ the framer keeps (allocated once, not zeroed per batch), sealed there in place (
 segment gets its own counter and trailer, so `segment_size` includes the trailer and GSO still
 cuts the batch into whole packets), and copied out once as the `Transmit`'s bytes.
 
-What it leaves to the sender (sender.py): which packets go, on which EV, whether the window
-allows each of them, and their send records.
+What it leaves to the sender (sender.py): on which EV, how many packets the window allows,
+and their send records.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
@@ -39,7 +42,7 @@ from ..wire.fast import (
 from .aead import TRAILER, PacketProtection
 from .config import SessionConfig
 from .paths import ev_plane
-from .records import CellPacket, OutMessage, tx_timestamp
+from .records import PSN_MASK, CellRun, OutMessage, tx_timestamp
 from .stats import SessionStats
 from .transmit import Addr, Transmit
 
@@ -106,6 +109,44 @@ def packet_size(msg: OutMessage, index: int, mtu: int) -> int:
     return mtu + HEADER
 
 
+def cut_flowcell(
+    pending: deque[OutMessage], psn: int, size: int, limit: int, mtu: int
+) -> tuple[list[CellRun], int]:
+    """The next flowcell of at most `limit` packets from the messages `pending`, PSNs from
+    `psn`: its runs and how many packets. Each message taken whole leaves `pending`; each
+    message records its first and last PSN as they are given. `size` is the flowcell's first
+    packet's size (0: sizes do not matter): a longer packet starts the next flowcell, a
+    shorter one ends this one (GSO: only the last segment may differ, and only be shorter).
+    """
+    runs: list[CellRun] = []
+    n = 0
+    while True:
+        msg = pending[0]
+        index = msg.sent
+        this = packet_size(msg, index, mtu) if n else size
+        if this > size:
+            break
+        # Every packet of a message but its LAST has the size of its first: only the LAST
+        # needs a check (a full LAST_IMM is 4 bytes longer: it starts the next flowcell).
+        take = 1 if this < size else min(limit - n, msg.npkts - index)
+        end = index + take
+        cut = take > 1 and end == msg.npkts and packet_size(msg, end - 1, mtu) > size
+        if cut:
+            take -= 1
+        if index == 0:
+            msg.first_psn = psn
+        msg.sent = index + take
+        psn = (psn + take) & PSN_MASK
+        if msg.sent == msg.npkts:
+            msg.last_psn = (psn - 1) & PSN_MASK
+            pending.popleft()
+        runs.append((msg, index, take))
+        n += take
+        if cut or n == limit or not pending or packet_size(msg, msg.sent - 1, mtu) < size:
+            return runs, n
+    return runs, n
+
+
 class Framer:
     """Writes data packets for one session's sender."""
 
@@ -139,7 +180,9 @@ class Framer:
 
     def frame(
         self,
-        cell: Sequence[CellPacket],
+        runs: Sequence[CellRun],
+        n: int,
+        psn: int,
         ev: int,
         now: float,
         *,
@@ -147,14 +190,14 @@ class Framer:
         rqmsn: int,
         rtx: bool = False,
     ) -> Transmit:
-        """One `Transmit` of the packets of `cell`, in order, all on `ev`.
+        """One `Transmit` of the `n` packets of `runs`, PSNs from `psn`, in order, all on `ev`.
 
         The caller keeps to the flowcell rules: no packet longer than the first, only the last
         one shorter, at most `flowcell_limit` packets. With more than one packet the transmit's
         `segment_size` is the first packet's size.
         """
         if self.protection is not None:
-            return self._frame_sealed(cell, ev, now, dest_qp=dest_qp, rqmsn=rqmsn, rtx=rtx)
+            return self._frame_sealed(runs, n, psn, ev, now, dest_qp=dest_qp, rqmsn=rqmsn, rtx=rtx)
         mtu = self.mtu
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
         # Compiled, an int passed to `struct.pack` is boxed at every call: the fields that
@@ -168,55 +211,55 @@ class Framer:
         pack_imm = self._pack_imm
         # Compiled, `parts.append` is a C call; a bound method kept in a local would not be.
         parts: list[bytes | memoryview] = []
-        cur: OutMessage | None = None
-        src: memoryview  # set with the message's other fields, on the first packet
-        base_va = last = 0
-        dma: object = 0
-        msn: object = 0
-        rkey: object = 0
-        for msg, index, psn in cell:
-            if msg is not cur:
-                # Consecutive packets mostly share their message: read its fields once.
-                cur = msg
-                src = msg.src
-                dma = len(src)
-                base_va = msg.remote_va
-                msn = msg.msn
-                rkey = msg.rkey
-                last = msg.npkts - 1
-            off = index * mtu
-            va = base_va + off
-            if index == last:
-                imm = msg.imm
-                w8 = flags | A_BIT | psn
-                if imm is None:
-                    op = OP_LAST if index else OP_ONLY
-                    parts.append(pack(op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma))
+        for msg, first, count in runs:
+            # A run is one message's packets: its fields are read once.
+            src = msg.src
+            dma: object = len(src)
+            base_va = msg.remote_va
+            msn: object = msg.msn
+            rkey: object = msg.rkey
+            last = msg.npkts - 1
+            for index in range(first, first + count):
+                off = index * mtu
+                va = base_va + off
+                if index == last:
+                    imm = msg.imm
+                    w8 = flags | A_BIT | psn
+                    if imm is None:
+                        op = OP_LAST if index else OP_ONLY
+                        parts.append(
+                            pack(op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma)
+                        )
+                    else:
+                        op = OP_LAST_IMM if index else OP_ONLY_IMM
+                        parts.append(
+                            pack_imm(
+                                op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma, imm
+                            )
+                        )
+                    parts.append(src[off:])
                 else:
-                    op = OP_LAST_IMM if index else OP_ONLY_IMM
+                    op = OP_MIDDLE if index else OP_FIRST
                     parts.append(
-                        pack_imm(op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma, imm)
+                        pack(op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts, va, rkey, dma)
                     )
-                parts.append(src[off:])
-            else:
-                op = OP_MIDDLE if index else OP_FIRST
-                parts.append(
-                    pack(op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts, va, rkey, dma)
-                )
-                parts.append(src[off : off + mtu])
+                    parts.append(src[off : off + mtu])
+                psn = (psn + 1) & PSN_MASK
         data = b"".join(parts)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
-        ps.packets_sent += len(cell)
+        ps.packets_sent += n
         ps.bytes_sent += len(data)
-        segment_size = len(parts[0]) + len(parts[1]) if len(cell) > 1 else None
+        segment_size = len(parts[0]) + len(parts[1]) if n > 1 else None
         return Transmit(
             plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev, segment_size=segment_size
         )
 
     def _frame_sealed(
         self,
-        cell: Sequence[CellPacket],
+        runs: Sequence[CellRun],
+        n: int,
+        psn: int,
         ev: int,
         now: float,
         *,
@@ -247,59 +290,53 @@ class Framer:
         pack = self._pack_into
         pack_imm = self._pack_into_imm
         start = 0
-        cur: OutMessage | None = None
-        src: memoryview  # set with the message's other fields, on the first packet
-        base_va = last = 0
-        dma: object = 0
-        msn: object = 0
-        rkey: object = 0
-        for msg, index, psn in cell:
-            if msg is not cur:
-                # Consecutive packets mostly share their message: read its fields once.
-                cur = msg
-                src = msg.src
-                dma = len(src)
-                base_va = msg.remote_va
-                msn = msg.msn
-                rkey = msg.rkey
-                last = msg.npkts - 1
-            off = index * mtu
-            size = full if index < last else packet_size(msg, index, mtu) + TRAILER - shrink
-            if start + size > len(buf):
-                buf = self._grow(start, start + size)
-            if index == last:
-                imm = msg.imm
-                w8 = flags | A_BIT | psn
-                if imm is None:
-                    op = OP_LAST if index else OP_ONLY
-                    pack(buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, base_va + off,
-                         rkey, dma)  # fmt: skip
-                    packets.append((start, start + hdr, src[off:]))
+        for msg, first, count in runs:
+            # A run is one message's packets: its fields are read once.
+            src = msg.src
+            dma: object = len(src)
+            base_va = msg.remote_va
+            msn: object = msg.msn
+            rkey: object = msg.rkey
+            last = msg.npkts - 1
+            for index in range(first, first + count):
+                off = index * mtu
+                size = full if index < last else packet_size(msg, index, mtu) + TRAILER - shrink
+                if start + size > len(buf):
+                    buf = self._grow(start, start + size)
+                if index == last:
+                    imm = msg.imm
+                    w8 = flags | A_BIT | psn
+                    if imm is None:
+                        op = OP_LAST if index else OP_ONLY
+                        pack(buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts,
+                             base_va + off, rkey, dma)  # fmt: skip
+                        packets.append((start, start + hdr, src[off:]))
+                    else:
+                        op = OP_LAST_IMM if index else OP_ONLY_IMM
+                        pack_imm(
+                            buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, base_va + off,
+                            rkey, dma, imm,
+                        )  # fmt: skip
+                        packets.append((start, start + hdr_imm, src[off:]))
                 else:
-                    op = OP_LAST_IMM if index else OP_ONLY_IMM
-                    pack_imm(
-                        buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, base_va + off,
-                        rkey, dma, imm,
-                    )  # fmt: skip
-                    packets.append((start, start + hdr_imm, src[off:]))
-            else:
-                op = OP_MIDDLE if index else OP_FIRST
-                pack(buf, start, op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts,
-                     base_va + off, rkey, dma)  # fmt: skip
-                packets.append((start, start + hdr, src[off : off + mtu]))
-            start += size
+                    op = OP_MIDDLE if index else OP_FIRST
+                    pack(buf, start, op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts,
+                         base_va + off, rkey, dma)  # fmt: skip
+                    packets.append((start, start + hdr, src[off : off + mtu]))
+                start += size
+                psn = (psn + 1) & PSN_MASK
         mv = memoryview(buf)
         protection.seal_into(mv, packets)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
-        ps.packets_sent += len(cell)
+        ps.packets_sent += n
         ps.bytes_sent += start
         return Transmit(
             plane=plane,
             addr=self.peer_addrs[plane],
             data=bytes(mv[:start]),
             ev=ev,
-            segment_size=packets[1][0] if len(cell) > 1 else None,
+            segment_size=packets[1][0] if n > 1 else None,
         )
 
     def _grow(self, keep: int, size: int) -> bytearray:

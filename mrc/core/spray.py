@@ -22,7 +22,7 @@ import random
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Final, TypeVar
 
 from .errors import LocalProtocolError
 from .evs import EvState
@@ -31,6 +31,22 @@ from .paths import PathTable, ev_plane
 #: REPS (docs/DESIGN.md §4): freeze after a loss, then explore this many EVs.
 REPS_FREEZE: Final = 0.010
 REPS_EXPLORE: Final = 16
+
+T = TypeVar("T")
+
+
+def shuffle(rng: random.Random, x: list[T]) -> None:
+    """`rng.shuffle(x)`, the same permutation from the same state (CPython's Fisher-Yates
+    with `getrandbits` rejection sampling), in compiled code: the interpreted one cost a
+    quarter of choosing a flowcell's EV."""
+    getrandbits = rng.getrandbits
+    for i in range(len(x) - 1, 0, -1):
+        n = i + 1
+        k = n.bit_length()
+        j = getrandbits(k)
+        while j >= n:
+            j = getrandbits(k)
+        x[i], x[j] = x[j], x[i]
 
 
 class SprayPolicy(ABC):
@@ -86,15 +102,20 @@ class ObliviousSpray(SprayPolicy):
 
     def _refill(self) -> None:
         active = self.paths.active_evs()
-        columns = []
+        columns: list[list[int]] = []
+        depth = 0
         for plane in sorted(active):
             evs = list(active[plane])
-            self.rng.shuffle(evs)
+            shuffle(self.rng, evs)
             columns.append(evs)
-        self.rng.shuffle(columns)
-        depth = max((len(c) for c in columns), default=0)
-        self._round.extend(c[i] for i in range(depth) for c in columns if i < len(c))
-        self._size = len(self._round)
+            depth = max(depth, len(evs))
+        shuffle(self.rng, columns)
+        rnd = self._round
+        for i in range(depth):
+            for c in columns:
+                if i < len(c):
+                    rnd.append(c[i])
+        self._size = len(rnd)
         self._version = self.paths.version
 
     def _next(self) -> int | None:
@@ -107,6 +128,14 @@ class ObliviousSpray(SprayPolicy):
         return self._round.popleft()
 
     def next_ev(self, now: float) -> int | None:
+        # Once per flowcell: the common case (the rotation's next EV, not penalised) without
+        # `_pick`'s bound method and loop; otherwise `_pick` goes on where this left off.
+        if self._round and self._version == self.paths.version:
+            ev = self._round.popleft()
+            if not self.evs.by_ev[ev].penalty:
+                return ev
+            self.evs.pass_over(ev, now=now, whole=self.step is None)
+            return self._pick(self._next, self._size - 1, now)
         return self._pick(self._next, self._size, now)
 
     def _pick(self, take: Callable[[], int | None], size: int, now: float) -> int | None:
@@ -131,7 +160,7 @@ class ObliviousSpray(SprayPolicy):
         def take() -> int | None:
             if not rounds:
                 evs = self.evs.rotation(plane) if self.paths.usable(plane) else []
-                self.rng.shuffle(evs)
+                shuffle(self.rng, evs)
                 rounds.extend(evs)
             return rounds.popleft() if rounds else None
 

@@ -161,3 +161,25 @@ def test_no_answer_from_silent_peer() -> None:
         proc = run_cli("bench", "-c", "127.0.0.2", "-p", str(port), "--connect-timeout", "0.5")
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"mrc bench: no answer from 127.0.0.2 port {port} within 0.5 s"
+
+
+def test_the_lazy_parser_lists_the_same_commands_as_the_full_one() -> None:
+    from mrc.cli import COMMANDS, build_parser
+
+    full = build_parser().format_help()
+    assert build_parser([]).format_help() == full
+    for name in COMMANDS:
+        assert build_parser([name]).format_help() == full, name
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    code = (
+        "import sys; from mrc.cli import main\n"
+        "try:\n    main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('mrc.daemon', 'mrc.plot',"
+        " 'mrc.cli.daemon', 'mrc.cli.plot', 'mrc.cli.dissect', 'mrc.cli.bench_daemon'))))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -92,7 +92,7 @@ def test_a_flowcell_is_one_transmit_whose_packets_carry_its_ev_and_share_one_rec
             assert pkt.va == pair.region.base_va + (psn - PSN0) * 1024
             # Every PSN of the flowcell maps to its one send record.
             assert sender.inflight[psn] is cell
-            assert cell.packets[i][1:] == (psn - PSN0, psn) and cell.tx_ts == pkt.tx_timestamp
+            assert cell.packet(i)[1] == psn - PSN0 and cell.tx_ts == pkt.tx_timestamp
             psn += 1
         cells.append(cell)
     assert [(c.size, c.last, c.open, c.open_bytes) for c in cells] == [
@@ -153,7 +153,7 @@ def test_a_sack_over_a_flowcell_with_a_resent_packet_frees_each_packet_from_its_
     pair.sa.receive_datagrams(tx.plane, [(nack.encode(), 0)], pair.net.now)
     (resend,) = data_transmits(pair.pull())
     rec = sender.inflight[PSN0 + 3]
-    assert rec is not cell and (rec.psn, rec.rtx, len(rec.packets)) == (PSN0 + 3, True, 1)
+    assert rec is not cell and (rec.psn, rec.rtx, rec.n) == (PSN0 + 3, True, 1)
     assert cell.lost == 0b1000 and len(sender.inflight) == 8
     assert sender.flight.bytes == 8 * 1024
     # A SACK block (bit 63 is PSN 1000) saying PSNs 1001..1007 arrived, cack_psn still 1000:

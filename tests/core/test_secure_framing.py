@@ -46,8 +46,8 @@ def test_a_short_batch_after_a_full_one_carries_only_its_own_bytes(encrypt: bool
     small = memoryview(b"\x5a" * 100)  # one ONLY with ImmDt
     a = new_message(1, big, 0x1000, 7, None, MTU)
     b = new_message(2, small, 0x9000, 7, 0xABCD, MTU)
-    first = framer.frame([(a, i, 10 + i) for i in range(3)], ev=3, now=1.0, dest_qp=5, rqmsn=0)
-    second = framer.frame([(b, 0, 13)], ev=3, now=1.0, dest_qp=5, rqmsn=0)
+    first = framer.frame([(a, 0, 3)], 3, 10, ev=3, now=1.0, dest_qp=5, rqmsn=0)
+    second = framer.frame([(b, 0, 1)], 1, 13, ev=3, now=1.0, dest_qp=5, rqmsn=0)
     full = HEADER + MTU + TRAILER
     assert (len(first.data), first.segment_size) == (3 * full, full)
     assert (len(second.data), second.segment_size) == (HEADER_IMM + 100 + TRAILER, None)
@@ -73,7 +73,7 @@ def test_a_batch_bigger_than_the_buffer_grows_it() -> None:
     src = memoryview(bytes(range(256)) * 256)  # 8 packets
     msg = new_message(1, src, 0, 7, None, mtu)
     # Seven full packets (57,792 bytes) fit the 65,507-byte first buffer; the eighth grows it.
-    out = framer.frame([(msg, i, i) for i in range(8)], ev=3, now=0.0, dest_qp=5, rqmsn=0)
+    out = framer.frame([(msg, 0, 8)], 8, 0, ev=3, now=0.0, dest_qp=5, rqmsn=0)
     assert len(out.data) == 8 * (HEADER + mtu + TRAILER) > 65507
     for i, raw in enumerate(_split(out.data, out.segment_size)):
         opened = rx.open(raw, HEADER)

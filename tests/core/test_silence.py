@@ -32,7 +32,7 @@ def plane(n: int, *, acked_at: float, answered_sent_at: float) -> Plane:
 
 def cell(plane: int, sent_at: float, seq: int) -> SentCell:
     """One flowcell of 4 packets of 4096 bytes, all in flight."""
-    return SentCell(psn=seq * 4, packets=[], ev=plane + 100, plane=plane, sent_at=sent_at,
+    return SentCell(psn=seq * 4, n=4, runs=[], ev=plane + 100, plane=plane, sent_at=sent_at,
                     seq=seq, tx_ts=0, rtx=False, size=4096, last=4096, open=4,
                     open_bytes=4 * 4096)  # fmt: skip
 

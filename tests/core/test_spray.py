@@ -11,7 +11,7 @@ from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
 from mrc.core.evs import EvSignal, EvState
 from mrc.core.paths import PathTable, ev_plane
-from mrc.core.spray import REPS_EXPLORE, make_spray, spray_names
+from mrc.core.spray import REPS_EXPLORE, make_spray, shuffle, spray_names
 
 CONFIG = SessionConfig(plane_mask=0b1111, ev_per_plane=8)
 
@@ -92,3 +92,15 @@ def test_unknown_policy_is_a_clear_error() -> None:
     paths = PathTable(CONFIG, random.Random(3))
     with pytest.raises(LocalProtocolError, match=r"unknown spray policy 'fast'.*bitmap"):
         make_spray("fast", paths, random.Random(0))
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4, 16, 17, 64, 1000])
+def test_shuffle_is_the_standard_librarys_permutation(size: int) -> None:
+    # Same seed, same permutation and same generator state after: seeded runs stay the same.
+    for seed in range(20):
+        ours, theirs = random.Random(seed), random.Random(seed)
+        a, b = list(range(size)), list(range(size))
+        shuffle(ours, a)
+        theirs.shuffle(b)
+        assert a == b
+        assert ours.getstate() == theirs.getstate()
