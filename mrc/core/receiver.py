@@ -128,6 +128,7 @@ class Receiver:
         # ASCII '1' = received or consumed, '0' = not yet, for PSNs in [cack, cack + window);
         # ASCII so a SACK block's bitmap is one int(…, 2) over a slice.
         self._ring = bytearray(b"0" * size)
+        self._zeros = memoryview(b"0" * size)  # to clear a run of the ring with one slice
         self._rmask = size - 1
         self._held = 0  # ring entries set (packets received beyond cack)
         # psn → msn, imm, A, plane, and for an immediate its message's R_Key, VA and length
@@ -441,17 +442,8 @@ class Receiver:
         """Advance cack_psn, release outcomes, and answer the batch (docs/DESIGN.md §6)."""
         if self._pend_block >= 0:
             self._note_pending()
-        ring, rmask = self._ring, self._rmask
+        self._advance_cack()
         cack = self.cack
-        while ring[cack & rmask] == _ONE:
-            ring[cack & rmask] = _ZERO
-            self._held -= 1
-            last = self._lasts.pop(cack, None)
-            cack = (cack + 1) & PSN_MASK
-            if last is not None:
-                self.cack = cack
-                self._complete(*last)
-        self.cack = cack
         # Oldest block first: the sender infers losses per EV from what it has heard, so it
         # must hear of a block before any later one (docs/DESIGN.md §6). A block with an
         # immediate trigger (A bit, CE, duplicate) needs no second, plain SACK.
@@ -465,6 +457,42 @@ class Receiver:
         self._blocks.clear()
         self._immediate.clear()
         self._flush_ack()
+
+    def _advance_cack(self) -> None:
+        """Move cack_psn over every PSN received since, clearing their ring entries, and
+        complete the messages whose LAST it passes, in PSN order (each with cack_psn just past
+        its LAST). The run is found with `bytearray.find` and cleared with a slice: the loop
+        a PSN at a time cost the receiver about 100 ns a packet."""
+        ring, rmask = self._ring, self._rmask
+        cack = self.cack
+        lo = cack & rmask
+        size = rmask + 1
+        zeros = self._zeros
+        hi = ring.find(_ZERO, lo)
+        if hi >= 0:
+            n = hi - lo
+            if not n:
+                return
+            ring[lo:hi] = zeros[:n]
+        else:  # the run wraps round the ring (or fills it: the ring can be the window's size)
+            hi = ring.find(_ZERO, 0, lo)
+            n = size - lo + (hi if hi >= 0 else lo)
+            ring[lo:] = zeros[: size - lo]
+            ring[: n - (size - lo)] = zeros[: n - (size - lo)]
+        self._held -= n
+        lasts = self._lasts
+        if lasts:
+            if len(lasts) < n:  # few messages end in the run: look at those, not every PSN
+                due = sorted((psn - cack) & PSN_MASK for psn in lasts)
+            else:
+                due = [k for k in range(n) if (cack + k) & PSN_MASK in lasts]
+            for k in due:
+                if k >= n:
+                    break
+                psn = (cack + k) & PSN_MASK
+                self.cack = (psn + 1) & PSN_MASK
+                self._complete(*lasts.pop(psn))
+        self.cack = (cack + n) & PSN_MASK
 
     def _complete(
         self, msn: int, imm: int | None, a: bool, plane: int, rkey: int, va: int, length: int

@@ -400,3 +400,24 @@ def test_no_ack_passes_a_failure_the_requester_has_not_taken(pair: Pair) -> None
     dup = pair.packet(1002, b"c" * 10, msn=2, va_offset=128, rqmsn=2)
     assert acks(pair.inject(dup)) == [(0x1F, 2, 1003)]
     assert pair.dst[64:74] == bytes(10) and pair.dst[128:138] == b"c" * 10
+
+
+def test_cack_runs_over_the_whole_ring_and_round_its_end(pair: Pair) -> None:
+    # The window (1024) fills the ring: with PSN 1000 missing, 1001..2023 all arrive; then
+    # 1000 does, and cack_psn runs over every slot at once, completing 1024 messages.
+    receiver = pair.sb.receiver
+    assert receiver is not None
+    answers = pair.inject(*[pair.packet(p, b"r", msn=p - 1000) for p in range(1001, 2024)])
+    assert not [p for p in answers if isinstance(p, AckPacket)] and receiver.cack == 1000
+    answers = pair.inject(pair.packet(1000, b"r", msn=0))
+    (ack,) = [p for p in answers if isinstance(p, AckPacket)]
+    assert (receiver.cack, ack.psn, ack.aeth.msn) == (2024, 2024, 1023)
+    # t = +0: a run from ring slot 1000 (PSN 2024) round the ring's end to slot 52 (PSN 2100).
+    pair.inject(*[pair.packet(p, b"s", msn=p - 1000) for p in range(2025, 2101)])
+    assert receiver.cack == 2024
+    (ack,) = [p for p in pair.inject(pair.packet(2024, b"s", msn=1024)) if isinstance(p, AckPacket)]
+    assert (receiver.cack, ack.aeth.msn) == (2101, 1100)
+    # Nothing is left marked: the next PSN is new, and an old one a duplicate.
+    drops = pair.sb.stats.drops_by_reason
+    pair.inject(pair.packet(2101, b"t", msn=1101), pair.packet(2050, b"t", msn=1050))
+    assert (receiver.cack, drops["duplicate"]) == (2102, 1)
