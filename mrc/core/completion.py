@@ -18,6 +18,11 @@ class AwaitingAeth:
     def __init__(self, max_interval: float) -> None:
         self.max_interval = max_interval
         self._messages: deque[OutMessage] = deque()
+        # The earliest deadline of a message still waiting, or None for none; computed again
+        # only when an outcome may have removed it (`settle`), not at every output pull (a
+        # walk over every message waiting: hundreds of small WRITEs each RTT).
+        self._earliest: float | None = None
+        self._stale = False
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -25,11 +30,16 @@ class AwaitingAeth:
     def add(self, msg: OutMessage, now: float, interval: float) -> None:
         """Every PSN of `msg` is acknowledged: its AETH is due within `interval`."""
         msg.completion_interval = interval
-        msg.completion_deadline = now + interval
+        msg.completion_deadline = deadline = now + interval
         self._messages.append(msg)
+        if self._earliest is None or deadline < self._earliest:
+            self._earliest = deadline
 
     def due(self, now: float) -> list[OutMessage]:
         """The messages whose AETH is overdue at `now`; each one's next deadline backs off."""
+        earliest = self.deadline()
+        if earliest is None or earliest > now:
+            return []
         out = []
         for msg in self._messages:
             deadline = msg.completion_deadline
@@ -38,21 +48,27 @@ class AwaitingAeth:
             msg.completion_interval = min(self.max_interval, msg.completion_interval * 2)
             msg.completion_deadline = now + msg.completion_interval
             out.append(msg)
+        self._stale = True
         return out
 
     def deadline(self) -> float | None:
         """The earliest deadline of a message still waiting, or None."""
-        return min(
-            (
-                m.completion_deadline
-                for m in self._messages
-                if m.status is None and m.completion_deadline is not None
-            ),
-            default=None,
-        )
+        if self._stale:
+            earliest: float | None = None
+            for m in self._messages:
+                deadline = m.completion_deadline
+                if m.status is not None or deadline is None:
+                    continue
+                if earliest is None or deadline < earliest:
+                    earliest = deadline
+            self._earliest = earliest
+            self._stale = False
+        return self._earliest
 
     def settle(self) -> None:
-        """Forget the messages at the front whose outcome arrived."""
+        """Forget the messages at the front whose outcome arrived (outcomes came: the
+        earliest deadline is looked for again when next asked)."""
         messages = self._messages
         while messages and messages[0].status is not None:
             messages.popleft()
+        self._stale = True

@@ -482,16 +482,18 @@ class Receiver:
         self._held -= n
         lasts = self._lasts
         if lasts:
-            if len(lasts) < n:  # few messages end in the run: look at those, not every PSN
-                due = sorted((psn - cack) & PSN_MASK for psn in lasts)
-            else:
-                due = [k for k in range(n) if (cack + k) & PSN_MASK in lasts]
-            for k in due:
+            # Few messages end in the run (large WRITEs): look at those, not at every PSN.
+            few = len(lasts) < n
+            for k in sorted((psn - cack) & PSN_MASK for psn in lasts) if few else range(n):
                 if k >= n:
                     break
                 psn = (cack + k) & PSN_MASK
-                self.cack = (psn + 1) & PSN_MASK
-                self._complete(*lasts.pop(psn))
+                last = lasts.get(psn)
+                if last is not None:
+                    del lasts[psn]
+                    msn, imm, a, plane, rkey, va, length = last
+                    self.cack = (psn + 1) & PSN_MASK
+                    self._complete(msn, imm, a, plane, rkey, va, length)
         self.cack = (cack + n) & PSN_MASK
 
     def _complete(
