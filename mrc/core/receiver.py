@@ -352,7 +352,13 @@ class Receiver:
         region = self.regions.lookup(rkey)
         if region is None:
             return 0
-        span_va, span = self._message_span(op, va, dma, n)
+        # `_message_span`, inline (a call and a tuple a packet).
+        if op == OP_MIDDLE:
+            span_va, span = va - mtu, 2 * mtu + 1
+        elif op in (OP_LAST, OP_LAST_IMM):
+            span_va, span = va + n - dma, dma
+        else:
+            span_va, span = va, dma
         if not region.contains(span_va, span):
             return 0
         start = va - region.base_va
