@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 from ..wire.ack import NackReason
 from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
@@ -347,9 +347,7 @@ class Receiver:
             return 0
         psn = w8 & PSN_MASK
         slot = psn & self._rmask
-        # Read as `bytes`: compiled, a `bytes` index is a C primitive that reads a bytearray
-        # as well, where a `bytearray` index is a generic call and a boxed int.
-        if (psn - self.cack) & PSN_MASK >= self.window or cast(bytes, self._ring)[slot] != _ZERO:
+        if (psn - self.cack) & PSN_MASK >= self.window or self._ring[slot] != _ZERO:
             return 0
         region = self.regions.lookup(rkey)
         if region is None:
