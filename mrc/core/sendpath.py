@@ -147,6 +147,14 @@ def cut_flowcell(
     return runs, n
 
 
+def _run_fields(msg: OutMessage) -> tuple[memoryview, object, int, object, object, int]:
+    """What every packet of a run of `msg` carries, read once a run: its source, its length,
+    remote VA and MSN, R_Key and last packet's index (the length, MSN and R_Key boxed once
+    as objects: compiled, an `int` handed to `struct.pack` is boxed at every call)."""
+    src = msg.src
+    return src, len(src), msg.remote_va, msg.msn, msg.rkey, msg.npkts - 1
+
+
 class Framer:
     """Writes data packets for one session's sender."""
 
@@ -212,13 +220,7 @@ class Framer:
         # Compiled, `parts.append` is a C call; a bound method kept in a local would not be.
         parts: list[bytes | memoryview] = []
         for msg, first, count in runs:
-            # A run is one message's packets: its fields are read once.
-            src = msg.src
-            dma: object = len(src)
-            base_va = msg.remote_va
-            msn: object = msg.msn
-            rkey: object = msg.rkey
-            last = msg.npkts - 1
+            src, dma, base_va, msn, rkey, last = _run_fields(msg)
             for index in range(first, first + count):
                 off = index * mtu
                 va = base_va + off
@@ -291,13 +293,7 @@ class Framer:
         pack_imm = self._pack_into_imm
         start = 0
         for msg, first, count in runs:
-            # A run is one message's packets: its fields are read once.
-            src = msg.src
-            dma: object = len(src)
-            base_va = msg.remote_va
-            msn: object = msg.msn
-            rkey: object = msg.rkey
-            last = msg.npkts - 1
+            src, dma, base_va, msn, rkey, last = _run_fields(msg)
             for index in range(first, first + count):
                 off = index * mtu
                 size = full if index < last else packet_size(msg, index, mtu) + TRAILER - shrink
