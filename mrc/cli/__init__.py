@@ -21,7 +21,7 @@ import mrc
 __all__ = ["main"]
 
 #: Subcommand → its one-line summary, in `mrc --help` order. Each is the module
-#: `mrc.cli.<name>`, whose `add_parser` repeats the summary (a test holds them equal).
+#: `mrc.cli.<name>`, whose `add_parser` gives its subparser this summary.
 COMMANDS: dict[str, str] = {
     "bench": "measure MRC between two hosts (iperf3 roles and flags)",
     "keygen": "make a private key file (mode 0600) and print its public key",

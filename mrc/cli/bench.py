@@ -21,6 +21,7 @@ import re
 import sys
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.core.balance import balance_names
 from mrc.core.cc import cc_names
 from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SECURITY_LEVELS
@@ -140,7 +141,7 @@ def _int_range(lo: int, hi: int, what: str) -> type[int]:
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "bench",
-        help="measure MRC between two hosts (iperf3 roles and flags)",
+        help=COMMANDS["bench"],
         description="Measure MRC throughput between a server (-s) and a client (-c), "
         "iperf3-style; the number of planes is the number of addresses.",
     )

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.client import Client, ClientError, default_socket
 
 __all__ = ["add_parser", "format_status", "format_table", "run"]
@@ -24,7 +25,7 @@ VIEWS = ("status", "peers", "connections", "planes", "evs", "regions")
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "ctl",
-        help="show a running mrc daemon's status, peers, connections, planes, EVs, regions",
+        help=COMMANDS["ctl"],
         description="Ask the local mrc daemon over its control socket.",
     )
     p.add_argument(

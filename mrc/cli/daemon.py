@@ -12,6 +12,7 @@ import logging
 import sys
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.daemon import ConfigError, load_config, parse_listen, run_daemon
 
 __all__ = ["add_parser"]
@@ -20,7 +21,7 @@ __all__ = ["add_parser"]
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "daemon",
-        help="run the peer daemon that applications use through its control socket",
+        help=COMMANDS["daemon"],
         description="Run the MRC peer daemon: bind the planes, accept connections from the "
         "configured peers and serve applications on a Unix control socket (JSON-RPC).",
     )

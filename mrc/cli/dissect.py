@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.wire import (
     CM_OPCODES,
     DATA_OPCODES,
@@ -50,7 +51,7 @@ class DissectError(Exception):
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "dissect",
-        help="print the MRC packets of a pcap/pcapng capture",
+        help=COMMANDS["dissect"],
         description="Print the MRC packets of a capture: one line per packet (time, addresses, "
         "opcode, QPN, PSN, EV, lengths and the key fields of its headers), -V for every header "
         "field, -J for JSON. Needs scapy (pip install 'mrc[dissect]').",

@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.node import NodeError
 from mrc.node.keys import create_private_key, load_private_key, public_key_text
 
@@ -20,7 +21,7 @@ from mrc.node.keys import create_private_key, load_private_key, public_key_text
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "keygen",
-        help="make a private key file (mode 0600) and print its public key",
+        help=COMMANDS["keygen"],
         description="Write a new X25519 private key to FILE (mode 0600; an existing file is "
         "never overwritten) and print its public key in base64. With --public, print the "
         "public key of the existing key FILE instead.",

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.plot import PlotError, plot_file
 from mrc.plot.series import PANELS
 
@@ -18,7 +19,7 @@ from mrc.plot.series import PANELS
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "plot",
-        help="draw a bench -J run, a --trace file or compare.json as PNG or SVG",
+        help=COMMANDS["plot"],
         description="Draw what a run did over time: goodput per plane with faults and events "
         "marked, EV states, congestion window and bytes in flight per plane (from mrc bench "
         "-J -i …, or a --trace file), or the failover of mrc and MPTCP (from compare.json). "

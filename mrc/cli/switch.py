@@ -25,6 +25,7 @@ import socket
 import sys
 from typing import Any
 
+from mrc.cli import COMMANDS
 from mrc.io.switch import Relay, SwitchConfig, format_addr
 from mrc.io.switch_queue import DEFAULT_TRIM_SIZE, MIN_TRIM_SIZE
 
@@ -86,7 +87,7 @@ def _trim_size(text: str) -> int:
 def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "switch",
-        help="a userspace trimming switch on one plane (UDP relay with a shaped queue)",
+        help=COMMANDS["switch"],
         description="Relay one plane's UDP traffic between a client and a server through a "
         "finite queue drained at --rate: ECN-mark above --ecn-threshold, trim MRC data "
         "packets that do not fit (docs/WIRE.md §5) and send them ahead at priority. The client "
