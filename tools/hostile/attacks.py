@@ -154,7 +154,13 @@ def forged_data(sc: Scope) -> Iterator[Forgery]:
         left = flow.left_in_message()
         # Never the message's LAST: the receiver checks a message when its LAST's immediate
         # arrives, and a forged LAST without it would hide the damage instead of showing it.
-        distance = rng.randrange(1, left) if left > 1 else rng.randrange(1, flow.window)
+        # From the far half of what is left of the message: between sniffing and sending, a
+        # sender at 350,000 packets a second moves tens of PSNs on, and a forgery for a PSN
+        # that close arrives after the genuine packet (a duplicate, not a forgery placed).
+        if left > 1:
+            distance = rng.randrange(max(1, left // 2), left)
+        else:
+            distance = rng.randrange(1, flow.window)
         header = encode_data_header(
             opcode=Opcode.WRITE_MIDDLE,
             dest_qp=flow.server_qpn,
