@@ -30,10 +30,13 @@ SOL_UDP, UDP_SEGMENT = 17, 103
 
 
 
-def hostile(*args: str, timeout: float = 80) -> tuple[int, dict[str, Any], str]:
+def hostile(
+    *args: str, timeout: float = 80, pure: bool = False
+) -> tuple[int, dict[str, Any], str]:
+    run_env = env() | ({"MRC_PURE": "1"} if pure else {})
     proc = subprocess.run(
         [sys.executable, "-m", "tools.hostile", "-J", "--seed", "7", *args],
-        capture_output=True, text=True, timeout=timeout, env=env(), cwd=ROOT,
+        capture_output=True, text=True, timeout=timeout, env=run_env, cwd=ROOT,
     )  # fmt: skip
     try:
         fig = json.loads(proc.stdout)
@@ -140,10 +143,13 @@ def test_the_same_forgeries_corrupt_an_unsecured_transfer() -> None:
     # second, a transfer of 512 MiB in about 1 s outran them 2 runs in 3; at 4000, 6 of 6
     # tool runs corrupted but a CI run did not; at 8000, 6 of 6. With the sender 15 % faster
     # again, 3 tool runs in 6 were intact, until the forger aimed at the far half of the rest
-    # of the message (tools/hostile/attacks.py): 9 of 9 corrupted.
+    # of the message (tools/hostile/attacks.py): 9 of 9 corrupted, but in the full suite a
+    # CI run was still intact: the forger shares the two cores with both mrc processes and
+    # sniffs late. The transfer runs pure Python (about half the packet rate), which gives
+    # the forger the time to get ahead; what it shows does not depend on the build.
     rc, fig, err = hostile("--datagrams", "12000", "--rate", "8000", "--warmup", "0.5",
                            "--security", "none", "--kinds", "forged_data", "--planes", "0",
-                           "-n", "512M")  # fmt: skip
+                           "-n", "512M", pure=True)  # fmt: skip
     assert rc == 0, (fig["crashes"], err[-500:])  # none: a corrupted transfer is no crash
     assert fig["crashes"] == [] and not fig["transfer_intact"]
     # The forgeries were written: the genuine packets came second and were refused as
