@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+from mypy_extensions import i64
 
 from ..wire.ack import NackReason
-from ..wire.bth import A_BIT, EVX_BIT, PSN_MOD, TS_BIT, Opcode
+from ..wire.bth import A_BIT, EVX_BIT, PSN_HALF, PSN_MASK, TS_BIT, Opcode, psn_serial
 from ..wire.data import MAX_DMA_LENGTH
 from ..wire.fast import (
     DATA_HEADER,
@@ -34,6 +36,7 @@ from ..wire.fast import (
     OP_MIDDLE,
     OP_ONLY,
     OP_ONLY_IMM,
+    data_words,
 )
 from ..wire.packet import (
     DataPacket,
@@ -48,8 +51,6 @@ from .replies import Replies
 from .stats import PlaneStats, SessionStats
 from .transmit import Addr
 
-PSN_MASK: Final = PSN_MOD - 1
-HALF: Final = PSN_MOD >> 1
 #: DSCP a switch writes on a packet it trimmed at the last hop (docs/WIRE.md §5).
 DSCP_TRIMMED_LASTHOP: Final = 21
 #: Completed outcomes kept for duplicate LASTs beyond what RQMSN already released.
@@ -73,15 +74,8 @@ _HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
 _LABEL: Final = 0xFFFFF
 _QPN: Final = 0xFFFFFF  # BTH.DestQP, the low 24 bits of the word after P_Key
 # Bound once: compiled, `DATA_HEADER.unpack_from(…)` looks the method up by name per call.
-_UNPACK: Final = DATA_HEADER.unpack_from
-_UNPACK_IMM: Final = DATA_HEADER_IMM.unpack_from
+_UNPACK_WORDS: Final = data_words(_HDR_IMM, 1).unpack_from
 _UNPACK_NOEVX: Final = DATA_HEADER_NOEVX.unpack_from
-
-
-def serial(d: int) -> int:
-    """A PSN difference modulo 2^24 as a signed number (serial-number arithmetic)."""
-    d &= PSN_MASK
-    return d - PSN_MOD if d >= HALF else d
 
 
 @dataclass(slots=True)
@@ -191,10 +185,10 @@ class Receiver:
         fresh = in_window and self._ring[slot] == _ZERO
         if not fresh:
             drops = self.stats.drops_by_reason
-            if in_window or d >= HALF:
+            if in_window or d >= PSN_HALF:
                 drops["duplicate"] += 1
                 self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp))
-                if d >= HALF and not full:
+                if d >= PSN_HALF and not full:
                     if pkt.rqmsn != self._rqmsn:
                         self._note_rqmsn(pkt.rqmsn)  # a completion probe's news
                     status = self._outcomes.get(pkt.msn)
@@ -279,29 +273,43 @@ class Receiver:
         return n > 0
 
     def _place_at(
-        self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float
-    ) -> int:
+        self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float,
+        words: tuple[Any, ...] | None = None, j: int = 0,
+    ) -> int:  # fmt: skip
         """`on_data_bytes` for the datagram of `size` bytes at offset `at` of `buf`, but for
         the stall clock (`_placed`): the payload bytes placed, or 0. One for another QP than
-        `qpn` (when not -1) is not placed."""
+        `qpn` (when not -1) is not placed. `words`, when given, holds its header's
+        DATA_WORDS_FMT values from index `j` (one unpack for a whole read, `on_data_span`)."""
         mtu = self.config.payload_mtu
         imm: int | None = None
-        # Declared, so that compiled the fields are machine ints, not objects (struct
-        # returns untyped values).
-        op: int
-        b1: int
-        p_key: int
-        w4: int
-        w8: int
-        ev: int
-        rqmsn: int
-        msn: int
-        ts: int
-        va: int
-        rkey: int
-        dma: int
-        word: int
-        if self._noevx:
+        if not self._noevx:
+            if size < _HDR_IMM:
+                return 0  # a payload under 4 bytes: the slow path
+            if words is None:
+                words, j = _UNPACK_WORDS(buf, at), 0
+            # Typed: compiled, words and fields are machine ints (docs/WIRE.md §2-§3).
+            q0: i64 = words[j]
+            q1: i64 = words[j + 1]
+            q2: i64 = words[j + 2]
+            va: int = words[j + 3]
+            q4: i64 = words[j + 4]
+            op: int = q0 >> 56 & 0xFF
+            b1: int = q0 >> 48 & 0xFF
+            p_key: int = q0 >> 32 & 0xFFFF
+            w4: int = q0 & 0xFFFFFFFF
+            w8: int = q1 >> 32 & 0xFFFFFFFF
+            ev: int = q1 & 0xFFFFFFFF
+            rqmsn: int = q2 >> 48 & 0xFFFF
+            msn: int = q2 >> 32 & 0xFFFF
+            ts: int = q2 >> 16 & 0xFFFF
+            rkey: int = q4 >> 32 & 0xFFFFFFFF
+            dma: int = q4 & 0xFFFFFFFF
+            if op in (OP_ONLY_IMM, OP_LAST_IMM):
+                hdr = _HDR_IMM
+                imm = words[j + 5]  # without ImmDt, the payload's first 4 bytes
+            else:
+                hdr = _HDR
+        else:
             hdr = _HDR_NOEVX
             if size < hdr:
                 return 0
@@ -311,17 +319,6 @@ class Receiver:
                 return 0  # no label: the slow path counts it (evlabel.py)
             ev |= plane << 24
             w4 ^= EVX_BIT  # expected clear: the checks below read it set
-        else:
-            if size < _HDR_IMM:
-                return 0  # a payload under 4 bytes: the slow path
-            # One unpack either way (reading the opcode first was a memoryview index a
-            # packet): without ImmDt, the last word is the payload's first 4 bytes.
-            op, b1, p_key, w4, w8, ev, rqmsn, msn, ts, va, rkey, dma, word = _UNPACK_IMM(buf, at)
-            if op in (OP_ONLY_IMM, OP_LAST_IMM):
-                hdr = _HDR_IMM
-                imm = word
-            else:
-                hdr = _HDR
         if qpn >= 0 and w4 & _QPN != qpn:
             return 0  # a read can hold datagrams of several QPs: the endpoint routes the rest
         n = size - hdr
@@ -384,33 +381,39 @@ class Receiver:
         self, buf: memoryview, at: int, end: int, seg: int, qpn: int, plane: int, tos: int,
         ps: PlaneStats, now: float,
     ) -> int:  # fmt: skip
-        """`on_data_bytes` for the datagrams of one read (`buf[at:end]`, `seg` bytes each, the
-        last one possibly shorter) for QP `qpn`, counting each placed one on `ps`, placed
-        where they lie in `buf` (no view or tuple per datagram) until one does not take the
-        byte path: returns its offset (`end` once all did). One call per read, not one per
-        packet."""
-        placed = 0
+        """`on_data_bytes` for one read's datagrams (`buf[at:end]`, `seg` bytes each but the
+        last) for QP `qpn`, each placed where it lies in `buf` and counted on `ps`, until one
+        does not take the byte path: returns its offset (`end` once all did). One call, and
+        one unpack of the headers (`data_words`), per read; no view or tuple per datagram."""
+        placed = j = limit = 0  # words[j:limit] hold the headers from `at` on
+        words: tuple[Any, ...] | None = None
         while at < end:
             size = min(seg, end - at)
-            got = self._place_at(buf, at, size, qpn, plane, tos, now)
+            got = self._place_at(
+                buf, at, size, qpn, plane, tos, now, words if j < limit else None, j
+            )
             if not got:
                 break
             placed += got
             ps.packets_received += 1
             ps.bytes_received += size
             at += size
+            j += 6
+            if words is None:
+                # The first was placed, so this is our data: the full-size rest's headers at once.
+                words, count = (), min((end - at) // seg, 64)
+                if count > 1 and seg - self.config.payload_mtu in (_HDR, _HDR_IMM):
+                    words, j, limit = data_words(seg, count).unpack_from(buf, at), 0, 6 * count
         if placed:
             self._placed(placed, now)  # once: every packet of the read came at `now`
         return at
 
     def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
         """(VA, length) that must lie inside the region for a packet of opcode `op` with
-        `n` payload bytes at `va` of a `dma`-byte message to be written.
-
-        FIRST/ONLY know where the message starts and LAST where it ends, so they check the
-        whole message: an out-of-bounds WRITE is refused whole whenever one of them arrives
-        first. A MIDDLE checks its own bytes plus the packet before and the byte after it.
-        """
+        `n` payload bytes at `va` of a `dma`-byte message to be written. FIRST/ONLY know where
+        the message starts and LAST where it ends, so they check the whole message: an
+        out-of-bounds WRITE is refused whole whenever one of them arrives first. A MIDDLE
+        checks its own bytes plus the packet before and the byte after it."""
         if op in _LAST:
             return va + n - dma, dma
         if op == OP_MIDDLE:
@@ -457,7 +460,7 @@ class Receiver:
         covered = {t.psn & ~63 & PSN_MASK for t in triggers}
         triggers += [_Trigger(*t) for b, t in self._blocks.items() if b not in covered]
         if len(triggers) > 1:
-            triggers.sort(key=lambda t: serial(t.psn - cack))
+            triggers.sort(key=lambda t: psn_serial(t.psn - cack))
         for trig in triggers:
             self._sack(trig)
         self._blocks.clear()
@@ -539,7 +542,7 @@ class Receiver:
             ev = trig.ev
         cack = self.cack
         tx_ts = trig.tx_ts
-        offset = serial(trig.psn - cack)
+        offset = psn_serial(trig.psn - cack)
         psn = trig.psn
         # Both offsets are 16 signed bits: the triggering PSN's and its 64-PSN block's start
         # (up to 63 further back), so a PSN near -2^15 reports about cack_psn instead.
@@ -547,7 +550,7 @@ class Receiver:
             psn, tx_ts = cack, (tx_ts if probe_id is not None else None)
             offset = 0
         block = psn & ~63 & PSN_MASK
-        sack_offset = serial(block - cack)
+        sack_offset = psn_serial(block - cack)
         if probe_id is not None:
             offset = probe_id - 0x10000 if probe_id >= 0x8000 else probe_id
         self.replies.sack(

@@ -20,7 +20,15 @@ CM_LISTEN_QPN: Final = 0x1  # CM_REQUEST goes here (§2)
 ENDPOINT_QPN: Final = 0x2  # connectionless endpoint messages (§4)
 ROCE_PORT: Final = 4791  # default UDP destination port (§1)
 PSN_MOD: Final = 1 << 24
+PSN_MASK: Final = PSN_MOD - 1
+PSN_HALF: Final = PSN_MOD >> 1
 MSN_MOD: Final = 1 << 16
+
+
+def psn_serial(d: int) -> int:
+    """A PSN difference modulo 2^24 as a signed number (serial-number arithmetic)."""
+    d &= PSN_MASK
+    return d - PSN_MOD if d >= PSN_HALF else d
 
 
 class Opcode(IntEnum):

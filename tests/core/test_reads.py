@@ -97,3 +97,32 @@ def test_a_read_and_the_same_datagrams_one_by_one_end_alike() -> None:
     assert results[0] == results[1]
     placed, count, drops, _ = results[0]
     assert placed == w.src[: 8 * MTU] and count == 8 * MTU and drops == {"duplicate": 1}
+
+
+def test_a_forged_va_in_a_read_is_refused_as_it_is_one_by_one() -> None:
+    """The byte path reads a whole read's headers in one unpack (`data_words`); a VA with its
+    top bit set (a signed word would read it negative) is still out of bounds, and the read
+    ends as the same datagrams handed over one at a time."""
+    results = []
+    for whole in (True, False):
+        w = Writers()
+        segs = w.segments(0)
+        forged = bytearray(segs[5])
+        forged[24:32] = ((1 << 64) - 4 * MTU).to_bytes(8, "big")  # RETH.VA
+        segs[5] = bytes(forged)
+        if whole:
+            reads = [(memoryview(b"".join(segs)), ("a", 0), 0, SEG)]
+            w.b.endpoint.receive_reads(0, reads, w.net.now)
+        else:
+            w.b.endpoint.receive_datagrams(0, [(s, ("a", 0), 0) for s in segs], w.net.now)
+        rs = w.responders()[0]
+        rs_out = [tx.data for tx in rs.datagrams_to_send(w.net.now)]
+        results.append((bytes(w.dst), rs.stats.bytes_placed,
+                        dict(rs.stats.drops_by_reason), rs_out))  # fmt: skip
+    assert results[0] == results[1]
+    dst, count, drops, _ = results[0]
+    # The message failed whole from its forged packet on: the 5 packets before it were
+    # written, nothing after, and nothing outside the message's own bytes.
+    assert drops == {"out_of_bounds": 1, "message_failed": 2}
+    assert count == 5 * MTU and dst[: 5 * MTU] == w.src[: 5 * MTU]
+    assert dst[5 * MTU :] == bytes(len(dst) - 5 * MTU)

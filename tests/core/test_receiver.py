@@ -8,6 +8,7 @@ responder answered.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 
@@ -308,8 +309,8 @@ def test_the_byte_path_places_the_common_packet_and_leaves_every_other_to_the_de
     # goes through `_place_at`.
     real = fast.sb.receiver._place_at
 
-    def spy(buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float) -> int:
-        placed = real(buf, at, size, qpn, plane, tos, now)
+    def spy(*args: Any) -> int:
+        placed = real(*args)
         took.append(placed > 0)
         return placed
 
