@@ -21,8 +21,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mypy_extensions import i64
-
 from ..wire.ack import NackReason
 from ..wire.bth import A_BIT, EVX_BIT, PSN_HALF, PSN_MASK, TS_BIT, Opcode, psn_serial
 from ..wire.data import MAX_DMA_LENGTH
@@ -36,7 +34,7 @@ from ..wire.fast import (
     OP_MIDDLE,
     OP_ONLY,
     OP_ONLY_IMM,
-    data_words,
+    data_headers,
 )
 from ..wire.packet import (
     DataPacket,
@@ -74,7 +72,8 @@ _HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
 _LABEL: Final = 0xFFFFF
 _QPN: Final = 0xFFFFFF  # BTH.DestQP, the low 24 bits of the word after P_Key
 # Bound once: compiled, `DATA_HEADER.unpack_from(…)` looks the method up by name per call.
-_UNPACK_WORDS: Final = data_words(_HDR_IMM, 1).unpack_from
+_UNPACK_IMM: Final = DATA_HEADER_IMM.unpack_from
+_FIELDS: Final = 13  # values a header in a `data_headers` unpack
 _UNPACK_NOEVX: Final = DATA_HEADER_NOEVX.unpack_from
 
 
@@ -274,39 +273,35 @@ class Receiver:
 
     def _place_at(
         self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float,
-        words: tuple[Any, ...] | None = None, j: int = 0,
+        fields: tuple[Any, ...] | None = None, j: int = 0,
     ) -> int:  # fmt: skip
         """`on_data_bytes` for the datagram of `size` bytes at offset `at` of `buf`, but for
         the stall clock (`_placed`): the payload bytes placed, or 0. One for another QP than
-        `qpn` (when not -1) is not placed. `words`, when given, holds its header's
-        DATA_WORDS_FMT values from index `j` (one unpack for a whole read, `on_data_span`)."""
+        `qpn` (when not -1) is not placed. `fields`, when given, holds its header's values
+        (`DATA_HEADER_IMM`'s) from index `j`: one unpack for a whole read, `on_data_span`."""
         mtu = self.config.payload_mtu
         imm: int | None = None
         if not self._noevx:
             if size < _HDR_IMM:
                 return 0  # a payload under 4 bytes: the slow path
-            if words is None:
-                words, j = _UNPACK_WORDS(buf, at), 0
-            # Typed: compiled, words and fields are machine ints (docs/WIRE.md §2-§3).
-            q0: i64 = words[j]
-            q1: i64 = words[j + 1]
-            q2: i64 = words[j + 2]
-            va: int = words[j + 3]
-            q4: i64 = words[j + 4]
-            op: int = q0 >> 56 & 0xFF
-            b1: int = q0 >> 48 & 0xFF
-            p_key: int = q0 >> 32 & 0xFFFF
-            w4: int = q0 & 0xFFFFFFFF
-            w8: int = q1 >> 32 & 0xFFFFFFFF
-            ev: int = q1 & 0xFFFFFFFF
-            rqmsn: int = q2 >> 48 & 0xFFFF
-            msn: int = q2 >> 32 & 0xFFFF
-            ts: int = q2 >> 16 & 0xFFFF
-            rkey: int = q4 >> 32 & 0xFFFFFFFF
-            dma: int = q4 & 0xFFFFFFFF
+            if fields is None:
+                fields, j = _UNPACK_IMM(buf, at), 0
+            # Typed: compiled, the checks below run on machine ints (struct returns objects).
+            op: int = fields[j]
+            b1: int = fields[j + 1]
+            p_key: int = fields[j + 2]
+            w4: int = fields[j + 3]
+            w8: int = fields[j + 4]
+            ev: int = fields[j + 5]
+            rqmsn: int = fields[j + 6]
+            msn: int = fields[j + 7]
+            ts: int = fields[j + 8]
+            va: int = fields[j + 9]
+            rkey: int = fields[j + 10]
+            dma: int = fields[j + 11]
             if op in (OP_ONLY_IMM, OP_LAST_IMM):
                 hdr = _HDR_IMM
-                imm = words[j + 5]  # without ImmDt, the payload's first 4 bytes
+                imm = fields[j + 12]  # without ImmDt, the payload's first 4 bytes
             else:
                 hdr = _HDR
         else:
@@ -384,13 +379,13 @@ class Receiver:
         """`on_data_bytes` for one read's datagrams (`buf[at:end]`, `seg` bytes each but the
         last) for QP `qpn`, each placed where it lies in `buf` and counted on `ps`, until one
         does not take the byte path: returns its offset (`end` once all did). One call, and
-        one unpack of the headers (`data_words`), per read; no view or tuple per datagram."""
-        placed = j = limit = 0  # words[j:limit] hold the headers from `at` on
-        words: tuple[Any, ...] | None = None
+        one unpack of the headers (`data_headers`), per read; no view or tuple per datagram."""
+        placed = j = limit = 0  # fields[j:limit]: the headers from `at` on
+        fields: tuple[Any, ...] | None = None
         while at < end:
             size = min(seg, end - at)
             got = self._place_at(
-                buf, at, size, qpn, plane, tos, now, words if j < limit else None, j
+                buf, at, size, qpn, plane, tos, now, fields if j < limit else None, j
             )
             if not got:
                 break
@@ -398,12 +393,13 @@ class Receiver:
             ps.packets_received += 1
             ps.bytes_received += size
             at += size
-            j += 6
-            if words is None:
+            j += _FIELDS
+            if fields is None:
                 # The first was placed, so this is our data: the full-size rest's headers at once.
-                words, count = (), min((end - at) // seg, 64)
+                fields, count = (), min((end - at) // seg, 64)
                 if count > 1 and seg - self.config.payload_mtu in (_HDR, _HDR_IMM):
-                    words, j, limit = data_words(seg, count).unpack_from(buf, at), 0, 6 * count
+                    fields = data_headers(seg, count).unpack_from(buf, at)
+                    j, limit = 0, _FIELDS * count
         if placed:
             self._placed(placed, now)  # once: every packet of the read came at `now`
         return at

@@ -91,9 +91,6 @@ def _pack_into_imm_noevx(buf: bytearray, off: int, op: object, b1: object, p_key
     _PACK_INTO_IMM_NOEVX(buf, off, op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma, imm)
 
 
-#: One packet of a flowcell: its message, its index in the message, its PSN.
-
-
 def flowcell_limit(flowcell: int, segment_size: int) -> int:
     """Packets in one flowcell of `segment_size`-byte segments: min(flowcell, 65507 // size, 64)."""
     # Two-argument min and max: compiled, those are C; a three-argument one is a builtins call.

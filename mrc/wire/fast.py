@@ -6,7 +6,7 @@ precompiled structs, the two the framer packs every data packet with (`DATA_HEAD
 `data_header_size`, and `encode_sack`, which writes a whole SACK in one call. They write the
 same bytes as the records of `mrc.wire.packet` (tests hold them to it), without building one;
 decoding is `mrc.wire.packet`'s job (but for the SACK layouts the sender's byte path reads,
-and `data_words`, the header words of a whole GRO read in one unpack for the receiver's).
+and `data_headers`, the headers of a whole GRO read in one unpack for the receiver's).
 And `split_datagrams`, which cuts one GRO read into its
 datagrams for io, compiled where the rest of io is not.
 """
@@ -70,31 +70,26 @@ DATA_HEADER_IMM: Final = _HDR_TS_IMM
 #: label (docs/WIRE.md §3): values as above without EV, and BTH.EVX clear.
 DATA_HEADER_NOEVX: Final = _DATA_STRUCTS[2]
 DATA_HEADER_IMM_NOEVX: Final = _DATA_STRUCTS[6]
-#: The 44 bytes of BTH EVXH METH TSETH RETH ImmDt as the receiver's byte path reads them: four
-#: signed 64-bit words (opcode, TVer byte, P_Key, EVX | DestQP; A/RTX/TS | PSN, EV; RQMSN,
-#: MSN, tx_timestamp, 0; R_Key, DMA_length), VA unsigned, then ImmDt (or, in a packet without
-#: it, the payload's first word). Six values where the field layout gives thirteen: compiled,
-#: each value is an object to make and free, and the fields come out of the words as machine
-#: ints. Signed so the words fit an `i64`.
-DATA_WORDS_FMT: Final = "qqqQqI"
-_WORDS_CACHE_MAX: Final = 256
-_words_cache: dict[int, struct.Struct] = {}
+_HEADERS_CACHE_MAX: Final = 256
+_headers_cache: dict[int, struct.Struct] = {}
 
 
-def data_words(seg: int, count: int) -> struct.Struct:
-    """The layout that reads the DATA_WORDS_FMT values of `count` datagrams `seg` bytes apart
-    (one GRO read, `seg` >= 44, `count` < 256) in one `unpack_from`: per call, not per
-    packet, it costs the fixed price of a struct call (about 40 % of a one-header unpack)."""
+def data_headers(seg: int, count: int) -> struct.Struct:
+    """`DATA_HEADER_IMM` repeated for `count` datagrams `seg` bytes apart (one GRO read, `seg`
+    >= 44, `count` < 256): its 13 values for each, in one `unpack_from`. Per read, not per
+    packet, it costs the fixed price of a struct call (about 40 % of a one-header unpack);
+    for a datagram without ImmDt the last value is its payload's first 4 bytes."""
     if not (0 < count < 256 and seg >= 44):
-        raise ValueError(f"data_words: {count} datagrams of {seg} bytes")
+        raise ValueError(f"data_headers: {count} datagrams of {seg} bytes")
     key = seg << 8 | count
-    layout = _words_cache.get(key)
+    layout = _headers_cache.get(key)
     if layout is None:
         gap = f"{seg - 44}x" if seg > 44 else ""
-        layout = struct.Struct(">" + (DATA_WORDS_FMT + gap) * (count - 1) + DATA_WORDS_FMT)
-        if len(_words_cache) >= _WORDS_CACHE_MAX:
-            _words_cache.clear()  # read sizes are few; a peer cycling through many is bounded
-        _words_cache[key] = layout
+        one = _HDR_TS_IMM.format.lstrip(">")
+        layout = struct.Struct(">" + (one + gap) * (count - 1) + one)
+        if len(_headers_cache) >= _HEADERS_CACHE_MAX:
+            _headers_cache.clear()  # read sizes are few; a peer cycling through many is bounded
+        _headers_cache[key] = layout
     return layout
 
 

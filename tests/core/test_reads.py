@@ -100,7 +100,7 @@ def test_a_read_and_the_same_datagrams_one_by_one_end_alike() -> None:
 
 
 def test_a_forged_va_in_a_read_is_refused_as_it_is_one_by_one() -> None:
-    """The byte path reads a whole read's headers in one unpack (`data_words`); a VA with its
+    """The byte path reads a whole read's headers in one unpack (`data_headers`); a VA with its
     top bit set (a signed word would read it negative) is still out of bounds, and the read
     ends as the same datagrams handed over one at a time."""
     results = []

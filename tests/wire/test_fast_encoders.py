@@ -2,7 +2,7 @@
 
 `encode_sack` against `SackPacket.encode()`, and the raw layouts `DATA_HEADER` /
 `DATA_HEADER_IMM` against `encode_data_header`, over a table of ordinary and edge values; and
-`data_words`, which the receiver reads a whole GRO read's headers with, against the bytes.
+`data_headers`, which the receiver reads a whole GRO read's headers with, against the bytes.
 """
 
 from __future__ import annotations
@@ -167,10 +167,10 @@ def test_the_opcode_literals_are_the_opcodes() -> None:
     assert [fast.OP_ONLY, fast.OP_ONLY_IMM] == [Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM]
 
 
-def test_data_words_read_each_datagram_header_of_a_read() -> None:
+def test_data_headers_read_each_datagram_header_of_a_read() -> None:
     """Three datagrams 4140 bytes apart (the last one short): one unpack gives each header's
-    words, which hold its fields where docs/WIRE.md §2-§3 puts them, edge values included."""
-    from mrc.wire.fast import DATA_WORDS_FMT, data_words
+    `DATA_HEADER_IMM` values, the same as unpacking each on its own, edge values included."""
+    from mrc.wire.fast import data_headers
 
     seg = 4096 + 44
     rows = [  # opcode, psn, va, rkey, dma_length, imm
@@ -187,28 +187,24 @@ def test_data_words_read_each_datagram_header_of_a_read() -> None:
         )  # fmt: skip
         read += hdr + (bytes(range(256)) * 17)[: seg - len(hdr)]
     del read[2 * seg + 100 :]  # the last datagram of a GRO read may be short
-    words = data_words(seg, 3).unpack_from(memoryview(read), 0)
-    assert len(words) == 3 * len(DATA_WORDS_FMT)
+    fields = data_headers(seg, 3).unpack_from(memoryview(read), 0)
+    assert len(fields) == 3 * 13
     for k, (op, psn, va, rkey, dma, imm) in enumerate(rows):
-        q0, q1, q2, got_va, q4, word = words[6 * k : 6 * k + 6]
-        at = k * seg
-        assert q0 & (1 << 64) - 1 == int.from_bytes(read[at : at + 8], "big")
-        bth = (q0 >> 56 & 0xFF, q0 >> 32 & 0xFFFF, q0 & 0xFFFFFFFF)
-        assert bth == (op, 0x8000, EVX_BIT | 0xABCDEF)
-        assert q1 >> 32 & 0xFFFFFF == psn and q1 & 0xFFFFFFFF == 0xFFFFFFFF
-        meth_tseth = (q2 >> 48 & 0xFFFF, q2 >> 32 & 0xFFFF, q2 >> 16 & 0xFFFF)
-        assert meth_tseth == (0xFFFF, 0x8001, 0xBEEF)
-        assert (got_va, q4 >> 32 & 0xFFFFFFFF, q4 & 0xFFFFFFFF) == (va, rkey, dma)
-        assert word == (imm if imm is not None else 0x00010203)  # else the payload's first word
-    assert data_words(seg, 3) is data_words(seg, 3)  # one layout per (size, count)
+        got = fields[13 * k : 13 * k + 13]
+        assert got == DATA_HEADER_IMM.unpack_from(read, k * seg)
+        assert (got[0], got[2], got[3], got[4] & 0xFFFFFF) == (op, 0x8000, EVX_BIT | 0xABCDEF, psn)
+        assert (got[5], got[6], got[7], got[8]) == (0xFFFFFFFF, 0xFFFF, 0x8001, 0xBEEF)
+        assert (got[9], got[10], got[11]) == (va, rkey, dma)
+        assert got[12] == (imm if imm is not None else 0x00010203)  # else the payload's start
+    assert data_headers(seg, 3) is data_headers(seg, 3)  # one layout per (size, count)
 
 
-def test_data_words_keeps_a_bounded_number_of_layouts() -> None:
+def test_data_headers_keeps_a_bounded_number_of_layouts() -> None:
     from mrc.wire import fast
 
     for seg in range(44, 44 + 2 * 256):
-        fast.data_words(seg, 2)
-    assert 0 < len(fast._words_cache) <= 256
+        fast.data_headers(seg, 2)
+    assert 0 < len(fast._headers_cache) <= 256
     for seg, count in ((43, 2), (4140, 0), (4140, 256)):
-        with pytest.raises(ValueError, match="data_words"):
-            fast.data_words(seg, count)
+        with pytest.raises(ValueError, match="data_headers"):
+            fast.data_headers(seg, count)
