@@ -9,6 +9,7 @@ segments, the way the kernel's UDP GRO would merge datagrams of one 5-tuple.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished
@@ -78,38 +79,14 @@ def test_a_read_holding_two_qps_and_junk_places_each_run_for_its_own_session() -
     assert two.receiver.cack == w.writers[1].initial_psn + 8
 
 
-def test_a_read_and_the_same_datagrams_one_by_one_end_alike() -> None:
-    results = []
+def both_ways(edit: Callable[[list[bytes]], None]) -> tuple[Writers, list[tuple[object, ...]]]:
+    """Writer 0's 8 data packets, changed by `edit`, handed to b as one read and, on a fresh
+    pair, one datagram at a time: per way, b's region, bytes placed, drops and answers."""
+    results: list[tuple[object, ...]] = []
     for whole in (True, False):
         w = Writers()
         segs = w.segments(0)
-        # A duplicate in the middle leaves the byte path for the decoder (no write, a SACK).
-        segs.insert(4, segs[2])
-        if whole:
-            reads = [(memoryview(b"".join(segs)), ("a", 0), 0, SEG)]
-            w.b.endpoint.receive_reads(0, reads, w.net.now)
-        else:
-            w.b.endpoint.receive_datagrams(0, [(s, ("a", 0), 0) for s in segs], w.net.now)
-        rs = w.responders()[0]
-        rs_out = [tx.data for tx in rs.datagrams_to_send(w.net.now)]
-        results.append((bytes(w.dst[: 8 * MTU]), rs.stats.bytes_placed,
-                        dict(rs.stats.drops_by_reason), rs_out))  # fmt: skip
-    assert results[0] == results[1]
-    placed, count, drops, _ = results[0]
-    assert placed == w.src[: 8 * MTU] and count == 8 * MTU and drops == {"duplicate": 1}
-
-
-def test_a_forged_va_in_a_read_is_refused_as_it_is_one_by_one() -> None:
-    """The byte path reads a whole read's headers in one unpack (`data_headers`); a VA with its
-    top bit set (a signed word would read it negative) is still out of bounds, and the read
-    ends as the same datagrams handed over one at a time."""
-    results = []
-    for whole in (True, False):
-        w = Writers()
-        segs = w.segments(0)
-        forged = bytearray(segs[5])
-        forged[24:32] = ((1 << 64) - 4 * MTU).to_bytes(8, "big")  # RETH.VA
-        segs[5] = bytes(forged)
+        edit(segs)
         if whole:
             reads = [(memoryview(b"".join(segs)), ("a", 0), 0, SEG)]
             w.b.endpoint.receive_reads(0, reads, w.net.now)
@@ -119,10 +96,31 @@ def test_a_forged_va_in_a_read_is_refused_as_it_is_one_by_one() -> None:
         rs_out = [tx.data for tx in rs.datagrams_to_send(w.net.now)]
         results.append((bytes(w.dst), rs.stats.bytes_placed,
                         dict(rs.stats.drops_by_reason), rs_out))  # fmt: skip
+    return w, results
+
+
+def test_a_read_and_the_same_datagrams_one_by_one_end_alike() -> None:
+    # A duplicate in the middle leaves the byte path for the decoder (no write, a SACK).
+    w, results = both_ways(lambda segs: segs.insert(4, segs[2]))
+    assert results[0] == results[1]
+    dst, count, drops, _ = results[0]
+    assert dst == w.src[: 8 * MTU] + bytes(len(w.dst) - 8 * MTU)
+    assert count == 8 * MTU and drops == {"duplicate": 1}
+
+
+def test_a_forged_va_in_a_read_is_refused_as_it_is_one_by_one() -> None:
+    """The byte path reads a whole read's headers in one unpack (`data_headers`); a VA far
+    outside the region (its top bit set) is refused there as it is one datagram at a time."""
+
+    def forge(segs: list[bytes]) -> None:
+        forged = bytearray(segs[5])
+        forged[24:32] = ((1 << 64) - 4 * MTU).to_bytes(8, "big")  # RETH.VA
+        segs[5] = bytes(forged)
+
+    w, results = both_ways(forge)
     assert results[0] == results[1]
     dst, count, drops, _ = results[0]
     # The message failed whole from its forged packet on: the 5 packets before it were
     # written, nothing after, and nothing outside the message's own bytes.
     assert drops == {"out_of_bounds": 1, "message_failed": 2}
-    assert count == 5 * MTU and dst[: 5 * MTU] == w.src[: 5 * MTU]
-    assert dst[5 * MTU :] == bytes(len(dst) - 5 * MTU)
+    assert count == 5 * MTU and dst == w.src[: 5 * MTU] + bytes(len(w.dst) - 5 * MTU)
