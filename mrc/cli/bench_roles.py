@@ -280,21 +280,18 @@ class BenchTest:
         assert setup.source is not None
         if p.duration > 0 and self.io.now() - self.t0 >= p.duration:
             self._stop_posting = True
-        # Once per message (a 4 KiB test posts 100k+ a second): what the loop reads is local.
+        # Once per message (a 4 KiB test posts 100k+ a second): what the loop reads is local,
+        # Pattern.offset inline, message_length only for a byte count.
         post, source, slots, size = self.session.post_write, setup.source, setup.slots, p.msg_size
         va, rkey, outstanding = self.peer_data.va, self.peer_data.rkey, self._outstanding
-        # Pattern.offset and message_length inline: 4 KiB WRITEs post 100k+ a second here.
-        verify, stride, period = setup.pattern is not None, Pattern.STRIDE, Pattern.PERIOD
-        total = p.total_bytes
-        n = self.messages_posted
-        free = slots - (len(outstanding) - self._out_head)
+        verify, stride, period, total = p.verify, Pattern.STRIDE, Pattern.PERIOD, p.total_bytes
+        n, free = self.messages_posted, slots - (len(outstanding) - self._out_head)
         while free > 0 and not self._stop_posting:
-            length = size if not total or total - n * size >= size else max(0, total - n * size)
+            length = message_length(n, size, total) if total else size
             if length <= 0 or n >= MAX_MESSAGES:
                 self._stop_posting = True
                 break
-            src_off = n * stride % period if verify else 0
-            imm = n if p.verify else None
+            src_off, imm = (n * stride % period, n) if verify else (0, None)
             msn = post(source, src_off, length, va + n % slots * size, rkey, imm)
             outstanding.append((msn, n, length))
             n += 1
