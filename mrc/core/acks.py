@@ -142,7 +142,7 @@ class AckLedger:
             self._left += left
         rec.acked |= taken
         self._acked += acked
-        self._cell_acked(rec, taken.bit_length() - 1, acked, now, touched)
+        self._cell_acked(rec, rec.sent_last(taken), acked, now, touched)
         return taken
 
     def _msg_acked(self, msg: OutMessage, count: int, now: float) -> None:
@@ -163,8 +163,9 @@ class AckLedger:
     def _cell_acked(
         self, cell: SentCell, top: int, acked: int, now: float, touched: set[int]
     ) -> None:
-        """`acked` bytes of `cell`, up to its packet `top`, were acknowledged: RACK's turn, and
-        the plane's RTT and goodput sample (first transmissions only: Karn, RFC 8985 §6.2)."""
+        """`acked` bytes of `cell` were acknowledged, `top` the one of its packets that left
+        last: RACK's turn, and the plane's RTT and goodput sample (first transmissions only:
+        Karn, RFC 8985 §6.2)."""
         if self.rack.acked(cell, top, now):
             age = now - cell.sent_at
             plane = cell.plane

@@ -53,7 +53,8 @@ class SessionConfig:
     plane_balance: str = "equal"
     #: Packets per flowcell (docs/DESIGN.md §11): the sender asks the spray policy for one EV per
     #: flowcell and sends up to min(flowcell, 65507 // segment size, 64) consecutive new
-    #: packets on it as one GSO batch. 1 = an EV per packet. Local: not negotiated.
+    #: packets on it as one GSO batch (two when their headers differ in size). 1 = an EV per
+    #: packet. Local: not negotiated.
     flowcell: int = 1
     #: Congestion control by name (mrc.core.cc registry): "nscc" (UEC NSCC) or "none" (the
     #: window only) (docs/DESIGN.md §7).

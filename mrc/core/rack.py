@@ -3,9 +3,10 @@
 An EV is one path and a path is a FIFO, so a packet is lost when a packet sent later on the
 same EV has been acknowledged and a reordering window (¼ of the plane's SRTT, at least
 `reorder_min`) has passed. This module keeps, per EV, the send records (flowcells, whose
-packets leave in PSN order) in send order and the latest first transmission known delivered;
-it also remembers the highest send sequence number acknowledged and the highest on any other
-EV, which tell a dead path from a stalled peer.
+packets leave in PSN order, or as two GSO batches each in PSN order: `SentCell.late`) in send
+order and the latest first transmission known delivered; it also remembers the highest send
+sequence number acknowledged and the highest on any other EV, which tell a dead path from a
+stalled peer.
 
 It only judges: the sender declares the packets it returns lost, retires their EVs and resends
 them; the REORDER timer is armed here and routed back by the session.
@@ -52,9 +53,9 @@ class Rack:
         return fifo
 
     def acked(self, cell: SentCell, index: int, now: float) -> bool:
-        """Packets of `cell` up to packet `index` at least were acknowledged. True if that
-        advanced its EV's RACK state (a first transmission: RFC 8985 §6.2, an ACK of a resent
-        PSN may be for the original copy)."""
+        """Packets of `cell` were acknowledged, `index` the one of them that left last. True
+        if that advanced its EV's RACK state (a first transmission: RFC 8985 §6.2, an ACK of a
+        resent PSN may be for the original copy)."""
         seq = cell.seq
         if seq > self.top_seq:
             if cell.ev != self._top_ev:
@@ -68,7 +69,7 @@ class Rack:
         latest = self._delivered.get(cell.ev)
         if latest is None:
             self._delivered[cell.ev] = _Delivered(seq, index, max(0.0, now - cell.sent_at))
-        elif seq > latest.seq or (seq == latest.seq and index > latest.index):
+        elif seq > latest.seq or (seq == latest.seq and cell.sent_after(index, latest.index)):
             # Updated in place: a flowcell's packets are acknowledged one SACK after another.
             latest.seq, latest.index, latest.rtt = seq, index, max(0.0, now - cell.sent_at)
         return True
@@ -97,9 +98,9 @@ class Rack:
                 break
             mask = cell.open_mask()
             if cell.seq == latest.seq:
-                # The latest delivered is in this flowcell: only the packets before it left
-                # earlier (a flowcell goes out in PSN order).
-                mask &= (1 << latest.index) - 1
+                # The latest delivered is in this flowcell: only the packets that left
+                # before it are judged.
+                mask &= cell.sent_before(latest.index)
                 if not mask:
                     break
             deadline = cell.sent_at + latest.rtt + reo

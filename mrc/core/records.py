@@ -119,7 +119,8 @@ CellRun = tuple[OutMessage, int, int]
 @dataclass(eq=False, slots=True)
 class SentCell:
     """One transmission of a flowcell: `n` packets (consecutive PSNs from `psn`, in `runs`)
-    sent at `sent_at` on `ev` as one batch; a resend is a cell of one packet with `rtx` set.
+    sent at `sent_at` on `ev` as one GSO batch, or two when its packets differ in header size
+    (`late`); a resend is a cell of one packet with `rtx` set.
 
     Per packet, a bit (bit i for packet i): `acked`, or `lost` (declared lost; its resend, if
     any, is a record of its own). The others are in flight (`open`, `open_bytes`). Every packet
@@ -143,6 +144,9 @@ class SentCell:
     lost: int = 0
     #: Packets acted on for one TRIMMED NACK already (docs/WIRE.md §4: at most one each).
     trim_nacked: int = 0
+    #: Packets that left in the flowcell's second GSO batch, after all of the first
+    #: (sendpath.cut_flowcell); 0: the flowcell left in PSN order.
+    late: int = 0
 
     # Written out (OutMessage says why): one per flowcell sent.
     def __init__(
@@ -165,6 +169,7 @@ class SentCell:
         self.acked = 0
         self.lost = 0
         self.trim_nacked = 0
+        self.late = 0
 
     def length(self, i: int) -> int:
         """Payload bytes of packet `i`."""
@@ -177,6 +182,27 @@ class SentCell:
                 return msg, first + i
             i -= count
         raise IndexError(i)
+
+    def sent_before(self, i: int) -> int:
+        """The packets that left before packet `i`: those of its GSO batch before it in PSN
+        order, and the whole first batch if `i` left in the second (`late`)."""
+        before = (1 << i) - 1
+        late = self.late
+        if not late:
+            return before
+        if late >> i & 1:
+            return (((1 << self.n) - 1) & ~late) | (before & late)
+        return before & ~late
+
+    def sent_last(self, mask: int) -> int:
+        """Of the packets in `mask` (not 0), the one that left last."""
+        later = mask & self.late
+        return (later or mask).bit_length() - 1
+
+    def sent_after(self, i: int, j: int) -> bool:
+        """Did packet `i` leave after packet `j`?"""
+        late = self.late
+        return (i + (self.n if late >> i & 1 else 0)) > (j + (self.n if late >> j & 1 else 0))
 
     def open_mask(self) -> int:
         """The packets still in flight: neither acknowledged nor declared lost."""

@@ -40,7 +40,7 @@ from .records import OutMessage, SentCell, new_message, tx_timestamp
 from .rto import Expiry, RtoTimers, acked_later, acked_on_plane
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
-from .sendpath import Framer, cut_flowcell, flowcell_limit, packet_size
+from .sendpath import HEADER_IMM, Framer, cut_flowcell, flowcell_limit
 from .silence import SilentPlanes, closed_on_silent
 from .spray import SprayPolicy
 from .stats import SessionStats
@@ -166,11 +166,13 @@ class Sender:
 
     def _send_new(self, now: float, out: list[Transmit], budget: int) -> None:
         """New packets, a flowcell per EV (docs/DESIGN.md §11): consecutive packets on the EV the
-        spray policy picked, as one GSO batch, while the window lets each of them go, until
-        `budget` packets are framed (whole flowcells). A packet longer than the flowcell's
-        first starts the next one; a shorter one ends it."""
+        spray policy picked, as one GSO batch (two when their headers differ in size:
+        `cut_flowcell`), while the window lets each of them go, until `budget` packets are
+        framed (whole flowcells)."""
         flowcell = self.config.flowcell
         mtu = self.config.payload_mtu
+        # Sized for the longest packet, so the batch of either header size fits in one call.
+        cell_limit = flowcell_limit(flowcell, mtu + HEADER_IMM + self.framer.overhead)
         tx_ts = tx_timestamp(now)
         pending = self.pending
         while pending and budget > 0 and (room := self.flight.room(self.next_psn, self.una)) > 0:
@@ -181,18 +183,13 @@ class Sender:
             room = self.flight.plane_room(plane, room)
             rqmsn = self.outstanding[0].msn
             first_psn = self.next_psn
-            if flowcell > 1:
-                size = packet_size(pending[0], pending[0].sent, mtu)
-                limit = min(flowcell_limit(flowcell, size + self.framer.overhead), room)
-            else:
-                size, limit = 0, 1  # an EV per packet: sizes do not matter
-            runs, n = cut_flowcell(pending, first_psn, size, limit, mtu)
+            runs, n, late = cut_flowcell(pending, first_psn, min(cell_limit, room), mtu)
             self.next_psn = (first_psn + n) & PSN_MASK
             budget -= n
-            rec = self.log.add(runs, n, first_psn, ev, plane, now, tx_ts, rtx=False)
+            rec = self.log.add(runs, n, first_psn, ev, plane, now, tx_ts, rtx=False, late=late)
             self.flight.add(plane, rec.open_bytes)
-            out.append(
-                self.framer.frame(runs, n, first_psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn)
+            self.framer.frame(
+                out, runs, n, first_psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, late=late
             )
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
@@ -212,7 +209,7 @@ class Sender:
             msg, index = rec.packet(i)
             plane = ev_plane(ev)
             self.log.add([(msg, index, 1)], 1, psn, ev, plane, now, tx_timestamp(now), rtx=True)
-            out.append(self._build(msg, index, psn, ev, now, rtx=True))
+            self._resend(out, msg, index, psn, ev, now)
             self.flight.add(plane, rec.length(i))
             self.stats.retransmits_by_cause[cause] += 1
             self.stats.plane(plane).retransmits += 1
@@ -225,16 +222,16 @@ class Sender:
             ev = self.spray.next_ev(now)
             if ev is None:
                 return
-            out.append(self._build(msg, msg.npkts - 1, msg.last_psn, ev, now, rtx=True))
+            self._resend(out, msg, msg.npkts - 1, msg.last_psn, ev, now)
             self.stats.retransmits_by_cause["completion"] += 1
 
-    def _build(
-        self, msg: OutMessage, index: int, psn: int, ev: int, now: float, *, rtx: bool
-    ) -> Transmit:
-        """One packet, alone in its datagram."""
+    def _resend(
+        self, out: list[Transmit], msg: OutMessage, index: int, psn: int, ev: int, now: float
+    ) -> None:
+        """One packet sent again, alone in its datagram."""
         rqmsn = self.outstanding[0].msn if self.outstanding else msg.msn
-        return self.framer.frame(
-            [(msg, index, 1)], 1, psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, rtx=rtx
+        self.framer.frame(
+            out, [(msg, index, 1)], 1, psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, rtx=True
         )
 
     # -- timers -----------------------------------------------------------------------------

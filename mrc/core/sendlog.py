@@ -86,12 +86,13 @@ class SendLog:
 
     def add(
         self, runs: list[CellRun], n: int, psn: int, ev: int, plane: int, now: float, tx_ts: int,
-        *, rtx: bool,
+        *, rtx: bool, late: int = 0,
     ) -> SentCell:  # fmt: skip
         """The record of one transmission of the `n` packets of `runs` (a flowcell, or one
-        resent packet), PSNs from `psn`."""
+        resent packet), PSNs from `psn`; `late`: those that left in a second GSO batch."""
         self.seq += 1
         cell = new_cell(runs, n, psn, self.mtu, ev, plane, now, self.seq, tx_ts, rtx)
+        cell.late = late
         records = self.records
         slots, mask = records.slots, records.mask
         added = 0

@@ -1,15 +1,17 @@
 """The sender's framing: data packets as bytes, one packet or one flowcell per `Transmit`.
 
-A flowcell is a run of consecutive new packets that goes out on one EV as one UDP GSO batch
-(docs/DESIGN.md §11): every segment is `segment_size` bytes except possibly a shorter last one, and
-there are at most `flowcell_limit(flowcell, segment_size)` of them. This module holds the size
-rules (`packet_size`, `flowcell_limit`), `cut_flowcell`, which takes the next flowcell's
-packets from the pending messages as runs (a message's packets in one tuple, not one tuple a
-packet), and `Framer`, which writes each packet's headers with
-the precompiled layouts of `mrc.wire.fast` (every packet carries the flowcell's EV in its
-EVXH, or, on a connection that agreed on flow labels, no EVXH: io puts the EV in each
-datagram's flow label), slices its payload from the message's source, joins the lot once per
-`Transmit`, and counts it in the plane's stats.
+A flowcell is a run of consecutive new packets that goes out on one EV (docs/DESIGN.md §11)
+as one UDP GSO batch: every segment is `segment_size` bytes except possibly a shorter last
+one, at most `flowcell_limit` of them. When its packets differ in header size, not payload
+(the full LAST_IMM of each small WRITE_WITH_IMM among the FIRSTs of the next ones), it goes
+out as two batches, one per size, each in PSN order; its send record says which packets left
+in the second (`SentCell.late`). This module holds the size rules (`packet_size`,
+`flowcell_limit`), `cut_flowcell`, which takes the next flowcell's packets from the pending
+messages as runs (a message's packets in one tuple, not one tuple a packet), and `Framer`,
+which writes each packet's headers with the precompiled layouts of `mrc.wire.fast` (every
+packet carries the flowcell's EV in its EVXH, or, on a connection that agreed on flow
+labels, no EVXH: io puts the EV in each datagram's flow label), slices its payload from the
+message's source, joins the lot once per `Transmit`, and counts it in the plane's stats.
 
 On a secured connection (`protection` set) a `Transmit`'s packets are framed into one buffer
 the framer keeps (allocated once, not zeroed per batch), sealed there in place (aead.py: every
@@ -107,41 +109,53 @@ def packet_size(msg: OutMessage, index: int, mtu: int) -> int:
 
 
 def cut_flowcell(
-    pending: deque[OutMessage], psn: int, size: int, limit: int, mtu: int
-) -> tuple[list[CellRun], int]:
+    pending: deque[OutMessage], psn: int, limit: int, mtu: int
+) -> tuple[list[CellRun], int, int]:
     """The next flowcell of at most `limit` packets from the messages `pending`, PSNs from
-    `psn`: its runs and how many packets. Each message taken whole leaves `pending`; each
-    message records its first and last PSN as they are given. `size` is the flowcell's first
-    packet's size (0: sizes do not matter): a longer packet starts the next flowcell, a
-    shorter one ends this one (GSO: only the last segment may differ, and only be shorter).
-    """
+    `psn`: its runs, how many packets, and which of them leave late (bit i for packet i).
+    Each message taken whole leaves `pending`; each message records its first and last PSN
+    as they are given.
+
+    GSO cuts a batch into segments of its first one's size, only the last one shorter. So
+    every packet with a full payload joins, and those whose headers make them another size
+    than the flowcell's first (a full LAST_IMM is 4 bytes longer than a FIRST or MIDDLE,
+    docs/WIRE.md §3) are `late`: they leave as a second batch, after the first. A packet
+    with a shorter payload (a message's short LAST) ends the flowcell as the first batch's
+    last segment, or starts the next flowcell if it is longer than the first packet (a
+    LAST_IMM up to 3 bytes short of full)."""
     runs: list[CellRun] = []
-    n = 0
+    n = late = 0
+    size = packet_size(pending[0], pending[0].sent, mtu)
+    body = mtu + HEADER  # every packet of a message but its LAST
     while True:
         msg = pending[0]
         index = msg.sent
-        this = packet_size(msg, index, mtu) if n else size
-        if this > size:
-            break
-        # Every packet of a message but its LAST has the size of its first: only the LAST
-        # needs a check (a full LAST_IMM is 4 bytes longer: it starts the next flowcell).
-        take = 1 if this < size else min(limit - n, msg.npkts - index)
-        end = index + take
-        cut = take > 1 and end == msg.npkts and packet_size(msg, end - 1, mtu) > size
-        if cut:
-            take -= 1
-        if index == 0:
-            msg.first_psn = psn
-        msg.sent = index + take
-        psn = (psn + take) & PSN_MASK
-        if msg.sent == msg.npkts:
-            msg.last_psn = (psn - 1) & PSN_MASK
-            pending.popleft()
-        runs.append((msg, index, take))
-        n += take
-        if cut or n == limit or not pending or packet_size(msg, msg.sent - 1, mtu) < size:
-            return runs, n
-    return runs, n
+        lastix = msg.npkts - 1
+        take = min(limit - n, msg.npkts - index)
+        ends = False
+        if index + take > lastix:  # the run holds the message's LAST
+            tail = packet_size(msg, lastix, mtu)
+            if len(msg.src) - lastix * mtu < mtu:
+                ends = True
+                if tail > size:
+                    take -= 1
+            elif tail != size:
+                late |= 1 << (n + take - 1)
+        if take:
+            if body != size:
+                # The run's packets before its message's LAST.
+                late |= ((1 << min(take, lastix - index)) - 1) << n
+            if index == 0:
+                msg.first_psn = psn
+            msg.sent = index + take
+            psn = (psn + take) & PSN_MASK
+            if msg.sent == msg.npkts:
+                msg.last_psn = (psn - 1) & PSN_MASK
+                pending.popleft()
+            runs.append((msg, index, take))
+            n += take
+        if ends or n == limit or not pending:
+            return runs, n, late
 
 
 def _run_fields(msg: OutMessage) -> tuple[memoryview, object, int, object, object, int]:
@@ -185,6 +199,7 @@ class Framer:
 
     def frame(
         self,
+        out: list[Transmit],
         runs: Sequence[CellRun],
         n: int,
         psn: int,
@@ -194,15 +209,21 @@ class Framer:
         dest_qp: int,
         rqmsn: int,
         rtx: bool = False,
-    ) -> Transmit:
-        """One `Transmit` of the `n` packets of `runs`, PSNs from `psn`, in order, all on `ev`.
+        late: int = 0,
+    ) -> None:
+        """Append to `out` the `Transmit` of the `n` packets of `runs`, PSNs from `psn`, all on
+        `ev`: one, in PSN order, and a second one of the packets in `late` (bit i for packet
+        i) if any.
 
-        The caller keeps to the flowcell rules: no packet longer than the first, only the last
-        one shorter, at most `flowcell_limit` packets. With more than one packet the transmit's
-        `segment_size` is the first packet's size.
+        The caller keeps to the flowcell rules (`cut_flowcell`): in each transmit no packet
+        longer than its first, only the last one shorter, at most `flowcell_limit` packets.
+        With more than one packet a transmit's `segment_size` is its first packet's size.
         """
         if self.protection is not None:
-            return self._frame_sealed(runs, n, psn, ev, now, dest_qp=dest_qp, rqmsn=rqmsn, rtx=rtx)
+            self._frame_sealed(
+                out, runs, n, psn, ev, now, dest_qp=dest_qp, rqmsn=rqmsn, rtx=rtx, late=late
+            )
+            return
         mtu = self.mtu
         flags = TS_BIT | RTX_BIT if rtx else TS_BIT
         # Compiled, an int passed to `struct.pack` is boxed at every call: the fields that
@@ -216,8 +237,15 @@ class Framer:
         pack_imm = self._pack_imm
         # Compiled, `parts.append` is a C call; a bound method kept in a local would not be.
         parts: list[bytes | memoryview] = []
+        # The late packets' parts: a run's packets before its LAST share one size, so each
+        # run picks a list for them and one for its LAST.
+        later: list[bytes | memoryview] = [] if late else parts
+        i = 0
         for msg, first, count in runs:
             src, dma, base_va, msn, rkey, last = _run_fields(msg)
+            body = later if late >> i & 1 else parts
+            tail = later if late >> (i + count - 1) & 1 else parts
+            i += count
             for index in range(first, first + count):
                 off = index * mtu
                 va = base_va + off
@@ -226,36 +254,39 @@ class Framer:
                     w8 = flags | A_BIT | psn
                     if imm is None:
                         op = OP_LAST if index else OP_ONLY
-                        parts.append(
+                        tail.append(
                             pack(op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma)
                         )
                     else:
                         op = OP_LAST_IMM if index else OP_ONLY_IMM
-                        parts.append(
+                        tail.append(
                             pack_imm(
                                 op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, va, rkey, dma, imm
                             )
                         )
-                    parts.append(src[off:])
+                    tail.append(src[off:])
                 else:
                     op = OP_MIDDLE if index else OP_FIRST
-                    parts.append(
+                    body.append(
                         pack(op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts, va, rkey, dma)
                     )
-                    parts.append(src[off : off + mtu])
+                    body.append(src[off : off + mtu])
                 psn = (psn + 1) & PSN_MASK
-        data = b"".join(parts)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
         ps.packets_sent += n
-        ps.bytes_sent += len(data)
-        segment_size = len(parts[0]) + len(parts[1]) if n > 1 else None
-        return Transmit(
-            plane=plane, addr=self.peer_addrs[plane], data=data, ev=ev, segment_size=segment_size
-        )
+        addr = self.peer_addrs[plane]
+        for batch in (parts, later) if late else (parts,):
+            data = b"".join(batch)
+            ps.bytes_sent += len(data)
+            segment_size = len(batch[0]) + len(batch[1]) if len(batch) > 2 else None
+            out.append(
+                Transmit(plane=plane, addr=addr, data=data, ev=ev, segment_size=segment_size)
+            )
 
     def _frame_sealed(
         self,
+        out: list[Transmit],
         runs: Sequence[CellRun],
         n: int,
         psn: int,
@@ -265,7 +296,8 @@ class Framer:
         dest_qp: int,
         rqmsn: int,
         rtx: bool,
-    ) -> Transmit:
+        late: int,
+    ) -> None:
         """`frame` for a secured connection: headers, payload and trailer of every packet
         written into one buffer, each packet sealed where it lies (docs/WIRE.md §7)."""
         protection = self.protection
@@ -324,13 +356,30 @@ class Framer:
         ps = self.stats.plane(plane)
         ps.packets_sent += n
         ps.bytes_sent += start
-        return Transmit(
-            plane=plane,
-            addr=self.peer_addrs[plane],
-            data=bytes(mv[:start]),
-            ev=ev,
-            segment_size=packets[1][0] if n > 1 else None,
-        )
+        addr = self.peer_addrs[plane]
+        if not late:
+            out.append(
+                Transmit(
+                    plane=plane,
+                    addr=addr,
+                    data=bytes(mv[:start]),
+                    ev=ev,
+                    segment_size=packets[1][0] if n > 1 else None,
+                )
+            )
+            return
+        # Two batches (`frame`): packet i's bytes run from its start to the next one's.
+        starts = [p[0] for p in packets]
+        starts.append(start)
+        batches: tuple[list[memoryview], list[memoryview]] = ([], [])
+        for i in range(n):
+            batches[late >> i & 1].append(mv[starts[i] : starts[i + 1]])
+        for batch in batches:
+            segment_size = len(batch[0]) if len(batch) > 1 else None
+            data = b"".join(batch)
+            out.append(
+                Transmit(plane=plane, addr=addr, data=data, ev=ev, segment_size=segment_size)
+            )
 
     def _grow(self, keep: int, size: int) -> bytearray:
         """A framing buffer of at least `size` bytes (the largest GSO batch, the first time)

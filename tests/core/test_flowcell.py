@@ -213,20 +213,118 @@ def test_a_flowcell_holds_min_of_flowcell_64k_and_64_segments(
     assert {t.segment_size for t in txs} == ({mtu + HEADER} if per_call > 1 else {None})
 
 
-def test_a_longer_packet_starts_the_next_flowcell() -> None:
+def test_a_full_last_imm_leaves_in_its_flowcell_s_second_batch() -> None:
     pair = Pair(payload_mtu=1024, flowcell=8)
-    # A LAST_IMM with a full payload is 4 bytes longer than the FIRST/MIDDLE before it: GSO
-    # allows only the last segment to differ, and only to be shorter.
+    # A LAST_IMM with a full payload is 4 bytes longer than the FIRST/MIDDLE around it: GSO
+    # allows only the last segment to differ, and only to be shorter. It stays in the
+    # flowcell (its EV, its record) and leaves after the others, as a batch of its own size.
     pair.post(0, 3 * 1024, imm=1)
     pair.post(3 * 1024, 4 * 1024)
     txs = data_transmits(pair.pull())
-    shapes = [[(p.opcode, len(p.payload)) for p in packets(t)] for t in txs]
+    shapes = [[(p.opcode, p.psn) for p in packets(t)] for t in txs]
     assert shapes == [
-        [(Opcode.WRITE_FIRST, 1024), (Opcode.WRITE_MIDDLE, 1024)],
-        [(Opcode.WRITE_LAST_IMM, 1024), (Opcode.WRITE_FIRST, 1024)],
-        [(Opcode.WRITE_MIDDLE, 1024), (Opcode.WRITE_MIDDLE, 1024), (Opcode.WRITE_LAST, 1024)],
+        [(Opcode.WRITE_FIRST, PSN0), (Opcode.WRITE_MIDDLE, PSN0 + 1),
+         (Opcode.WRITE_FIRST, PSN0 + 3), (Opcode.WRITE_MIDDLE, PSN0 + 4),
+         (Opcode.WRITE_MIDDLE, PSN0 + 5), (Opcode.WRITE_LAST, PSN0 + 6)],
+        [(Opcode.WRITE_LAST_IMM, PSN0 + 2)],
+    ]  # fmt: skip
+    assert [t.segment_size for t in txs] == [1064, None]
+    assert len(txs[1].data) == 1068
+    assert txs[0].ev == txs[1].ev
+    sender = pair.sa.sender
+    assert sender is not None
+    cell = sender.inflight[PSN0]
+    assert all(sender.inflight[PSN0 + i] is cell for i in range(7))
+    assert (cell.n, cell.late, cell.open_bytes) == (7, 0b100, 7 * 1024)
+
+
+def test_a_short_last_imm_longer_than_the_first_packet_starts_the_next_flowcell() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8)
+    # 1022 bytes and an ImmDt: 1066 bytes, 2 more than the FIRST. A short packet ends its
+    # flowcell as the first batch's last segment, so a longer one waits for the next.
+    pair.post(0, 1024 + 1022, imm=1)
+    txs = data_transmits(pair.pull())
+    assert [[(p.opcode, p.psn) for p in packets(t)] for t in txs] == [
+        [(Opcode.WRITE_FIRST, PSN0)],
+        [(Opcode.WRITE_LAST_IMM, PSN0 + 1)],
     ]
-    assert [t.segment_size for t in txs] == [1064, 1068, 1064]
+    assert [len(t.data) for t in txs] == [1064, 1066]
+    sender = pair.sa.sender
+    assert sender is not None
+    assert sender.inflight[PSN0] is not sender.inflight[PSN0 + 1]
+    assert sender.inflight[PSN0].late == sender.inflight[PSN0 + 1].late == 0
+
+
+def two_packet_writes(pair: Pair, count: int) -> list[Transmit]:
+    """`count` WRITE_WITH_IMMs of 2 KiB (a FIRST and a full LAST_IMM each), pulled."""
+    for k in range(count):
+        pair.post(k * 2048, 2048, imm=k)
+    return data_transmits(pair.pull())
+
+
+def sack_of(pair: Pair, tx: Transmit, psns: list[int]) -> bytes:
+    """A SACK (cack_psn still PSN0) saying `psns` arrived."""
+    bitmap = sum(1 << (63 - (psn - PSN0)) for psn in psns)
+    return encode_sack(
+        dest_qp=pair.sa.qpn, cack_psn=PSN0, ev=tx.ev, ack_psn_offset=psns[-1] - PSN0,
+        entropy=tx.ev, sack_offset=0, sack_bitmap=bitmap,
+    )  # fmt: skip
+
+
+def test_small_writes_with_imm_are_a_flowcell_of_two_batches() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8, cc="none")
+    txs = two_packet_writes(pair, 4)
+    # PSNs 1000..1007 are F L F L F L F L: the FIRSTs leave first, then the LAST_IMMs.
+    assert [[p.psn - PSN0 for p in packets(t)] for t in txs] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert [t.segment_size for t in txs] == [1064, 1068]
+    sender = pair.sa.sender
+    assert sender is not None
+    cell = sender.inflight[PSN0]
+    assert (cell.n, cell.late, len(sender.log.by_plane[cell.plane])) == (8, 0b10101010, 1)
+
+
+def test_rack_judges_a_two_batch_flowcell_in_the_order_its_packets_left() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8, cc="none")
+    txs = two_packet_writes(pair, 4)
+    sender = pair.sa.sender
+    assert sender is not None
+    cell = sender.inflight[PSN0]
+    t0 = pair.net.now
+    # t0: all four FIRSTs arrived (the first batch). Every LAST_IMM left after the last of
+    # them, so none is judged, however long the reordering window has passed.
+    firsts = sack_of(pair, txs[0], [PSN0, PSN0 + 2, PSN0 + 4, PSN0 + 6])
+    pair.sa.receive_datagrams(txs[0].plane, [(firsts, 0)], t0)
+    pair.sa.datagrams_to_send(t0)
+    pair.sa.handle_timer(t0 + 0.003)
+    assert data_transmits(pair.sa.datagrams_to_send(t0 + 0.003)) == []
+    assert (cell.acked, cell.lost) == (0b01010101, 0)
+    # t0 + 3 ms: LAST_IMM 1003 arrived, from the second batch: 1001 left before it and is
+    # lost once the window passes (1 ms); 1005 and 1007 left after it and are not.
+    t1 = t0 + 0.003
+    pair.sa.receive_datagrams(txs[1].plane, [(sack_of(pair, txs[1], [PSN0 + 3]), 0)], t1)
+    pair.sa.datagrams_to_send(t1)
+    assert cell.lost == 0
+    t2 = t1 + 0.002
+    pair.sa.handle_timer(t2)
+    resent = data_transmits(pair.sa.datagrams_to_send(t2))
+    assert [p.psn for t in resent for p in packets(t)] == [PSN0 + 1]
+    assert (cell.acked, cell.lost) == (0b01011101, 0b10)
+    assert pair.sa.stats.retransmits_by_cause["rack"] == 1
+
+
+def test_a_sack_over_both_batches_is_dated_by_the_packet_that_left_last() -> None:
+    pair = Pair(payload_mtu=1024, flowcell=8, cc="none")
+    txs = two_packet_writes(pair, 4)
+    t0 = pair.net.now
+    # t0: PSNs 1001 (second batch) and 1002 (first batch) arrived. 1001 left later, after
+    # the whole first batch: 1000, 1004 and 1006 are lost when the window passes; the
+    # LAST_IMMs after 1001 are not.
+    sack = sack_of(pair, txs[1], [PSN0 + 1, PSN0 + 2])
+    pair.sa.receive_datagrams(txs[1].plane, [(sack, 0)], t0)
+    pair.sa.datagrams_to_send(t0)
+    pair.sa.handle_timer(t0 + 0.002)
+    resent = data_transmits(pair.sa.datagrams_to_send(t0 + 0.002))
+    assert sorted(p.psn - PSN0 for t in resent for p in packets(t)) == [0, 4, 6]
 
 
 def test_the_window_ends_a_flowcell() -> None:
