@@ -257,7 +257,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         type=_int_range(1, MAX_FLOWCELL, "flowcell"),
         default=None,
         metavar="N",
-        help="packets the writing side sends on one EV as one GSO batch (a flowcell), at most "
+        help="packets the writing side sends on one EV as one GSO batch (a flowcell; two "
+        "batches when a full LAST_IMM among them is 4 bytes longer than the rest), at most "
         "65507 // (payload MTU + headers) and 64 of them: 15 at the default MTU 4096. 1 = an "
         f"EV and a system call per packet. Default {DEFAULT_FLOWCELL}, as many as one call "
         "holds: on 4 loopback planes with --verify it moved 1.9-2.5x the bytes of 1 at MTU "
