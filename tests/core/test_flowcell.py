@@ -411,6 +411,49 @@ def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> 
     assert session.stats.retransmits_by_cause["rack"] == 1
 
 
+@pytest.mark.parametrize("lost_index", [4, 5], ids=["first-batch", "late-batch"])
+def test_a_loss_in_either_batch_of_a_flowcell_resends_only_that_psn(lost_index: int) -> None:
+    # 64 WRITE_WITH_IMMs of 8 KiB: each flowcell of 16 is FIRSTs then full LAST_IMMs (late).
+    # PSN 1004 is a FIRST in the first batch, 1005 a LAST_IMM in the second: either one lost
+    # is found by RACK from a packet that left after it, and nothing else is resent.
+    net = Network(seed=12)
+    target = PSN0 + lost_index
+    dropped: list[DataPacket] = []
+
+    def drop(data: bytes) -> bool:
+        pkt = decode_packet(data)
+        if isinstance(pkt, DataPacket) and pkt.psn == target and not dropped:
+            dropped.append(pkt)
+            return True
+        return False
+
+    params = LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, drop_if=drop)
+    a, b = net.pair(4, params)
+    size, length = 512 << 10, 8 << 10
+    src = bytes((i * 13 + (i >> 11)) & 0xFF for i in range(size))
+    dst = bytearray(size)
+    src_region = a.regions.register(bytearray(src))
+    dst_region = b.regions.register(dst)
+    cfg = SessionConfig(plane_mask=0b1111, initial_psn=PSN0, flowcell=16)
+    b.listen(cfg, accept=lambda _: REPLY.pack(dst_region.base_va, dst_region.rkey))
+
+    def on_event(host: Host, session: Session, event: Event) -> None:
+        if isinstance(event, ConnectionEstablished):
+            va, rkey = REPLY.unpack(event.private_data)
+            for off in range(0, size, length):
+                session.post_write(src_region, off, length, va + off, rkey, off // length)
+
+    a.on_event = on_event
+    session = a.connect(b, cfg)
+    assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == 64, timeout=5.0)
+    assert dst == src
+    (lost,) = dropped
+    assert lost.opcode is (Opcode.WRITE_FIRST if lost_index % 2 == 0 else Opcode.WRITE_LAST_IMM)
+    assert session.stats.retransmits == 1
+    assert session.stats.retransmits_by_cause["rack"] == 1
+    assert [(e.ev, e.reason) for e in a.events_of(PathRetired)] == [(lost.ev, "loss")]
+
+
 def test_a_flowcell_a_local_queue_refused_goes_again_at_once_on_another_plane() -> None:
     # t = 0.001: three flowcells of 4 leave on two planes; io reports that the first one's
     # plane refused it whole (ENOBUFS from a full qdisc): none of its packets left the host.
