@@ -133,9 +133,10 @@ def cut_flowcell(
         lastix = msg.npkts - 1
         take = min(limit - n, msg.npkts - index)
         ends = False
-        if index + take > lastix:  # the run holds the message's LAST
-            tail = packet_size(msg, lastix, mtu)
-            if len(msg.src) - lastix * mtu < mtu:
+        if index + take > lastix:  # the run holds the message's LAST (`packet_size`, inline)
+            payload = len(msg.src) - lastix * mtu
+            tail = payload + (HEADER if msg.imm is None else HEADER_IMM)
+            if payload < mtu:
                 ends = True
                 if tail > size:
                     take -= 1
