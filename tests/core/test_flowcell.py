@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from dataclasses import dataclass
 
 import pytest
 
@@ -360,10 +361,26 @@ def test_flowcell_must_be_1_to_64(bad: int) -> None:
         SessionConfig(flowcell=bad).validate()
 
 
-def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> None:
-    net = Network(seed=11)
-    target = PSN0 + 5  # in the middle of the first flowcell
+@dataclass
+class OneDrop:
+    """A transfer whose links dropped the first data packet of one PSN: the writer `a`, its
+    session, what arrived at `b` (`dst`), the packet dropped and the resends `b` received."""
+
+    a: Host
+    b: Host
+    session: Session
+    dst: bytearray
+    dropped: list[DataPacket]
+    resent: list[DataPacket]
+
+
+def write_dropping_once(seed: int, target: int, src: bytes, length: int) -> OneDrop:
+    """`src` written from a to b as WRITE_WITH_IMMs of `length` bytes (imm: their index) over
+    4 simulated planes, flowcell 16, the first data packet of PSN `target` dropped; driven
+    until every WRITE completed."""
+    net = Network(seed=seed)
     dropped: list[DataPacket] = []
+    resent: list[DataPacket] = []
 
     def drop(data: bytes) -> bool:
         pkt = decode_packet(data)
@@ -374,14 +391,11 @@ def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> 
 
     params = LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, drop_if=drop)
     a, b = net.pair(4, params)
-    size = 4 << 20
-    src = bytes((i * 7 + (i >> 9)) & 0xFF for i in range(size))
-    dst = bytearray(size)
+    dst = bytearray(len(src))
     src_region = a.regions.register(bytearray(src))
     dst_region = b.regions.register(dst)
     cfg = SessionConfig(plane_mask=0b1111, initial_psn=PSN0, flowcell=16)
     b.listen(cfg, accept=lambda _: REPLY.pack(dst_region.base_va, dst_region.rkey))
-    resent: list[DataPacket] = []
 
     def on_receive(host: Host, plane: int, batch: list[tuple[bytes, object, int]]) -> None:
         for data, _, _ in batch:
@@ -389,26 +403,33 @@ def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> 
             if isinstance(pkt, DataPacket) and pkt.rtx:
                 resent.append(pkt)
 
-    b.on_receive = on_receive
-
     def on_event(host: Host, session: Session, event: Event) -> None:
         if isinstance(event, ConnectionEstablished):
             va, rkey = REPLY.unpack(event.private_data)
-            for off in range(0, size, 1 << 20):
-                session.post_write(src_region, off, 1 << 20, va + off, rkey, off >> 20)
+            for off in range(0, len(src), length):
+                session.post_write(src_region, off, length, va + off, rkey, off // length)
 
+    b.on_receive = on_receive
     a.on_event = on_event
     session = a.connect(b, cfg)
-    assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == 4, timeout=5.0)
-    assert dst == src
-    assert b.session().stats.bytes_placed == size
-    (lost,) = dropped
-    retired = a.events_of(PathRetired)
+    count = len(src) // length
+    assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == count, timeout=5.0)
+    return OneDrop(a, b, session, dst, dropped, resent)
+
+
+def test_a_loss_inside_a_flowcell_retires_its_ev_and_resends_only_that_psn() -> None:
+    target = PSN0 + 5  # in the middle of the first flowcell
+    src = bytes((i * 7 + (i >> 9)) & 0xFF for i in range(4 << 20))
+    t = write_dropping_once(11, target, src, 1 << 20)
+    assert t.dst == src
+    assert t.b.session().stats.bytes_placed == len(src)
+    (lost,) = t.dropped
+    retired = t.a.events_of(PathRetired)
     assert [(e.ev, e.reason) for e in retired] == [(lost.ev, "loss")]
-    assert [p.psn for p in resent] == [target]
-    assert resent[0].ev != lost.ev
-    assert session.stats.retransmits == 1
-    assert session.stats.retransmits_by_cause["rack"] == 1
+    assert [p.psn for p in t.resent] == [target]
+    assert t.resent[0].ev != lost.ev
+    assert t.session.stats.retransmits == 1
+    assert t.session.stats.retransmits_by_cause["rack"] == 1
 
 
 @pytest.mark.parametrize("lost_index", [4, 5], ids=["first-batch", "late-batch"])
@@ -416,42 +437,15 @@ def test_a_loss_in_either_batch_of_a_flowcell_resends_only_that_psn(lost_index: 
     # 64 WRITE_WITH_IMMs of 8 KiB: each flowcell of 16 is FIRSTs then full LAST_IMMs (late).
     # PSN 1004 is a FIRST in the first batch, 1005 a LAST_IMM in the second: either one lost
     # is found by RACK from a packet that left after it, and nothing else is resent.
-    net = Network(seed=12)
-    target = PSN0 + lost_index
-    dropped: list[DataPacket] = []
-
-    def drop(data: bytes) -> bool:
-        pkt = decode_packet(data)
-        if isinstance(pkt, DataPacket) and pkt.psn == target and not dropped:
-            dropped.append(pkt)
-            return True
-        return False
-
-    params = LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20, drop_if=drop)
-    a, b = net.pair(4, params)
-    size, length = 512 << 10, 8 << 10
-    src = bytes((i * 13 + (i >> 11)) & 0xFF for i in range(size))
-    dst = bytearray(size)
-    src_region = a.regions.register(bytearray(src))
-    dst_region = b.regions.register(dst)
-    cfg = SessionConfig(plane_mask=0b1111, initial_psn=PSN0, flowcell=16)
-    b.listen(cfg, accept=lambda _: REPLY.pack(dst_region.base_va, dst_region.rkey))
-
-    def on_event(host: Host, session: Session, event: Event) -> None:
-        if isinstance(event, ConnectionEstablished):
-            va, rkey = REPLY.unpack(event.private_data)
-            for off in range(0, size, length):
-                session.post_write(src_region, off, length, va + off, rkey, off // length)
-
-    a.on_event = on_event
-    session = a.connect(b, cfg)
-    assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == 64, timeout=5.0)
-    assert dst == src
-    (lost,) = dropped
+    src = bytes((i * 13 + (i >> 11)) & 0xFF for i in range(512 << 10))
+    t = write_dropping_once(12, PSN0 + lost_index, src, 8 << 10)
+    assert t.dst == src
+    (lost,) = t.dropped
     assert lost.opcode is (Opcode.WRITE_FIRST if lost_index % 2 == 0 else Opcode.WRITE_LAST_IMM)
-    assert session.stats.retransmits == 1
-    assert session.stats.retransmits_by_cause["rack"] == 1
-    assert [(e.ev, e.reason) for e in a.events_of(PathRetired)] == [(lost.ev, "loss")]
+    assert [p.psn for p in t.resent] == [PSN0 + lost_index]
+    assert t.session.stats.retransmits == 1
+    assert t.session.stats.retransmits_by_cause["rack"] == 1
+    assert [(e.ev, e.reason) for e in t.a.events_of(PathRetired)] == [(lost.ev, "loss")]
 
 
 def test_a_flowcell_a_local_queue_refused_goes_again_at_once_on_another_plane() -> None:
