@@ -518,6 +518,43 @@ def test_each_wake_up_drains_the_planes_from_the_next_one_on() -> None:
             p.close()
 
 
+def test_a_wake_up_reads_only_the_planes_with_something_waiting() -> None:
+    """One datagram on one of four planes: that plane is read once, and no other plane is read
+    at all (an empty socket's read is a syscall and a raised BlockingIOError; a small
+    message's round trip paid seven of them a wake-up). Nor is any error queue looked at."""
+    loop, core, io, peers = make(4)
+    try:
+        io.connect(SessionConfig(plane_mask=15),
+                   {p: s.local_addr for p, s in enumerate(peers)}, b"")
+        reads: list[int] = []
+        looks: list[int] = []
+        for p, sock in io.planes.items():
+            drain, check = sock.drain_reads, sock.check_errors
+
+            def spy(limit: int = 64, errors: bool = True, p: int = p, drain=drain):  # type: ignore[no-untyped-def]
+                reads.append(p)
+                return drain(limit, errors)
+
+            def look(p: int = p, check=check) -> None:  # type: ignore[no-untyped-def]
+                looks.append(p)
+                check()
+
+            sock.drain_reads = spy  # type: ignore[method-assign]
+            sock.check_errors = look  # type: ignore[method-assign]
+        core.calls.clear()
+        peers[2].send(b"one", io.planes[2].local_addr)
+        assert select.select([io.planes[2].fileno()], [], [], 1.0)[0]  # without running the loop
+        io._on_readable(2)
+        assert core.calls == [(2, 1)]
+        assert reads == [2]
+        assert looks == []
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
+
+
 def _readable(sock: PlaneSocket) -> bool:
     return bool(select.select([sock.fileno()], [], [], 0)[0])
 
