@@ -159,6 +159,8 @@ class IoEndpoint(Generic[S]):
         for fd in self._readers:
             self.loop.remove_reader(fd)
         self._readers.clear()
+        self._poll = None
+        self._plane_of.clear()
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
