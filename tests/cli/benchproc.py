@@ -48,23 +48,6 @@ def bound(host: str, port: int) -> bool:
         return any(line.split()[1] == want for line in f.readlines()[1:])
 
 
-def udp_backlog(hosts: list[str], port: int) -> tuple[int, int]:
-    """(bytes queued, datagrams dropped) at the IPv4 UDP sockets bound to hosts:port, summed.
-
-    Read from /proc/net/udp (`rx_queue` and `drops`), so a sender can wait for a reader that
-    falls behind and tell what the kernel dropped from what the reader counted.
-    """
-    want = {f"{socket.inet_aton(h)[::-1].hex().upper()}:{port:04X}" for h in hosts}
-    queued = dropped = 0
-    with open("/proc/net/udp") as f:
-        for line in f.readlines()[1:]:
-            row = line.split()
-            if len(row) > 12 and row[1] in want:
-                queued += int(row[4].split(":")[1], 16)
-                dropped += int(row[12])
-    return queued, dropped
-
-
 class Server:
     """`mrc bench -s` on the 4 loopback planes; `stop()` returns (rc, stdout, stderr)."""
 

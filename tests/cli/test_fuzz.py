@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 
-from benchproc import CLIENT_ADDRS, SERVER_ADDRS, Server, client, env, json_docs, udp_backlog
+from benchproc import CLIENT_ADDRS, SERVER_ADDRS, Server, client, env, json_docs
 from fuzzgen import capture, mutations, open_live_session
+
+from tools.hostile.procs import socket_backlog, socket_drops
 
 N = 100_000
 #: Datagrams sent between two looks at the server's receive queues.
@@ -31,7 +33,7 @@ def blast(port: int, datagrams: list[bytes]) -> tuple[int, int]:
     session's own checks see junk too, not only the endpoint's routing.
     """
     sent = 0
-    _, dropped_before = udp_backlog(SERVER_ADDRS, port)
+    dropped_before = socket_drops(SERVER_ADDRS, port)
     qpn, s = open_live_session((SERVER_ADDRS[0], port))
     live = qpn.to_bytes(3, "big")
     deadline = time.monotonic() + 60
@@ -52,10 +54,9 @@ def blast(port: int, datagrams: list[bytes]) -> tuple[int, int]:
                         pass  # REJECTs and the like
                 except (BlockingIOError, ConnectionRefusedError):
                     pass
-                while udp_backlog(SERVER_ADDRS, port)[0] > BACKLOG and time.monotonic() < deadline:
+                while socket_backlog(SERVER_ADDRS, port) > BACKLOG and time.monotonic() < deadline:
                     time.sleep(0.0005)
-    _, dropped_after = udp_backlog(SERVER_ADDRS, port)
-    return sent, dropped_after - dropped_before
+    return sent, socket_drops(SERVER_ADDRS, port) - dropped_before
 
 
 def test_fuzzed_server_keeps_serving() -> None:

@@ -2,7 +2,8 @@
 
 Holds `BenchProc` (one `python -m mrc bench` child on loopback: stdout and stderr in temporary
 files, its own session, stopped with SIGTERM then SIGKILL), `bench_argv`, `free_port`,
-`udp_bound` / `socket_drops` (read from /proc/net/udp, without touching the sockets) and
+`udp_bound` / `socket_drops` / `socket_backlog` (read from /proc/net/udp, without touching
+the sockets) and
 `udp_snmp` (the host's Udp counters from /proc/net/snmp). Deciding what a process's end means
 (a crash, a failed transfer) is `tools.hostile.report`'s job.
 """
@@ -143,6 +144,13 @@ def socket_drops(hosts: list[str], port: int) -> int:
     /proc/net/udp: a full receive buffer, a bad checksum), summed over the sockets."""
     want = {_key(h, port) for h in hosts}
     return sum(int(row[12]) for row in _udp_rows() if len(row) > 12 and row[1] in want)
+
+
+def socket_backlog(hosts: list[str], port: int) -> int:
+    """Bytes waiting in the receive queues of the sockets bound to hosts:port (the `rx_queue`
+    column of /proc/net/udp, in the kernel's accounting), summed over the sockets."""
+    want = {_key(h, port) for h in hosts}
+    return sum(int(row[4].split(":")[1], 16) for row in _udp_rows() if row[1] in want)
 
 
 def udp_snmp() -> dict[str, int]:
