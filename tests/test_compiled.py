@@ -29,7 +29,7 @@ PROBE = """
 import importlib, json, pkgutil, sys
 import mrc, mrc.core, mrc.wire
 for pkg in (mrc.wire, mrc.core):
-    for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
         if not info.name.endswith("__mypyc"):  # a compiled module's library, not a module
             importlib.import_module(info.name)
 files = {n: m.__file__ for n, m in sys.modules.items()
@@ -52,7 +52,7 @@ def probe(pure: str | None) -> dict[str, object]:
 
 
 def module_name(source: str) -> str:
-    """mrc/core/sender.py -> mrc.core.sender; mrc/core/__init__.py -> mrc.core."""
+    """mrc/core/send/sender.py -> mrc.core.send.sender; mrc/core/__init__.py -> mrc.core."""
     return source.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 

@@ -41,7 +41,7 @@ INTERPRETED: dict[str, str] = {
     f"mrc/wire/{name}.py": _CLASSVAR
     for name in ("ack", "bth", "cm", "data", "probe", "srh", "trailer")
 } | {
-    "mrc/core/evformat.py": "it checks the types of API arguments itself (a bool width, a str"
+    "mrc/core/paths/evformat.py": "it checks the types of API arguments itself (a bool width, a str"
     " mode) with one-line errors; compiled, its constructors would coerce or refuse them first",
 }
 JOBS = 2

@@ -22,11 +22,11 @@ import sys
 from typing import Any
 
 from mrc.cli import COMMANDS
-from mrc.core.balance import balance_names
-from mrc.core.cc import cc_names
+from mrc.core.cc.control import cc_names
 from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SECURITY_LEVELS
 from mrc.core.errors import LocalProtocolError
-from mrc.core.spray import spray_names
+from mrc.core.paths.balance import balance_names
+from mrc.core.paths.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
 from mrc.node.host import EV_ENCODINGS
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mrc.core.config import SessionConfig
-from mrc.core.handshake import Identity
+from mrc.core.secure.handshake import Identity
 from mrc.io.pathtable import PathTable
 from mrc.node.host import SPORT_POOL
 

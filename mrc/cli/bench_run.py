@@ -21,7 +21,7 @@ from typing import Any
 
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
-from mrc.core.handshake import Identity, public_key
+from mrc.core.secure.handshake import Identity, public_key
 from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name, new_event_loop

@@ -19,8 +19,8 @@ from .events import (
     WriteCompleted,
 )
 from .memory import Region, RegionTable
+from .paths.spray import SprayPolicy, make_spray, register_spray, spray_names
 from .session import Session, SessionState
-from .spray import SprayPolicy, make_spray, register_spray, spray_names
 from .stats import PlaneStats, SessionStats
 from .transmit import Addr, Transmit
 

@@ -46,9 +46,9 @@ class SessionConfig:
     ev_min_active: int | None = None
     #: Paths of each plane (index = plane number; missing = 1): route = selector mod paths.
     plane_paths: tuple[int, ...] = ()
-    #: Spray policy by name (mrc.core.spray registry).
+    #: Spray policy by name (mrc.core.paths.spray registry).
     spray: str = "bitmap"
-    #: Plane balance by name (mrc.core.balance registry): "equal" (MRC's rule) or "adaptive"
+    #: Plane balance by name (mrc.core.paths.balance registry): "equal" (MRC's rule) or "adaptive"
     #: (planes weighted by their measured delivery rate) (docs/DESIGN.md §4).
     plane_balance: str = "equal"
     #: Packets per flowcell (docs/DESIGN.md §11): the sender asks the spray policy for one EV per
@@ -56,7 +56,7 @@ class SessionConfig:
     #: packets on it as one GSO batch (two when their headers differ in size). 1 = an EV per
     #: packet. Local: not negotiated.
     flowcell: int = 1
-    #: Congestion control by name (mrc.core.cc registry): "nscc" (UEC NSCC) or "none" (the
+    #: Congestion control by name (mrc.core.cc.control registry): "nscc" (UEC NSCC) or "none" (the
     #: window only) (docs/DESIGN.md §7).
     cc: str = "nscc"
     #: NSCC: line rate of one plane (bit/s); with the base RTT it gives the BDP that scales

@@ -37,8 +37,8 @@ from ..wire.packet import CmPacket, decode_packet, peek_dest_qp
 from . import cm
 from .config import SessionConfig
 from .errors import LocalProtocolError
-from .handshake import Identity, TokenBucket
 from .memory import RegionTable
+from .secure.handshake import Identity, TokenBucket
 from .session import Session
 from .transmit import Addr, Transmit
 

@@ -11,7 +11,7 @@ The session never touches a socket, a clock or an event loop (docs/DESIGN.md §3
   `get_timer()`, then `next_event()` until it returns None.
 
 Inside, the work is split by concern: `Sender` (posted WRITEs, send records, loss inference,
-completions), `Receiver` (checks, placement, SACK/NACK/AETH), `PathTable` (planes, EVs, RTTs),
+completions), `Receiver` (checks, placement, SACK/NACK/AETH), `PlaneTable` (planes, EVs, RTTs),
 a spray policy, and the CM handshake helpers in `cm.py`. This module holds the handshake state,
 routes decoded packets to their handler (`_handle_<kind>`), hands plane suspicion, probing and
 DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. `now` is monotonic seconds.
@@ -48,25 +48,25 @@ from ..wire.packet import (
 )
 from ..wire.probe import EETH, ERTH, EndpointOp
 from . import cm
-from .aead import PacketProtection
-from .balance import make_balance
-from .cc import make_cc
+from .cc.control import make_cc
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .events import (
     ConnectionClosed,
     Event,
 )
-from .evlabel import restore_ev, strip_control
-from .handshake import HEAD, Identity, Requester
 from .memory import Region, RegionTable
-from .paths import PathTable, PlaneState
-from .planes import PlaneMonitor
-from .receiver import Receiver
-from .sackpath import take_sack
-from .secure import SecureChannel, before_keys, reply_for
-from .sender import Sender
-from .spray import make_spray
+from .paths.balance import make_balance
+from .paths.evlabel import restore_ev, strip_control
+from .paths.health import PlaneMonitor
+from .paths.planes import PlaneState, PlaneTable
+from .paths.spray import make_spray
+from .recv.receiver import Receiver
+from .secure.aead import PacketProtection
+from .secure.gate import SecureChannel, before_keys, reply_for
+from .secure.handshake import HEAD, Identity, Requester
+from .send.sackpath import take_sack
+from .send.sender import Sender
 from .stats import PlaneStats, SessionStats
 from .timers import Timer, TimerTable
 from .trace import TraceCollector
@@ -132,7 +132,7 @@ class Session:
         self.channel: SecureChannel | None = None
         #: The peer's static X25519 public key, authenticated by the handshake (secured only).
         self.peer_static_key: bytes | None = None
-        self.paths = PathTable(config, rng, self._events)
+        self.paths = PlaneTable(config, rng, self._events)
         self.spray = make_spray(config.spray, self.paths, rng)
         self.balance = make_balance(config.plane_balance, self.paths)
         self.cc = make_cc(config.cc, config)
@@ -218,7 +218,7 @@ class Session:
     def _establish(self, *, peer_initial_psn: int, now: float) -> None:
         self.state = SessionState.ESTABLISHED
         self.noevx = self.config.ev_encoding == "flowlabel"  # agreed in CM (evlabel.py)
-        self.paths = PathTable(self.config, self.rng, self._events)
+        self.paths = PlaneTable(self.config, self.rng, self._events)
         self.spray = make_spray(self.config.spray, self.paths, self.rng)
         self.balance = make_balance(self.config.plane_balance, self.paths)
         self.cc = make_cc(self.config.cc, self.config)

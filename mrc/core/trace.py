@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
-from .evs import EvRecord, EvState
+from .paths.evs import EvRecord, EvState
 
 if TYPE_CHECKING:
     from .session import Session

@@ -28,11 +28,11 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrc.core.balance import balance_names
-from mrc.core.cc import cc_names
+from mrc.core.cc.control import cc_names
 from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
 from mrc.core.errors import LocalProtocolError
-from mrc.core.spray import spray_names
+from mrc.core.paths.balance import balance_names
+from mrc.core.paths.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
 
 __all__ = [

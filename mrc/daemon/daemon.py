@@ -23,8 +23,8 @@ import resource
 import signal
 
 from mrc.core.endpoint import Endpoint
-from mrc.core.handshake import Identity
 from mrc.core.memory import RegionTable
+from mrc.core.secure.handshake import Identity
 from mrc.io.loop import freeze_heap, new_event_loop
 from mrc.node import Node, NodeError
 from mrc.node.keys import load_or_create_private_key, load_psk, public_key_text

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from mrc.core.paths import PlaneState
+from mrc.core.paths.planes import PlaneState
 
 from .views import peer_counters, plane_rows
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import mrc
-from mrc.core.paths import PlaneState
+from mrc.core.paths.planes import PlaneState
 from mrc.core.stats import PlaneStats
 
 from .conns import Connection

@@ -8,8 +8,9 @@ public keys come from a file (one base64 key a line; `#` starts a comment) or fr
 string given directly; a pre-shared key file is held to the private key's rules. Every problem
 is a `NodeError` with one line.
 
-What it leaves to others: key agreement and the `Identity` the core uses (mrc.core.handshake),
-deciding which peers a host lists (the daemon's config, `mrc bench --peer-key`).
+What it leaves to others: key agreement and the `Identity` the core uses
+(mrc.core.secure.handshake), deciding which peers a host lists (the daemon's config,
+`mrc bench --peer-key`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-from mrc.core.handshake import Identity, public_key
+from mrc.core.secure.handshake import Identity, public_key
 
 from .errors import NodeError
 

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.cc import Nscc
+from ..core.cc.control import Nscc
 from ..core.config import SessionConfig
 from ..core.events import ConnectionEstablished, Event, PlaneDown, WriteCompleted
 from ..core.memory import Region

@@ -291,7 +291,7 @@ def loss1(proto: str, scale: Scale, loss: float = 0.01) -> Metrics:
     RTO 163 µs; with control packets first, as in tools/htsim, 21.4 µs and 87 µs, half the
     retransmissions, to the last flow 0.24); (2) the bulk itself runs at about 0.45 even
     without loss (128 hosts: p50 490 µs lossless), because every connection's 16 active EVs
-    per plane sit on paths 0-15 of the plane's 32 (core/evs.py `_selectors` puts the i-th on
+    per plane sit on paths 0-15 of the plane's 32 (core/paths/evs.py `_selectors` puts the i-th on
     path i), so half the tier-1s carry everything; with ev_per_plane=32, 128 hosts: p50 270
     µs lossless, and at 1 % loss 0.67 per flow."""
     run = Run(proto, scale, permutation(scale))

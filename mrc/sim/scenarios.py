@@ -402,7 +402,7 @@ SCENARIOS: dict[str, Callable[[str], Outcome]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..core.spray import spray_names
+    from ..core.paths.spray import spray_names
 
     ap = argparse.ArgumentParser(
         prog="python -m mrc.sim.scenarios",

@@ -109,7 +109,7 @@ _SACK_NOEVX: Final = struct.Struct(">BBHIIHhIHHIBBhQHHI")
 _SACK_PS_NOEVX: Final = struct.Struct(">BBHIIHhIHHIBBhQHHII")
 _SACK_OP: Final = Opcode.RELIABILITY_SACK.value
 #: The common SACK's layouts, BTH EVXH SETH CC_STATE (52 bytes) and the same plus PORTSTATE
-#: (56), for the sender's byte path (mrc.core.sackpath), which reads them without a record.
+#: (56), for the sender's byte path (mrc.core.send.sackpath), which reads them without a record.
 SACK_LAYOUT: Final = _SACK
 SACK_LAYOUT_PS: Final = _SACK_PS
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mrc.cli import main
-from mrc.core.handshake import public_key
+from mrc.core.secure.handshake import public_key
 from mrc.node.keys import load_private_key
 
 

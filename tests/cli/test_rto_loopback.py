@@ -120,7 +120,7 @@ def test_a_receiver_stopped_50ms_every_200ms_costs_under_a_thousandth_in_duplica
     assert mrc["longest_stall_seconds"] >= 0.04  # the stalls happened
     assert rto >= 1  # and the writer probed through them
     # Every duplicate is a probe: the RTO's, a completion's, or a tail probe (a window left
-    # on one plane when the peer stopped looks like that plane dying: mrc/core/silence.py).
+    # on one plane when the peer stopped looks like that plane dying: mrc/core/loss/silence.py).
     probes = rto + sum(mrc["retransmits_by_cause"].get(k, 0) for k in ("completion", "tail_probe"))
     assert dups <= probes
     assert dups < sent / 1000

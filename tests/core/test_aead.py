@@ -13,11 +13,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mrc.core.aead import TRAILER, PacketProtection
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished
-from mrc.core.handshake import Identity, TokenBucket
-from mrc.core.replay import ReplayWindow
+from mrc.core.secure.aead import TRAILER, PacketProtection
+from mrc.core.secure.handshake import Identity, TokenBucket
+from mrc.core.secure.replay import ReplayWindow
 from mrc.sim import LinkParams, Network
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import CmPacket, decode_packet

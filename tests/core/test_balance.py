@@ -7,18 +7,18 @@ from collections import Counter
 
 import pytest
 
-from mrc.core.balance import AdaptiveBalance, balance_names, make_balance
 from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
-from mrc.core.paths import PathTable, PlaneState, ev_plane
-from mrc.core.spray import make_spray
+from mrc.core.paths.balance import AdaptiveBalance, balance_names, make_balance
+from mrc.core.paths.planes import PlaneState, PlaneTable, ev_plane
+from mrc.core.paths.spray import make_spray
 
 CONFIG = SessionConfig(plane_mask=0b1111, ev_per_plane=8)
 PKT = 4096
 
 
 def test_equal_leaves_the_plane_to_the_spray_rotation() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     assert make_balance("equal", paths).next_plane(0.0) is None
     assert balance_names() == ["adaptive", "equal"]
     with pytest.raises(LocalProtocolError, match="unknown plane balance 'fast'"):
@@ -26,7 +26,7 @@ def test_equal_leaves_the_plane_to_the_spray_rotation() -> None:
 
 
 def test_adaptive_starts_equal_and_a_plane_that_returns_starts_level() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     bal = make_balance("adaptive", paths)
     first = Counter(bal.next_plane(0.0) for _ in range(400))
     assert first == {0: 100, 1: 100, 2: 100, 3: 100}
@@ -66,7 +66,7 @@ def fluid(balance: AdaptiveBalance, capacity: list[float], seconds: float) -> li
 def test_adaptive_weights_planes_by_what_they_deliver() -> None:
     """Planes of 1, 1, 1 and 0.25 (×30k packets/s): the slow plane's share settles near its
     capacity share (0.25 / 3.25 = 7.7 %) instead of the equal 25 % that would overflow it."""
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     bal = make_balance("adaptive", paths)
     assert isinstance(bal, AdaptiveBalance)
     shares = fluid(bal, [30_000, 30_000, 30_000, 7_500], 3.0)
@@ -78,7 +78,7 @@ def test_adaptive_weights_planes_by_what_they_deliver() -> None:
 
 
 def test_next_ev_on_stays_on_the_plane_and_uses_each_of_its_evs_once_per_round() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     for name in ("oblivious", "bitmap"):
         spray = make_spray(name, paths, random.Random(4))
         for _ in range(3):

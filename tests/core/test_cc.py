@@ -1,4 +1,4 @@
-"""Congestion control (mrc.core.cc, docs/DESIGN.md §7): NSCC's quadrants, its once-per-RTT
+"""Congestion control (mrc.core.cc.control, docs/DESIGN.md §7): NSCC's quadrants, its once-per-RTT
 decrease, quick adapt, the receiver's `rcv_cwnd_pen`, the window-only `none`, and a sender
 that keeps no more in flight than the window allows.
 
@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from mrc.core.cc import Nscc, NsccParams, WindowOnly, cc_names, make_cc
+from mrc.core.cc.control import Nscc, NsccParams, WindowOnly, cc_names, make_cc
 from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
 from mrc.core.events import ConnectionEstablished, Event, WriteCompleted

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrc.core.evformat import (
+from mrc.core.paths.evformat import (
     API_EV_BYTES,
     EvField,
     EvFormat,

@@ -9,7 +9,7 @@ import pytest
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import Event, PathRestored, PathRetired
-from mrc.core.evs import (
+from mrc.core.paths.evs import (
     PENALTY_MAX,
     TRANSITIONS,
     EvSignal,

@@ -16,8 +16,8 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
 from mrc.core.events import ConnectionEstablished, Event, PathRetired, WriteCompleted
-from mrc.core.evs import EvState
-from mrc.core.paths import ev_plane
+from mrc.core.paths.evs import EvState
+from mrc.core.paths.planes import ev_plane
 from mrc.core.session import Session
 from mrc.core.transmit import Transmit
 from mrc.sim import Host, LinkParams, Network

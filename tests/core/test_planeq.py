@@ -1,4 +1,4 @@
-"""NSCC's plane queue guard (mrc/core/planeq.py): stories with explicit time and samples.
+"""NSCC's plane queue guard (mrc/core/cc/planeq.py): stories with explicit time and samples.
 
 Four planes are sampled every 100 µs. Plane 3 is the slow one when a story needs one: its
 RTT climbs above the others' while they stay flat, as behind a tbf queue that marks nothing.
@@ -10,7 +10,7 @@ from itertools import pairwise
 
 import pytest
 
-from mrc.core.planeq import BOUNDED_FOR, GROW, INITIAL_CAP, PlaneQueues
+from mrc.core.cc.planeq import BOUNDED_FOR, GROW, INITIAL_CAP, PlaneQueues
 
 MTU = 4096
 MS = 1e-3

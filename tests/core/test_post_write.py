@@ -15,7 +15,7 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
 from mrc.core.events import ConnectionEstablished
-from mrc.core.sender import MAX_OUTSTANDING_MESSAGES
+from mrc.core.send.sender import MAX_OUTSTANDING_MESSAGES
 from mrc.core.session import Session
 from mrc.sim import Network
 from mrc.wire.bth import DATA_OPCODES

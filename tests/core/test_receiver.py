@@ -15,7 +15,7 @@ import pytest
 import mrc
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, ImmediateReceived, WriteCompleted
-from mrc.core.evs import make_ev
+from mrc.core.paths.evs import make_ev
 from mrc.core.session import Session
 from mrc.sim import Host, LinkParams, Network
 from mrc.wire.ack import NackReason

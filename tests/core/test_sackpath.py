@@ -1,4 +1,4 @@
-"""The sender's SACK byte path (mrc.core.sackpath): the common SACK read from its bytes does
+"""The sender's SACK byte path (mrc.core.send.sackpath): the common SACK read from its bytes does
 what decoding it does, and everything else is left to the decoder (docs/WIRE.md §4)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from test_flowcell import PSN0, Pair, data_transmits
 
 import mrc
 from mrc.core import session as session_module
-from mrc.core.sackpath import take_sack
+from mrc.core.send.sackpath import take_sack
 from mrc.wire.fast import encode_sack
 
 MARK_SKIP_ONCE, MARK_ALWAYS_SKIP = 1, 2

@@ -1,10 +1,10 @@
-"""The sender's SACK scoreboard (mrc.core.scoreboard): new bits of a block, as PSN offsets."""
+"""The sender's SACK scoreboard (mrc.core.send.scoreboard): new bits of a block, as PSN offsets."""
 
 from __future__ import annotations
 
 import random
 
-from mrc.core.scoreboard import SackScoreboard, reverse64
+from mrc.core.send.scoreboard import SackScoreboard, reverse64
 
 PSN_MOD = 1 << 24
 

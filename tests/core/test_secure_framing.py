@@ -1,4 +1,4 @@
-"""The secured framer's kept buffer (mrc/core/sendpath.py): a batch framed after a longer one
+"""The secured framer's kept buffer (mrc/core/send/framing.py): a batch framed after a longer one
 carries exactly its own bytes, every packet of both opens to its own plaintext, a batch
 bigger than the buffer (more than one GSO call, outside the flowcell rules) grows it without
 losing what was already framed, and a flowcell with late packets leaves as two batches."""
@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from mrc.core.aead import TRAILER, PacketProtection
 from mrc.core.config import SessionConfig
-from mrc.core.records import new_message
-from mrc.core.sendpath import HEADER, HEADER_IMM, Framer
+from mrc.core.secure.aead import TRAILER, PacketProtection
+from mrc.core.send.framing import HEADER, HEADER_IMM, Framer
+from mrc.core.send.records import new_message
 from mrc.core.stats import SessionStats
 from mrc.core.transmit import Transmit
 from mrc.wire.packet import DataPacket, decode_packet

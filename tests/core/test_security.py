@@ -13,8 +13,8 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, PathRetired, WriteCompleted
-from mrc.core.handshake import Identity
 from mrc.core.memory import Region, RegionTable
+from mrc.core.secure.handshake import Identity
 from mrc.core.session import Session
 from mrc.sim import Host, LinkParams, Network
 from mrc.wire.bth import DATA_OPCODES, Opcode

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from mrc.core.records import OutMessage, new_message
-from mrc.core.sendpath import cut_flowcell
+from mrc.core.send.framing import cut_flowcell
+from mrc.core.send.records import OutMessage, new_message
 
 MTU = 1024
 

@@ -1,4 +1,5 @@
-"""Stories of a plane suspected silent (mrc/core/silence.py, docs/DESIGN.md §6), in explicit time.
+"""Stories of a plane suspected silent (mrc/core/loss/silence.py, docs/DESIGN.md §6), in explicit
+time.
 
 Four planes with an SRTT of 5 ms each (so a reordering window of 1.25 ms and an RTO of
 8 ms); plane 0's last flowcell left at t = 1.000 s and its last acknowledgement came at
@@ -13,9 +14,9 @@ from collections import deque
 import pytest
 
 from mrc.core.config import SessionConfig
-from mrc.core.paths import Plane, RttEstimator
-from mrc.core.records import SentCell
-from mrc.core.silence import SilentPlanes, closed_on_silent
+from mrc.core.loss.silence import SilentPlanes, closed_on_silent
+from mrc.core.paths.planes import Plane, RttEstimator
+from mrc.core.send.records import SentCell
 
 SRTT = 0.005
 T0 = 1.000
@@ -156,12 +157,12 @@ def test_no_tail_probe_while_two_planes_owe() -> None:
 
 
 def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flowcell() -> None:
-    from mrc.core.balance import make_balance
-    from mrc.core.cc import make_cc
-    from mrc.core.evchoice import EvChoice
-    from mrc.core.inflight import InFlight
-    from mrc.core.paths import PathTable
-    from mrc.core.spray import make_spray
+    from mrc.core.cc.control import make_cc
+    from mrc.core.paths.balance import make_balance
+    from mrc.core.paths.planes import PlaneTable
+    from mrc.core.paths.spray import make_spray
+    from mrc.core.send.evchoice import EvChoice
+    from mrc.core.send.inflight import InFlight
 
     config = SessionConfig(plane_mask=0b1111, cc="none")
     cc = make_cc("none", config)
@@ -172,7 +173,7 @@ def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flow
     suspected = {0: 2.0}
     flight.uncounted = suspected
     assert flight.room(0, 0) == window // 4096
-    paths = PathTable(config, random.Random(3))
+    paths = PlaneTable(config, random.Random(3))
     spray = make_spray("bitmap", paths, random.Random(4))
     choice = EvChoice(paths, spray, make_balance("equal", paths), flight, suspected)
     assert not choice.plane_open(0) and choice.plane_open(1)

@@ -9,23 +9,23 @@ import pytest
 
 from mrc.core.config import SessionConfig
 from mrc.core.errors import LocalProtocolError
-from mrc.core.evs import EvSignal, EvState
-from mrc.core.paths import PathTable, ev_plane
-from mrc.core.spray import REPS_EXPLORE, make_spray, shuffle, spray_names
+from mrc.core.paths.evs import EvSignal, EvState
+from mrc.core.paths.planes import PlaneTable, ev_plane
+from mrc.core.paths.spray import REPS_EXPLORE, make_spray, shuffle, spray_names
 
 CONFIG = SessionConfig(plane_mask=0b1111, ev_per_plane=8)
 
 
 @pytest.mark.parametrize("name", ["oblivious", "bitmap", "reps"])
 def test_planes_carry_equal_shares(name: str) -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     spray = make_spray(name, paths, random.Random(4))
     planes = Counter(ev_plane(spray.next_ev(0.0) or -1) for _ in range(3200))
     assert planes == {0: 800, 1: 800, 2: 800, 3: 800}
 
 
 def test_oblivious_uses_every_ev_once_per_round() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     spray = make_spray("oblivious", paths, random.Random(4))
     for _ in range(3):
         picked = [spray.next_ev(0.0) for _ in range(32)]
@@ -35,7 +35,7 @@ def test_oblivious_uses_every_ev_once_per_round() -> None:
 
 
 def test_oblivious_passes_a_skip_ev_over_for_one_rotation() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     spray = make_spray("oblivious", paths, random.Random(4))
     skipped = paths.evs.rotation(1)[0]
     paths.evs.signal(skipped, EvSignal.TRIMMED, now=0.0, seq=1)
@@ -47,7 +47,7 @@ def test_oblivious_passes_a_skip_ev_over_for_one_rotation() -> None:
 
 
 def test_bitmap_skips_an_ev_as_many_rounds_as_its_counter() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     spray = make_spray("bitmap", paths, random.Random(4))
     ev = paths.evs.rotation(2)[0]
     paths.evs.signal(ev, EvSignal.TRIMMED, now=0.0, seq=1)  # +4
@@ -61,7 +61,7 @@ def test_bitmap_skips_an_ev_as_many_rounds_as_its_counter() -> None:
 
 def test_a_retired_ev_leaves_every_policy_at_once() -> None:
     for name in spray_names():
-        paths = PathTable(CONFIG, random.Random(3))
+        paths = PlaneTable(CONFIG, random.Random(3))
         spray = make_spray(name, paths, random.Random(4))
         dead = paths.evs.rotation(0)[0]
         spray.on_acked([dead], None, 0.0)
@@ -70,7 +70,7 @@ def test_a_retired_ev_leaves_every_policy_at_once() -> None:
 
 
 def test_reps_reuses_clean_evs_and_freezes_after_a_loss() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     spray = make_spray("reps", paths, random.Random(4))
     good = paths.evs.rotation(0)[:3]
     marked = paths.evs.rotation(1)[0]
@@ -89,7 +89,7 @@ def test_reps_reuses_clean_evs_and_freezes_after_a_loss() -> None:
 
 
 def test_unknown_policy_is_a_clear_error() -> None:
-    paths = PathTable(CONFIG, random.Random(3))
+    paths = PlaneTable(CONFIG, random.Random(3))
     with pytest.raises(LocalProtocolError, match=r"unknown spray policy 'fast'.*bitmap"):
         make_spray("fast", paths, random.Random(0))
 

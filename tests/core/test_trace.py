@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 
 from mrc.core.config import SessionConfig
-from mrc.core.evs import EvSignal
 from mrc.core.memory import RegionTable
+from mrc.core.paths.evs import EvSignal
 from mrc.core.session import Session
 from mrc.core.trace import TraceCollector, record_json
 from mrc.sim import Network

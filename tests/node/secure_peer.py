@@ -20,7 +20,7 @@ import sys
 from mrc.core.config import SessionConfig
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
-from mrc.core.handshake import Identity
+from mrc.core.secure.handshake import Identity
 from mrc.core.session import Session
 from mrc.io.loop import new_event_loop
 from mrc.node import Node

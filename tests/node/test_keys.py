@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mrc.core.handshake import Identity
+from mrc.core.secure.handshake import Identity
 from mrc.node import NodeError
 from mrc.node.keys import (
     create_private_key,

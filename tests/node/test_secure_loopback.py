@@ -18,7 +18,7 @@ import pytest
 from mrc.core.config import SessionConfig
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionEstablished, Event, WriteCompleted
-from mrc.core.handshake import Identity
+from mrc.core.secure.handshake import Identity
 from mrc.io.loop import new_event_loop
 from mrc.node import Node, resolve_peer
 

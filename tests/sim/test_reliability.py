@@ -127,7 +127,7 @@ def test_silent_blackhole_on_one_plane_is_resent_around_and_its_evs_retired_by_p
     t.run()
     t.assert_placed_exactly_once()
     assert_in_order(t)
-    # Plane 2, silent while the others answer, was suspected (mrc/core/silence.py): no new
+    # Plane 2, silent while the others answer, was suspected (mrc/core/loss/silence.py): no new
     # flowcell went there and its bytes stopped holding the window. Once its packets closed
     # the PSN window and every other plane had all it carried answered, they were resent
     # elsewhere without waiting for its RTO (sender.py `_resend_silent`), so the transfer

@@ -12,10 +12,10 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sim_story import REPLY, Transfer, chunks, make_transfer, pattern
 
-import mrc.core.aead as aead
+import mrc.core.secure.aead as aead
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, Event
-from mrc.core.handshake import Identity
+from mrc.core.secure.handshake import Identity
 from mrc.core.session import Session
 from mrc.sim import Host, LinkParams, Network
 from mrc.sim.fabric import clos

@@ -1,5 +1,5 @@
 """Stories of a plane that goes silent while the peer answers on the others (docs/DESIGN.md §6,
-mrc/core/silence.py): the sender suspects it, sends it nothing new, stops counting its bytes
+mrc/core/loss/silence.py): the sender suspects it, sends it nothing new, stops counting its bytes
 against the window and has it probed. And what a plane that only lags pays: nothing
 blamed, and its packets resent only once they close the window. (The tail probe's
 stories are in tests/core/test_silence.py.)
@@ -48,7 +48,7 @@ def test_a_plane_read_2ms_late_closing_the_window_is_resent_but_nothing_is_blame
     while, its bytes off the window) and probed once; the probe is answered. Its packets
     close the PSN window, and once the other planes have had everything answered and a
     reordering window passed, the sender resends them elsewhere (the price of a blackhole
-    failover under 10 ms on real sockets: mrc/core/sender.py `_resend_silent`): all 257
+    failover under 10 ms on real sockets: mrc/core/send/sender.py `_resend_silent`): all 257
     arrive twice. Nothing is blamed: no EV retired, every plane up."""
 
     def build(net, a, b):  # type: ignore[no-untyped-def]

@@ -26,7 +26,7 @@ queues and RTT; htsim there: p50 193.7, p99 201.3 µs):
     both (matched)                    p50 181.0   p99 182.6
 
 - First window. htsim starts every flow at cwnd = 1.5 x BDP (262,926 bytes); NSCC in mrc does
-  too, but MRC's plane queue guard (mrc.core.planeq, beyond UEC) starts each plane's cap at
+  too, but MRC's plane queue guard (mrc.core.cc.planeq, beyond UEC) starts each plane's cap at
   64 KiB and slow-starts it. A flow alone (0 -> 1000 on fat_tree_1024) takes 195.1 µs as-is,
   176.0 µs with the guard's first cap at htsim's window, and 176.2 µs in htsim: that 19 µs is
   MRC's guard, a protocol choice, and the rest of the lone flow agrees to 0.2 µs.

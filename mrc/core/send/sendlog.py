@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Final
 
-from ..wire.bth import PSN_MOD
-from .evs import EvTable
-from .rack import Rack
+from ...wire.bth import PSN_MOD
+from ..loss.rack import Rack
+from ..paths.evs import EvTable
 from .records import CellRun, SentCell, new_cell
 
 PSN_MASK: Final = PSN_MOD - 1

@@ -2,7 +2,7 @@
 
 A policy sits behind the small `SprayPolicy` ABC and is chosen by name from a registry, like
 aioquic's congestion controllers. Policies only order EVs: which EVs are in rotation comes from
-the `PathTable` (plane states) and its `EvTable` (EV states), re-read whenever their `version`
+the `PlaneTable` (plane states) and its `EvTable` (EV states), re-read whenever their `version`
 changes. Retirement on loss is MRC's rule and lives in the EV table, so every policy here runs
 with it; the policies differ in how they use GOOD and SKIP EVs:
 
@@ -24,9 +24,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
-from .errors import LocalProtocolError
+from ..errors import LocalProtocolError
 from .evs import EvState
-from .paths import PathTable, ev_plane
+from .planes import PlaneTable, ev_plane
 
 #: REPS (docs/DESIGN.md §4): freeze after a loss, then explore this many EVs.
 REPS_FREEZE: Final = 0.010
@@ -50,7 +50,7 @@ def shuffle(rng: random.Random, x: list[T]) -> None:
 
 
 class SprayPolicy(ABC):
-    def __init__(self, paths: PathTable, rng: random.Random) -> None:
+    def __init__(self, paths: PlaneTable, rng: random.Random) -> None:
         self.paths = paths
         self.evs = paths.evs
         self.rng = rng
@@ -91,7 +91,7 @@ class ObliviousSpray(SprayPolicy):
     #: Skips an EV's counter loses when the rotation lands on it (None = all of them).
     step: int | None = None
 
-    def __init__(self, paths: PathTable, rng: random.Random) -> None:
+    def __init__(self, paths: PlaneTable, rng: random.Random) -> None:
         super().__init__(paths, rng)
         self._round: deque[int] = deque()
         self._version = -1
@@ -177,7 +177,7 @@ class BitmapSpray(ObliviousSpray):
 class RepsSpray(SprayPolicy):
     """Recycled entropy (REPS): reuse EVs that came back clean, explore otherwise."""
 
-    def __init__(self, paths: PathTable, rng: random.Random) -> None:
+    def __init__(self, paths: PlaneTable, rng: random.Random) -> None:
         super().__init__(paths, rng)
         self._recycled: deque[int] = deque()
         self._cap = max(8, 2 * len(paths.planes))
@@ -252,7 +252,7 @@ class RepsSpray(SprayPolicy):
         self._freeze_until = now + REPS_FREEZE
 
 
-SprayFactory = Callable[[PathTable, random.Random], SprayPolicy]
+SprayFactory = Callable[[PlaneTable, random.Random], SprayPolicy]
 
 _REGISTRY: Final[dict[str, SprayFactory]] = {
     "oblivious": ObliviousSpray,
@@ -269,7 +269,7 @@ def spray_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make_spray(name: str, paths: PathTable, rng: random.Random) -> SprayPolicy:
+def make_spray(name: str, paths: PlaneTable, rng: random.Random) -> SprayPolicy:
     try:
         factory = _REGISTRY[name]
     except KeyError:

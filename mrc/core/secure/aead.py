@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from ..wire.trailer import TAG_SIZE, Trailer
+from ...wire.trailer import TAG_SIZE, Trailer
 from .replay import ReplayWindow
 
 #: Bytes the trailer adds to every secured packet.

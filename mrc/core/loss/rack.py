@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from .config import SessionConfig
-from .paths import PathTable, ev_plane
-from .records import SentCell
-from .timers import Timer, TimerTable
+from ..config import SessionConfig
+from ..paths.planes import PlaneTable, ev_plane
+from ..send.records import SentCell
+from ..timers import Timer, TimerTable
 
 
 @dataclass(slots=True)
@@ -34,7 +34,7 @@ class _Delivered:
 
 
 class Rack:
-    def __init__(self, config: SessionConfig, paths: PathTable, timers: TimerTable) -> None:
+    def __init__(self, config: SessionConfig, paths: PlaneTable, timers: TimerTable) -> None:
         self.config = config
         self.paths = paths
         self.timers = timers

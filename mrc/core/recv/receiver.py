@@ -21,10 +21,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..wire.ack import NackReason
-from ..wire.bth import A_BIT, EVX_BIT, PSN_HALF, PSN_MASK, TS_BIT, Opcode, psn_serial
-from ..wire.data import MAX_DMA_LENGTH
-from ..wire.fast import (
+from ...wire.ack import NackReason
+from ...wire.bth import A_BIT, EVX_BIT, PSN_HALF, PSN_MASK, TS_BIT, Opcode, psn_serial
+from ...wire.data import MAX_DMA_LENGTH
+from ...wire.fast import (
     DATA_HEADER,
     DATA_HEADER_IMM,
     DATA_HEADER_NOEVX,
@@ -36,18 +36,18 @@ from ..wire.fast import (
     OP_ONLY_IMM,
     data_headers,
 )
-from ..wire.packet import (
+from ...wire.packet import (
     DataPacket,
     ProbePacket,
 )
-from .config import SessionConfig
-from .events import Event, ImmediateReceived
-from .evs import ev_plane
-from .memory import RegionTable
-from .paths import PathTable
+from ..config import SessionConfig
+from ..events import Event, ImmediateReceived
+from ..memory import RegionTable
+from ..paths.evs import ev_plane
+from ..paths.planes import PlaneTable
+from ..stats import PlaneStats, SessionStats
+from ..transmit import Addr
 from .replies import Replies
-from .stats import PlaneStats, SessionStats
-from .transmit import Addr
 
 #: DSCP a switch writes on a packet it trimmed at the last hop (docs/WIRE.md §5).
 DSCP_TRIMMED_LASTHOP: Final = 21
@@ -102,7 +102,7 @@ class Receiver:
         config: SessionConfig,
         *,
         regions: RegionTable,
-        paths: PathTable,
+        paths: PlaneTable,
         stats: SessionStats,
         events: deque[Event],
         peer_addrs: dict[int, Addr],

@@ -24,18 +24,18 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from ..wire.bth import ENDPOINT_QPN, Opcode
-from ..wire.packet import EndpointPacket, ProbePacket
-from ..wire.probe import EETH, ERTH, PETH, EndpointOp
-from .config import SessionConfig
-from .events import Event, PlaneDown, PlaneUp, PortStateChanged
+from ...wire.bth import ENDPOINT_QPN, Opcode
+from ...wire.packet import EndpointPacket, ProbePacket
+from ...wire.probe import EETH, ERTH, PETH, EndpointOp
+from ..config import SessionConfig
+from ..events import Event, PlaneDown, PlaneUp, PortStateChanged
+from ..send.records import tx_timestamp
+from ..stats import SessionStats
+from ..timers import Timer, TimerTable
+from ..trace import TraceCollector
+from ..transmit import Addr, Transmit
 from .evs import EvSignal, ev_plane
-from .paths import PathTable, PlaneState
-from .records import tx_timestamp
-from .stats import SessionStats
-from .timers import Timer, TimerTable
-from .trace import TraceCollector
-from .transmit import Addr, Transmit
+from .planes import PlaneState, PlaneTable
 
 #: Probes remembered for matching answers; older ones count as unanswered anyway.
 MAX_PROBES_REMEMBERED: Final = 1024
@@ -52,7 +52,7 @@ class PlaneMonitor:
         self,
         config: SessionConfig,
         *,
-        paths: PathTable,
+        paths: PlaneTable,
         timers: TimerTable,
         stats: SessionStats,
         events: deque[Event],

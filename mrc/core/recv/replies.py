@@ -7,12 +7,12 @@ message outcomes an ACK coalesces) is receiver.py's; the reverse EVs themselves 
 
 from __future__ import annotations
 
-from ..wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
-from ..wire.packet import AckPacket, DataPacket, NackPacket, encode_sack
-from .config import SessionConfig
-from .paths import PathTable
-from .stats import SessionStats
-from .transmit import Addr, Transmit
+from ...wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
+from ...wire.packet import AckPacket, DataPacket, NackPacket, encode_sack
+from ..config import SessionConfig
+from ..paths.planes import PlaneTable
+from ..stats import SessionStats
+from ..transmit import Addr, Transmit
 
 
 class Replies:
@@ -22,7 +22,7 @@ class Replies:
         self,
         config: SessionConfig,
         *,
-        paths: PathTable,
+        paths: PlaneTable,
         stats: SessionStats,
         peer_addrs: dict[int, Addr],
     ) -> None:

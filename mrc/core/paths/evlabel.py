@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..wire.bth import CM_OPCODES
-from ..wire.packet import Packet
-from .transmit import Transmit
+from ...wire.bth import CM_OPCODES
+from ...wire.packet import Packet
+from ..transmit import Transmit
 
 #: A received flow label sits above the TOS byte in the traffic word io passes in.
 LABEL_SHIFT: Final = 8

@@ -30,16 +30,16 @@ import random
 from collections import Counter
 from typing import Final
 
-from ..wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
-from ..wire.errors import DecodeError
-from ..wire.packet import DATA_HEADER, CmPacket, DataPacket, decode_packet
-from . import cm
+from ...wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
+from ...wire.errors import DecodeError
+from ...wire.packet import DATA_HEADER, CmPacket, DataPacket, decode_packet
+from .. import cm
+from ..config import SessionConfig
+from ..errors import LocalProtocolError
+from ..recv.receiver import Receiver
+from ..transmit import Transmit
 from .aead import TRAILER, PacketProtection
-from .config import SessionConfig
-from .errors import LocalProtocolError
 from .handshake import HEAD, Identity, Requester, Responder
-from .receiver import Receiver
-from .transmit import Transmit
 
 #: BTH.EVX and BTH.TS as bits of the bytes that hold them (4 and 8).
 _EVX: Final = EVX_BIT >> 24

@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
-from ..wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT
-from ..wire.fast import (
+from ...wire.bth import A_BIT, EVX_BIT, RTX_BIT, TS_BIT
+from ...wire.fast import (
     DATA_HEADER,
     DATA_HEADER_IMM,
     DATA_HEADER_IMM_NOEVX,
@@ -41,12 +41,12 @@ from ..wire.fast import (
     OP_ONLY,
     OP_ONLY_IMM,
 )
-from .aead import TRAILER, PacketProtection
-from .config import SessionConfig
-from .paths import ev_plane
+from ..config import SessionConfig
+from ..paths.planes import ev_plane
+from ..secure.aead import TRAILER, PacketProtection
+from ..stats import SessionStats
+from ..transmit import Addr, Transmit
 from .records import PSN_MASK, CellRun, OutMessage, tx_timestamp
-from .stats import SessionStats
-from .transmit import Addr, Transmit
 
 #: The most bytes one UDP datagram (and so one GSO call) carries over IPv4.
 MAX_GSO_BYTES: Final = 65507

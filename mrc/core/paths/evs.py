@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
 
-from .config import SessionConfig
-from .events import Event, PathRestored, PathRetired
+from ..config import SessionConfig
+from ..events import Event, PathRestored, PathRetired
 
 if TYPE_CHECKING:
-    from .trace import TraceCollector
+    from ..trace import TraceCollector
 
 #: Bits of an EV's selector that a flow label carries (the plane comes from the socket).
 FLOW_LABEL_BITS: Final = 20

@@ -20,33 +20,33 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Final
 
-from ..wire.ack import NackReason, SackMark, syndrome_ok
-from ..wire.bth import BTH, DATA_OPCODES, MSN_MOD, PSN_MOD
-from ..wire.packet import AckPacket, NackPacket, SackPacket
+from ...wire.ack import NackReason, SackMark, syndrome_ok
+from ...wire.bth import BTH, DATA_OPCODES, MSN_MOD, PSN_MOD
+from ...wire.packet import AckPacket, NackPacket, SackPacket
+from ..cc.control import CongestionControl
+from ..config import SessionConfig
+from ..errors import LocalProtocolError
+from ..events import Event, WriteCompleted
+from ..loss.rack import Rack
+from ..loss.rto import Expiry, RtoTimers, acked_later, acked_on_plane
+from ..loss.silence import SilentPlanes, closed_on_silent
+from ..memory import Region
+from ..paths.balance import PlaneBalance
+from ..paths.evs import EvSignal
+from ..paths.planes import PlaneTable, ev_plane
+from ..paths.spray import SprayPolicy
+from ..stats import SessionStats
+from ..timers import Timer, TimerTable
+from ..trace import TraceCollector
+from ..transmit import Addr, Transmit
 from .acks import AckLedger
-from .balance import PlaneBalance
-from .cc import CongestionControl
 from .completion import AwaitingAeth
-from .config import SessionConfig
-from .errors import LocalProtocolError
 from .evchoice import EvChoice
-from .events import Event, WriteCompleted
-from .evs import EvSignal
+from .framing import HEADER_IMM, Framer, cut_flowcell, flowcell_limit
 from .inflight import InFlight
-from .memory import Region
-from .paths import PathTable, ev_plane
-from .rack import Rack
 from .records import OutMessage, SentCell, new_message, tx_timestamp
-from .rto import Expiry, RtoTimers, acked_later, acked_on_plane
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
-from .sendpath import HEADER_IMM, Framer, cut_flowcell, flowcell_limit
-from .silence import SilentPlanes, closed_on_silent
-from .spray import SprayPolicy
-from .stats import SessionStats
-from .timers import Timer, TimerTable
-from .trace import TraceCollector
-from .transmit import Addr, Transmit
 
 PSN_MASK: Final = PSN_MOD - 1
 MSN_MASK: Final = MSN_MOD - 1
@@ -56,7 +56,7 @@ MAX_OUTSTANDING_MESSAGES: Final = 1 << 15
 
 class Sender:
     def __init__(
-        self, config: SessionConfig, *, paths: PathTable, spray: SprayPolicy,
+        self, config: SessionConfig, *, paths: PlaneTable, spray: SprayPolicy,
         balance: PlaneBalance, cc: CongestionControl, stats: SessionStats, timers: TimerTable,
         events: deque[Event], peer_addrs: dict[int, Addr], initial_psn: int, now: float,
     ) -> None:  # fmt: skip

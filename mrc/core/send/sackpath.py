@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..wire.bth import EVX_BIT, PSN_MOD, Opcode
-from ..wire.fast import SACK_LAYOUT, SACK_LAYOUT_PS
-from .planes import PlaneMonitor
+from ...wire.bth import EVX_BIT, PSN_MOD, Opcode
+from ...wire.fast import SACK_LAYOUT, SACK_LAYOUT_PS
+from ..paths.health import PlaneMonitor
 from .sender import Sender
 
 _SACK_OP: Final = Opcode.RELIABILITY_SACK.value

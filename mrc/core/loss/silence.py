@@ -41,8 +41,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Final
 
-from .paths import Plane
-from .records import SentCell
+from ..paths.planes import Plane
+from ..send.records import SentCell
 
 #: A plane suspected again without answering in between is left alone up to 2^this RTOs.
 MAX_BACKOFF: Final = 4

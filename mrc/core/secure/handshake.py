@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ..wire.cm import CMH, KEY_SIZE, KeyBlock
-from .errors import LocalProtocolError
+from ...wire.cm import CMH, KEY_SIZE, KeyBlock
+from ..errors import LocalProtocolError
 
 #: BTH + CMH + key block: the part of a CM packet the transcript hashes.
 HEAD: Final = 12 + CMH.SIZE + KeyBlock.SIZE

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sized
 from typing import Final
 
-from ..wire.bth import PSN_MOD
-from .cc import CongestionControl
-from .config import SessionConfig
+from ...wire.bth import PSN_MOD
+from ..cc.control import CongestionControl
+from ..config import SessionConfig
 
 PSN_MASK: Final = PSN_MOD - 1
 

@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Mapping
 from enum import Enum
 
-from .paths import Plane, RttEstimator
-from .records import SentCell
-from .timers import Timer, TimerTable
+from ..paths.planes import Plane, RttEstimator
+from ..send.records import SentCell
+from ..timers import Timer, TimerTable
 
 #: (top send seq acknowledged on a plane, its EV, top seq acknowledged on any other EV).
 PlaneAcks = tuple[int, int, int]

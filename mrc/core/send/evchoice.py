@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 
-from .balance import PlaneBalance
+from ..paths.balance import PlaneBalance
+from ..paths.planes import PlaneTable, ev_plane
+from ..paths.spray import SprayPolicy
 from .inflight import InFlight
-from .paths import PathTable, ev_plane
-from .spray import SprayPolicy
 
 
 class EvChoice:
     def __init__(
-        self, paths: PathTable, spray: SprayPolicy, balance: PlaneBalance, flight: InFlight,
+        self, paths: PlaneTable, spray: SprayPolicy, balance: PlaneBalance, flight: InFlight,
         avoid: Container[int] = frozenset(),
     ) -> None:  # fmt: skip
         self.paths = paths

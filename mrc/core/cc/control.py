@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from .config import SessionConfig
-from .errors import LocalProtocolError
+from ..config import SessionConfig
+from ..errors import LocalProtocolError
 from .planeq import PlaneQueues
 
 #: docs/DESIGN.md §7: the UEC constants are given for 100 Gbit/s and a 12 µs RTT.

@@ -12,9 +12,9 @@ import builtins
 from dataclasses import dataclass
 from typing import Final
 
-from ..wire.ack import Syndrome, syndrome_ok
-from ..wire.bth import PSN_MOD, Opcode
-from .errors import LocalProtocolError
+from ...wire.ack import Syndrome, syndrome_ok
+from ...wire.bth import PSN_MOD, Opcode
+from ..errors import LocalProtocolError
 
 PSN_MASK: Final = PSN_MOD - 1
 

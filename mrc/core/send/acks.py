@@ -13,23 +13,23 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..wire.bth import PSN_MOD
-from .balance import PlaneBalance
-from .cc import CongestionControl
+from ...wire.bth import PSN_MOD
+from ..cc.control import CongestionControl
+from ..loss.rack import Rack
+from ..paths.balance import PlaneBalance
+from ..paths.planes import PlaneTable
+from ..stats import SessionStats
 from .completion import AwaitingAeth
 from .inflight import InFlight
-from .paths import PathTable
-from .rack import Rack
 from .records import OutMessage, SentCell
 from .sendlog import PsnRecords
-from .stats import SessionStats
 
 PSN_MASK: Final = PSN_MOD - 1
 
 
 class AckLedger:
     def __init__(
-        self, records: PsnRecords, flight: InFlight, rack: Rack, paths: PathTable,
+        self, records: PsnRecords, flight: InFlight, rack: Rack, paths: PlaneTable,
         awaiting_aeth: AwaitingAeth, stats: SessionStats, balance: PlaneBalance,
         cc: CongestionControl,
     ) -> None:  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..wire.bth import PSN_MOD
+from ...wire.bth import PSN_MOD
 
 PSN_MASK: Final = PSN_MOD - 1
 HALF: Final = PSN_MOD >> 1

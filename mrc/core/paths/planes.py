@@ -16,11 +16,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .config import SessionConfig
-from .events import Event
+from ..config import SessionConfig
+from ..events import Event
 from .evs import EvTable, ev_plane, make_ev
 
-__all__ = ["PathTable", "Plane", "PlaneState", "RttEstimator", "ev_plane", "make_ev"]
+__all__ = ["Plane", "PlaneState", "PlaneTable", "RttEstimator", "ev_plane", "make_ev"]
 
 
 class PlaneState(Enum):
@@ -121,7 +121,7 @@ class Plane:
         return ev
 
 
-class PathTable:
+class PlaneTable:
     """All planes of a connection and, through `evs`, their EVs."""
 
     def __init__(

@@ -13,7 +13,7 @@ config, `--plane-balance` on the command line):
   whose own queue grows keeps weight = rate, which is then its capacity. A stride scheduler
   turns the weights into a packet order; a floor keeps every usable plane measured.
 
-It only orders planes: which planes are usable comes from the `PathTable`, which EV of a plane
+It only orders planes: which planes are usable comes from the `PlaneTable`, which EV of a plane
 carries a packet from the spray policy, how much may be in flight from the window and CC.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from .errors import LocalProtocolError
-from .paths import PathTable
+from ..errors import LocalProtocolError
+from .planes import PlaneTable
 
 #: Adaptive: the shortest epoch, the probing gain, a plane's least share of the total weight,
 #: and the delay margin (absolute floor, fraction of the fastest plane's RTT) that marks a
@@ -44,7 +44,7 @@ def always_open(plane: int) -> bool:
 
 
 class PlaneBalance(ABC):
-    def __init__(self, paths: PathTable) -> None:
+    def __init__(self, paths: PlaneTable) -> None:
         self.paths = paths
 
     @abstractmethod
@@ -82,7 +82,7 @@ class _PlaneRate:
 class AdaptiveBalance(PlaneBalance):
     """Planes weighted by their measured delivery rate, probed upward while uncongested."""
 
-    def __init__(self, paths: PathTable) -> None:
+    def __init__(self, paths: PlaneTable) -> None:
         super().__init__(paths)
         self._planes: dict[int, _PlaneRate] = {}
         self._usable: list[int] = []
@@ -171,7 +171,7 @@ class AdaptiveBalance(PlaneBalance):
         return {p: w / total for p, w in planes.items()} if total else super().shares()
 
 
-BalanceFactory = Callable[[PathTable], PlaneBalance]
+BalanceFactory = Callable[[PlaneTable], PlaneBalance]
 
 _REGISTRY: Final[dict[str, BalanceFactory]] = {"equal": EqualBalance, "adaptive": AdaptiveBalance}
 
@@ -180,7 +180,7 @@ def balance_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make_balance(name: str, paths: PathTable) -> PlaneBalance:
+def make_balance(name: str, paths: PlaneTable) -> PlaneBalance:
     try:
         factory = _REGISTRY[name]
     except KeyError:
