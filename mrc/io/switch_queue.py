@@ -7,7 +7,7 @@ pure: no sockets, no clock; `now` (monotonic seconds) comes in as an argument, s
 with an injected clock. Receiving, sending and the event loop are `mrc.io.switch`'s.
 
 The decisions at enqueue (ECN marking, trimming into the priority queue, tail drop) are
-`mrc.core.switchq.decide`, the same rules the simulator's ports follow (docs/WIRE.md §5,
+`mrc.switchq.decide`, the same rules the simulator's ports follow (docs/WIRE.md §5,
 docs/DESIGN.md §5); here only MRC data packets (`is_data`) may be trimmed, and the occupancy it
 is given is this port's (below). The priority queue always goes out first. Byte counts (queue
 sizes, thresholds, the rate's budget) are UDP payload bytes: IP and UDP headers are not counted.
@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mrc.core.switchq import (
+from mrc.switchq import (
     DSCP_TRIMMED,
     DSCP_TRIMMED_LASTHOP,
     MIN_TRIM_SIZE,

@@ -1,16 +1,20 @@
-"""Deterministic simulated networks for driving the sans-I/O core with virtual time: direct
-planes (network.py), switches and Clos fabrics (fabric.py), fabric shapes at any scale
-(topology.py), packet trains (trains.py) and many flows at once (permutation.py)."""
+"""Deterministic simulated networks for driving the sans-I/O core with virtual time: links and
+their queues, per packet or in trains (link.py), hosts and the event loop (network.py),
+switches and Clos fabrics (fabric.py), fabric shapes at any scale (topology.py), and the
+RoCE-like baseline (roce.py, roce_host.py). Experiments built on it live in mrc.experiments.
 
-from .fabric import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP, Clos, Port, Switch, clos
-from .network import TOS_ECT0, Host, InFlight, Link, LinkParams, Network, QueueStats
-from .topology import Fabric, FabricSpec, TopologyError, build, mrc_fabric, read_htsim_topo
+This package's API is the names below, each defined in the module named beside it.
+"""
+
+from .fabric import Clos, Port, Switch
+from .link import TOS_ECT0, Delivery, InFlight, Link, LinkParams, QueueStats
+from .network import Host, Network
+from .topology import Fabric, FabricSpec, TopologyError, build, clos, mrc_fabric, read_htsim_topo
 
 __all__ = [
-    "DSCP_TRIMMED",
-    "DSCP_TRIMMED_LASTHOP",
     "TOS_ECT0",
     "Clos",
+    "Delivery",
     "Fabric",
     "FabricSpec",
     "Host",

@@ -2,19 +2,20 @@
 
 What it holds: `Port`, a switch's egress direction (a `Link` with a finite data queue, ECN
 marking at enqueue, trimming into a priority queue that goes ahead of queued data, tail drop and
-per-port counters; the enqueue decisions are the shared queue model's, mrc.core.switchq, which
-`mrc switch` follows too); `Switch`, which forwards by the metadata a packet carries
-(destination host and EV), never by parsing mrc bytes; and `clos(...)`, which builds `planes`
-independent planes of tier-0 (one per rack) and tier-1 switches over hosts `h0..hN` (through
-topology.py), with switch and link failures.
+per-port counters; the enqueue decisions are the shared queue model's, mrc.switchq, which
+`mrc switch` follows too); `Switch`, a link end (link.LinkEnd) which forwards by the metadata a
+packet carries (destination host and EV), never by parsing mrc bytes; and `Clos`, a built fabric
+of `planes` independent planes of tier-0 (one per rack) and tier-1 switches over hosts
+`h0..hN`, with its routes and its switch and link failures.
 
 Routing is static and source-chosen, like the kernel SRv6 fabric: a tier-0 switch delivers
 same-rack traffic straight down; anything else goes up to tier-1 number `route = selector mod
 tier1`, where the EV is `plane 8 | selector 24` (docs/WIRE.md §3, docs/DESIGN.md §4); a
 tier-1 switch sends it down to the destination rack's tier-0, which sends it down to the host.
 
-What it leaves to others: the protocol (mrc.core), the event loop, hosts' own links and
-direct cables (network.py), and experiments (tests attach counters and hooks).
+What it leaves to others: the protocol (mrc.core), links and train queues (link.py), the
+event loop, hosts' own links and direct cables (network.py), building fabrics (topology.py:
+`build`, `clos`), and experiments (tests attach counters and hooks).
 """
 
 from __future__ import annotations
@@ -22,26 +23,12 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from ..core.switchq import (
-    DSCP_TRIMMED,
-    DSCP_TRIMMED_LASTHOP,
-    MIN_TRIM_SIZE,
-    Verdict,
-    decide,
-)
 from ..core.transmit import Addr
-from .network import Host, InFlight, Link, LinkParams, Network, flap_schedule
-
-__all__ = [
-    "DSCP_TRIMMED",
-    "DSCP_TRIMMED_LASTHOP",
-    "MIN_TRIM_SIZE",
-    "Clos",
-    "Port",
-    "Switch",
-    "clos",
-]
+from ..switchq import Verdict, decide
+from .link import EventLoop, InFlight, Link
+from .network import Host, Network, flap_schedule
 
 SELECTOR_MASK = 0xFFFFFF
 
@@ -73,7 +60,7 @@ class Port(Link):
     #: An end-of-transmission event is scheduled.
     wake_pending: bool = False
 
-    def send(self, net: Network, pkt: InFlight) -> None:
+    def send(self, net: EventLoop, pkt: InFlight) -> None:
         """Enqueue at `net.now`: ECN mark, or trim to the priority queue, or tail drop."""
         if not self.node_up:
             self.counters["sent"] += 1
@@ -89,7 +76,7 @@ class Port(Link):
             backlog = 0.0
         size = len(data)
         # The simulator forwards by metadata and never parses mrc bytes: any packet may be
-        # trimmed (mrc.core.switchq).
+        # trimmed (mrc.switchq).
         verdict, tos, new_size = decide(
             self.policy(), backlog * p.rate_bps / 8, self.urgent_bytes, size, pkt[4], True
         )
@@ -119,9 +106,9 @@ class Port(Link):
             self.waiting.append((now, pkt))
         if not self.wake_pending:
             self.wake_pending = True
-            net._push(self.tx_end, "port", self)
+            net.push(self.tx_end, "port", self)
 
-    def _start(self, net: Network, pkt: InFlight, waited: float) -> None:
+    def _start(self, net: EventLoop, pkt: InFlight, waited: float) -> None:
         p = self.params
         s = self.stats
         s.delay_sum += waited
@@ -131,11 +118,11 @@ class Port(Link):
         self.tx_end = net.now + len(pkt[0]) * 8 / p.rate_bps
         self._launch(net, pkt, self.tx_end + p.latency)
 
-    def _wake(self, net: Network) -> None:
+    def _wake(self, net: EventLoop) -> None:
         """The packet on the wire has left: start the next, priority first."""
         now = net.now
         if self.tx_end > now:  # another packet started since this was scheduled
-            net._push(self.tx_end, "port", self)
+            net.push(self.tx_end, "port", self)
             return
         if self.urgent:
             enqueued, pkt = self.urgent.popleft()
@@ -147,11 +134,11 @@ class Port(Link):
             return
         self._start(net, pkt, now - enqueued)
         if self.urgent or self.waiting:
-            net._push(self.tx_end, "port", self)
+            net.push(self.tx_end, "port", self)
         else:
             self.wake_pending = False
 
-    def _flush(self, net: Network) -> None:
+    def _flush(self, net: EventLoop) -> None:
         """Drop everything still queued (the packet on the wire is already gone)."""
         n = len(self.waiting) + len(self.urgent)
         if n:
@@ -166,15 +153,15 @@ class Port(Link):
             self.counters["dropped_down"] += self.trainq.drop_all(now)
             self.busy_until = now
 
-    def carry(self, net: Network, pkts: list[InFlight], times: list[float]) -> None:
-        """Train mode (trains.py); a port of a switch that is down drops the train."""
+    def carry(self, net: EventLoop, pkts: list[InFlight], times: list[float]) -> None:
+        """Train mode (link.py); a port of a switch that is down drops the train."""
         if not self.node_up:
             self.counters["sent"] += len(pkts)
             self.counters["dropped_down"] += len(pkts)
             return
         Link.carry(self, net, pkts, times)
 
-    def _set_up(self, net: Network, up: bool) -> None:
+    def _set_up(self, net: EventLoop, up: bool) -> None:
         self.up = up
         if not up:
             self._flush(net)
@@ -185,6 +172,9 @@ class Switch:
     """A switch of one plane. `down` maps a destination host name to the egress toward it;
     anything else goes up, to `uplinks[selector // route_div mod len(uplinks)]`
     (docs/DESIGN.md §4)."""
+
+    #: A link end (link.LinkEnd) that forwards each train as it comes.
+    is_host: ClassVar[bool] = False
 
     name: str
     plane: int
@@ -205,7 +195,7 @@ class Switch:
     #: `dropped_no_route` (unknown destination and no uplink).
     counters: Counter[str] = field(default_factory=Counter)
 
-    def receive(self, net: Network, link: Link, pkt: InFlight) -> None:
+    def receive(self, net: EventLoop, link: Link, pkt: InFlight) -> None:
         """A packet arrived on `link`: pick the egress port by destination and EV."""
         ev = pkt[3]
         # EV 0 is what CM packets carry on every plane: the plane's default route.
@@ -222,9 +212,9 @@ class Switch:
         port.send(net, pkt)
 
     def receive_train(
-        self, net: Network, link: Link, pkts: list[InFlight], times: list[float]
+        self, net: EventLoop, link: Link, pkts: list[InFlight], times: list[float]
     ) -> None:
-        """A train arrived on `link` (trains.py): one destination and EV, so one egress."""
+        """A train arrived on `link` (link.py): one destination and EV, so one egress."""
         head = pkts[0]
         ev = head[3]
         if ev and ev >> 24 != self.plane:
@@ -352,39 +342,3 @@ class Clos:
                         port.dst.plane_status(switch.plane, up)
 
         self.net.at(at, change)
-
-
-def clos(
-    net: Network,
-    planes: int = 4,
-    racks: int = 2,
-    hosts_per_rack: int = 2,
-    tier1: int = 4,
-    host_link: LinkParams | None = None,
-    fabric_link: LinkParams | None = None,
-    ecn_threshold: int | None = None,
-    trim: bool = False,
-    trim_size: int = 64,
-) -> Clos:
-    """Build a two-tier multi-plane Clos on `net`: hosts `h0..h{racks × hosts_per_rack - 1}`
-    (rack r holds the next `hosts_per_rack`), switches `p{plane}.t0.r{rack}` and
-    `p{plane}.t1.{route}`. `host_link` is used by host–tier-0 cables, `fabric_link` by
-    tier-0–tier-1 cables; every switch port gets `ecn_threshold`, `trim` and `trim_size`
-    (hosts neither mark nor trim)."""
-    # One builder for every shape (topology.py); imported here, since it builds on this module.
-    from .topology import FabricSpec, build
-
-    if planes < 1 or racks < 1 or hosts_per_rack < 1 or tier1 < 1:
-        raise ValueError("a Clos needs at least one plane, rack, host per rack and tier-1")
-    spec = FabricSpec(
-        hosts=racks * hosts_per_rack,
-        planes=planes,
-        hosts_per_rack=hosts_per_rack,
-        tier1=tier1,
-        host_link=host_link or LinkParams(),
-        fabric_link=fabric_link or LinkParams(),
-        ecn_threshold=ecn_threshold,
-        trim=trim,
-        trim_size=trim_size,
-    )
-    return build(net, spec)

@@ -9,15 +9,17 @@ destination address, EV, IP TOS byte): what a switch may look at instead of pars
 Nothing here reads a clock, opens a socket or consumes randomness from anywhere but the
 network's own seeded `random.Random`.
 
-At fabric scale, `Network(trains=True)` moves every GSO batch as one event per hop (trains.py)
-and `read_every` lets a host read its arrivals in batches, as a NIC's interrupt moderation
-would; `events` counts what the loop processed. Queue decisions (tail drop, ECN) are the shared
-model's (mrc.core.switchq).
+At fabric scale, `Network(trains=True)` moves every GSO batch as one event per hop (packet
+trains, link.py) and `read_every` lets a host read its arrivals in batches, as a NIC's interrupt
+moderation would; `events` counts what the loop processed.
 
-Links (`Link`, `LinkParams`, `QueueStats`, the packet tuples) live in link.py and are
-re-exported here. What it leaves to others: protocol behaviour (mrc.core), switches, trimming
-and Clos fabrics (fabric.py: its switch ports are `Link`s with a priority queue), and
-application logic (tests and experiments attach `on_event` / `on_receive` callbacks).
+What it holds: `Host` (a link end, link.LinkEnd: it gathers each instant's arrivals into receive
+batches) and `Network` (the event loop a link runs in, link.EventLoop), and `flap_schedule`.
+What it leaves to others: links, their queues and the packet tuples (link.py; queue decisions
+are the shared model's, mrc.switchq), protocol behaviour (mrc.core), switches, trimming and Clos
+fabrics (fabric.py: its switch ports are `Link`s with a priority queue), fabric shapes
+(topology.py), and application logic (tests and experiments attach `on_event` / `on_receive`
+callbacks).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import heapq
 import itertools
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 from ..core.config import SessionConfig
 from ..core.endpoint import AcceptFn, Endpoint
@@ -36,28 +38,30 @@ from ..core.events import Event
 from ..core.flush import Flusher, SendResult
 from ..core.memory import RegionTable
 from ..core.session import Session
+from ..core.sink import TraceLog, TraceSink
 from ..core.transmit import Addr, Transmit
-
-# Re-exported: links were defined here before link.py held them.
-from .link import ECN_CE as ECN_CE
-from .link import ECN_MASK as ECN_MASK
-from .link import TOS_ECT0 as TOS_ECT0
-from .link import Datagram as Datagram
-from .link import InFlight as InFlight
-from .link import Link as Link
-from .link import LinkParams as LinkParams
-from .link import QueueStats as QueueStats
-from .trains import arrive
-
-if TYPE_CHECKING:
-    from .fabric import Switch
+from .link import TOS_ECT0, Delivery, EventLoop, InFlight, Link, LinkParams
 
 EventHook = Callable[["Host", Session, Event], None]
-ReceiveHook = Callable[["Host", int, list[Datagram]], None]
+ReceiveHook = Callable[["Host", int, list[Delivery]], None]
+
+
+class Forwarder(Protocol):
+    """A switch as the network keeps it (fabric.Switch, registered by topology.build): its
+    name and its egress ports, which `Network.links` walks."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ports(self) -> Mapping[str, Link]: ...
 
 
 class Host:
     """One simulated machine: a core Endpoint and one link per plane."""
+
+    #: A link end (link.LinkEnd) that reads its arrivals in receive batches.
+    is_host: ClassVar[bool] = True
 
     def __init__(self, net: Network, name: str) -> None:
         self.net = net
@@ -75,24 +79,32 @@ class Host:
         self.flowlabel = False
         #: While set, arrivals wait here until the host resumes (a stalled receiver).
         self.paused_until: float | None = None
-        self._backlog: list[tuple[int, Datagram]] = []
+        self._backlog: list[tuple[int, Delivery]] = []
         #: Planes whose arrivals are held until a time (a socket read late), and what waits.
         self._lagging: dict[int, float] = {}
-        self._held: dict[int, list[Datagram]] = {}
+        self._held: dict[int, list[Delivery]] = {}
         self._timer_at: dict[int, float] = {}
         #: Receive coalescing (`Network.read_every`): arrivals not yet read, the last read.
-        self._unread: dict[int, list[Datagram]] = {}
+        self._unread: dict[int, list[Delivery]] = {}
+        #: This instant's arrivals by plane, read once every event of the instant is in.
+        self._arrived: dict[int, list[Delivery]] = {}
         self._last_read = float("-inf")
         self._flusher: Flusher[Session] = Flusher(self, lambda: net.now)
 
     # -- application calls -----------------------------------------------------------------
 
-    def listen(self, config: SessionConfig, accept: AcceptFn | None = None) -> None:
-        self.endpoint.listen(config, accept)
+    def listen(
+        self, config: SessionConfig, accept: AcceptFn | None = None, *,
+        trace: TraceLog | None = None,
+    ) -> None:  # fmt: skip
+        self.endpoint.listen(config, accept, trace=trace)
 
-    def connect(self, peer: Host, config: SessionConfig, private_data: bytes = b"") -> Session:
+    def connect(
+        self, peer: Host, config: SessionConfig, private_data: bytes = b"", *,
+        trace: TraceSink | None = None,
+    ) -> Session:  # fmt: skip
         addrs = {p: peer.name for p in config.planes}
-        session = self.endpoint.connect(config, addrs, private_data, self.net.now)
+        session = self.endpoint.connect(config, addrs, private_data, self.net.now, trace=trace)
         self.flush(session)
         return session
 
@@ -119,7 +131,7 @@ class Host:
     def arm(self, session: Session, deadline: float | None, now: float) -> None:
         if deadline is not None and self._timer_at.get(session.qpn) != deadline:
             self._timer_at[session.qpn] = deadline
-            self.net._push(deadline, "timer", (self, session))
+            self.net.push(deadline, "timer", (self, session))
 
     def deliver(self, session: Session, events: list[Event], now: float) -> None:
         for event in events:
@@ -175,7 +187,40 @@ class Host:
             link.send(net, (t.data, name, addr, ev, TOS_ECT0))
         return True
 
-    def _arrivals(self, batches: dict[int, list[Datagram]]) -> None:
+    # -- the far end of its links (link.LinkEnd) ---------------------------------------------
+
+    def receive(self, net: EventLoop, link: Link, pkt: InFlight) -> None:
+        """A packet reached this host: it joins this instant's receive batch on its plane."""
+        tos = pkt[4] | (pkt[3] & 0xFFFFF) << 8 if self.flowlabel else pkt[4]
+        self._batch(link.plane).append((pkt[0], pkt[1], tos))
+
+    def receive_train(
+        self, net: EventLoop, link: Link, pkts: list[InFlight], times: list[float]
+    ) -> None:
+        """A back-to-back run of a train is in (its last packet arrived): it joins this
+        instant's receive batch on its plane, as GRO would hand it over."""
+        batch = self._batch(link.plane)
+        if self.flowlabel:
+            batch.extend((p[0], p[1], p[4] | (p[3] & 0xFFFFF) << 8) for p in pkts)
+        else:
+            batch.extend((p[0], p[1], p[4]) for p in pkts)
+
+    def _batch(self, plane: int) -> list[Delivery]:
+        """This instant's batch on `plane`; the first arrival of an instant tells the network
+        to have this host read once the instant's events are all in."""
+        planes = self._arrived
+        if not planes:
+            self.net._ready.append(self)
+        batch = planes.get(plane)
+        if batch is None:
+            batch = planes[plane] = []
+        return batch
+
+    def _read_instant(self) -> None:
+        batches, self._arrived = self._arrived, {}
+        self._arrivals(batches)
+
+    def _arrivals(self, batches: dict[int, list[Delivery]]) -> None:
         """This instant's arrivals: read at once, or, with `Network.read_every`, at the next
         read at most that long after the previous one (a NIC's interrupt moderation)."""
         every = self.net.read_every
@@ -185,7 +230,7 @@ class Host:
             self._deliver(batches)
             return
         if not self._unread:
-            self.net._push(self._last_read + every, "read", self)
+            self.net.push(self._last_read + every, "read", self)
         for plane, batch in batches.items():
             self._unread.setdefault(plane, []).extend(batch)
 
@@ -195,7 +240,7 @@ class Host:
         if batches:
             self._deliver(batches)
 
-    def _deliver(self, batches: dict[int, list[Datagram]]) -> None:
+    def _deliver(self, batches: dict[int, list[Delivery]]) -> None:
         """One wake-up: every plane's batch goes in before any output is pulled, as io/
         drains all its sockets before acting (docs/DESIGN.md §3)."""
         now = self.net.now
@@ -246,12 +291,12 @@ class Host:
     def pause(self, seconds: float) -> None:
         """Stop processing anything (arrivals wait, timers wait) for `seconds`."""
         self.paused_until = self.net.now + seconds
-        self.net._push(self.paused_until, "resume", self)
+        self.net.push(self.paused_until, "resume", self)
 
     def _resume(self) -> None:
         self.paused_until = None
         backlog, self._backlog = self._backlog, []
-        by_plane: dict[int, list[Datagram]] = {}
+        by_plane: dict[int, list[Delivery]] = {}
         for plane, datagram in backlog:
             by_plane.setdefault(plane, []).append(datagram)
         self._deliver(by_plane)
@@ -270,7 +315,7 @@ def flap_schedule(start: float, period: float, count: int) -> Iterator[tuple[flo
 class Network:
     """The simulator: hosts, links, one event heap, one seeded RNG.
 
-    `trains=True` moves every GSO batch as one event per hop (trains.py): the mode for fabrics
+    `trains=True` moves every GSO batch as one event per hop (link.py): the mode for fabrics
     of hundreds of hosts and more. Links' `duplicate` and `reorder` are per-packet effects and
     are not applied to trains.
     """
@@ -284,11 +329,13 @@ class Network:
         self.rng = random.Random(seed)
         self.now = 0.0
         self.hosts: dict[str, Host] = {}
-        #: Switches of fabrics built on this network (fabric.py registers them).
-        self.switches: dict[str, Switch] = {}
+        #: Switches of fabrics built on this network (topology.build registers them).
+        self.switches: dict[str, Forwarder] = {}
         self.counters: Counter[str] = Counter()
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
+        #: Hosts with arrivals in this instant, in the order their first one came.
+        self._ready: list[Host] = []
         #: Events taken off the heap so far (speed measurements: events per second).
         self.events = 0
 
@@ -318,7 +365,7 @@ class Network:
 
     def at(self, t: float, action: Callable[[], None]) -> None:
         """Run `action` at simulated time `t`."""
-        self._push(t, "call", action)
+        self.push(t, "call", action)
 
     def set_link(self, host: Host, plane: int, up: bool, *, at: float, notify: bool = True) -> None:
         """Take both directions of `host`'s plane link down or up at time `at`.
@@ -360,7 +407,8 @@ class Network:
 
     # -- the event loop ----------------------------------------------------------------------
 
-    def _push(self, t: float, kind: str, payload: Any) -> None:
+    def push(self, t: float, kind: str, payload: Any) -> None:
+        """Schedule an event of `kind` at `t`, never before `now` (link.EventLoop)."""
         heapq.heappush(self._heap, (max(t, self.now), next(self._seq), kind, payload))
 
     def step(self) -> bool:
@@ -379,8 +427,6 @@ class Network:
                 link.counters["delivered"] += len(payload[1])
                 dst.receive_train(self, link, payload[1], payload[2])
                 return True
-        batches: dict[str, dict[int, list[Datagram]]] = {}
-        hosts: dict[str, Host] = {}
         others = []
         while True:
             if kind == "arrive":
@@ -389,18 +435,14 @@ class Network:
                     link.counters["dropped_down"] += 1
                 else:
                     link.counters["delivered"] += 1
-                    dst = link.dst
-                    if isinstance(dst, Host):
-                        planes = batches.get(dst.name)
-                        if planes is None:
-                            planes = batches[dst.name] = {}
-                            hosts[dst.name] = dst
-                        tos = pkt[4] | (pkt[3] & 0xFFFFF) << 8 if dst.flowlabel else pkt[4]
-                        planes.setdefault(link.plane, []).append((pkt[0], pkt[1], tos))
-                    else:
-                        dst.receive(self, link, pkt)
+                    link.dst.receive(self, link, pkt)
             elif kind == "train":
-                arrive(self, payload, batches, hosts)
+                link, pkts, times = payload
+                if not link.up:
+                    link.counters["dropped_down"] += len(pkts)
+                else:
+                    link.counters["delivered"] += len(pkts)
+                    link.dst.receive_train(self, link, pkts, times)
             elif kind == "port":
                 payload._wake(self)
             else:
@@ -409,8 +451,12 @@ class Network:
                 break
             _, _, kind, payload = heapq.heappop(heap)
             self.events += 1
-        for name, planes in batches.items():
-            hosts[name]._arrivals(planes)
+        # Hosts read this instant's arrivals once they are all in (Host.receive).
+        ready = self._ready
+        if ready:
+            self._ready = []
+            for host in ready:
+                host._read_instant()
         for kind, payload in others:
             if kind == "timer":
                 host, session = payload

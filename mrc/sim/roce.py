@@ -19,7 +19,7 @@ Connections are set up out of band (no CM exchange). It reads no clock and draws
 numbers: `now` comes in, the EV comes from the caller.
 
 What it leaves to others: driving (roce_host.py: receive, timers, sending on the host's link),
-the fabric (fabric.py) and experiments (paper_*.py).
+the fabric (fabric.py) and experiments (mrc.experiments.paper_*).
 """
 
 from __future__ import annotations

@@ -3,19 +3,20 @@
 What it holds: `RoceHost`, a `Host` whose arrivals and timers go to RoCE queue pairs instead of
 the mrc Endpoint (the event loop calls the same `_deliver` and `_on_timer` it calls for mrc
 hosts, so fabrics, failures and statistics are shared); `RoceNetwork`, a `Network` whose
-`add_host` makes RoceHosts (so `fabric.clos` builds a RoCE fabric unchanged); and
+`add_host` makes RoceHosts (so `topology.clos` builds a RoCE fabric unchanged); and
 `connect_roce`, which sets up one connection out of band between two hosts on one plane with
 one EV, the connection's ECMP hash.
 
 What it leaves to others: the transport itself (roce.py), forwarding (network.py, fabric.py),
-and experiments (paper_*.py).
+and experiments (mrc.experiments.paper_*).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from .network import Datagram, Host, Network
+from .link import Delivery
+from .network import Host, Network
 from .roce import DATA, HEADER, RoceDecodeError, RoceParams, RoceReceiver, RoceSender, decode
 
 RoceQp = RoceSender | RoceReceiver
@@ -44,7 +45,7 @@ class RoceHost(Host):
 
     # -- the loop's entry points (network.Network.step) --------------------------------------
 
-    def _deliver(self, batches: dict[int, list[Datagram]]) -> None:
+    def _deliver(self, batches: dict[int, list[Delivery]]) -> None:
         now = self.net.now
         touched: dict[int, RoceQp] = {}
         counters = self.roce_counters
@@ -102,7 +103,7 @@ class RoceHost(Host):
         deadline = qp.get_timer()
         if deadline is not None and self._roce_timer_at.get(qp.qpn) != deadline:
             self._roce_timer_at[qp.qpn] = deadline
-            self.net._push(deadline, "timer", (self, qp))
+            self.net.push(deadline, "timer", (self, qp))
 
 
 class RoceNetwork(Network):

@@ -15,7 +15,8 @@ What it holds:
   line (`TopologyError`).
 - `build(net, spec) -> Fabric`: hosts `h0..h{hosts-1}` and every switch and cable on `net`.
   `Fabric` is a `fabric.Clos` (so failures, `link()`, `set_switch()` work the same) plus the
-  fat tree's `tier2` and the `spec`. `fabric.clos()` is `build` of a one-pod spec.
+  fat tree's `tier2` and the `spec`. `clos(...)`, the small two-tier Clos of tests and
+  experiments, is `build` of a one-pod spec.
 
 Names: `p{plane}.t0.r{rack}`, `p{plane}.t1.{i}` (2-tier) or `p{plane}.t1.{pod}.{i}` (3-tier),
 `p{plane}.t2.{i}`. Routing stays static and source-chosen (docs/DESIGN.md §4): tier-0 sends a
@@ -24,8 +25,9 @@ sends a packet for its pod down, anything else up to its core `(selector // tier
 (tier2 / tier1)`. So a 2-tier plane has `tier1` paths between racks and a fat tree's plane `tier2`
 paths between pods, and `selector mod paths_per_plane` names one path exactly.
 
-What it leaves to others: packet handling (switches and ports: fabric.py; hosts' links and the
-event loop: network.py), the protocol (mrc.core), and experiments.
+What it leaves to others: packet handling (switches and ports: fabric.py; links and their
+train queues: link.py; hosts and the event loop: network.py), the protocol (mrc.core), and
+experiments (mrc.experiments).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .fabric import MIN_TRIM_SIZE, Clos, Port, Switch
-from .network import Link, LinkParams, Network
-from .trains import TrainQueue
+from ..switchq import MIN_TRIM_SIZE
+from .fabric import Clos, Port, Switch
+from .link import Link, LinkParams, TrainQueue
+from .network import Network
 
 
 class TopologyError(ValueError):
@@ -69,7 +72,7 @@ class FabricSpec:
     trim: bool = False
     trim_size: int = 64
     #: Hosts' NIC links and every switch port serve control packets (SACK, NACK, CM: not MRC
-    #: data) ahead of data, as htsim's NICs and switch queues do (trains.py; needs
+    #: data) ahead of data, as htsim's NICs and switch queues do (link.py; needs
     #: `Network(trains=True)`). Off: one FIFO for everything.
     control_priority: bool = False
 
@@ -298,9 +301,17 @@ def _register(net: Network, switches: list[Switch]) -> None:
         net.switches[sw.name] = sw
 
 
-def _cable(a: Switch, b: Switch, plane: int, params: LinkParams, *, uplink: bool) -> None:
-    ab = a.ports[b.name] = Port(a, b, plane, replace(params))
-    ba = b.ports[a.name] = Port(b, a, plane, replace(params))
+def _trainq(to_host: bool, control_first: bool) -> TrainQueue | None:
+    """The train queue a link is built with: one that puts control first, or none (made on
+    first use, in FIFO order, by `Link.carry`)."""
+    return TrainQueue(to_host, control_first=True) if control_first else None
+
+
+def _cable(
+    a: Switch, b: Switch, plane: int, params: LinkParams, *, uplink: bool, control_first: bool
+) -> None:
+    ab = a.ports[b.name] = Port(a, b, plane, replace(params), trainq=_trainq(False, control_first))
+    ba = b.ports[a.name] = Port(b, a, plane, replace(params), trainq=_trainq(False, control_first))
     ab.reverse, ba.reverse = ba, ab
     if uplink:
         a.uplinks.append(ab)
@@ -317,6 +328,8 @@ def build(net: Network, spec: FabricSpec) -> Fabric:
     fabric_port = replace(spec.fabric_link, ecn_threshold=ecn, trim=trim, trim_size=trim_size)
     core_params = spec.core_link or spec.fabric_link
     core_port = replace(core_params, ecn_threshold=ecn, trim=trim, trim_size=trim_size)
+    # Control ahead of data: every NIC link and switch port is built with a queue that does it.
+    first = spec.control_priority
     names = [f"h{i}" for i in range(spec.hosts)]
     if any(name in net.hosts for name in names):
         raise TopologyError("the network already has hosts named h0, h1, …")
@@ -341,14 +354,16 @@ def build(net: Network, spec: FabricSpec) -> Fabric:
         _register(net, [*t0, *t1, *t2])
         for h in hosts:
             sw = t0[rack_of[h.name]]
-            up = h.links[plane] = Link(h, sw, plane, replace(nic))
-            down = sw.ports[h.name] = Port(sw, h, plane, replace(host_port), last_hop=True)
+            up = h.links[plane] = Link(h, sw, plane, replace(nic), trainq=_trainq(False, first))
+            down = sw.ports[h.name] = Port(
+                sw, h, plane, replace(host_port), last_hop=True, trainq=_trainq(True, first)
+            )
             up.reverse, down.reverse = down, up
             sw.down[h.name] = down
         for rack, lower in enumerate(t0):
             pod = rack // rpp
             for upper in t1[pod * spec.tier1 : (pod + 1) * spec.tier1]:
-                _cable(lower, upper, plane, fabric_port, uplink=True)
+                _cable(lower, upper, plane, fabric_port, uplink=True, control_first=first)
         for i, upper in enumerate(t1):
             pod = i // spec.tier1
             for h in hosts[pod * rpp * per_rack : (pod + 1) * rpp * per_rack]:
@@ -357,7 +372,7 @@ def build(net: Network, spec: FabricSpec) -> Fabric:
             fan = spec.tier2 // spec.tier1
             for i, upper in enumerate(t1):
                 for core in t2[i % spec.tier1 * fan : (i % spec.tier1 + 1) * fan]:
-                    _cable(upper, core, plane, core_port, uplink=True)
+                    _cable(upper, core, plane, core_port, uplink=True, control_first=first)
             for core in t2:
                 for h in hosts:
                     pod = rack_of[h.name] // rpp
@@ -366,11 +381,37 @@ def build(net: Network, spec: FabricSpec) -> Fabric:
         t0s.append(t0)
         t1s.append(t1)
         t2s.append(t2)
-    if spec.control_priority:
-        for h in hosts:
-            for up in h.links.values():
-                up.trainq = TrainQueue(False, control_first=True)
-        for sw in [sw for plane in (*t0s, *t1s, *t2s) for sw in plane]:
-            for port in sw.ports.values():
-                port.trainq = TrainQueue(port.last_hop, control_first=True)
     return Fabric(net, hosts, t0s, t1s, rack_of, t2s if spec.three_tier else [], spec)
+
+
+def clos(
+    net: Network,
+    planes: int = 4,
+    racks: int = 2,
+    hosts_per_rack: int = 2,
+    tier1: int = 4,
+    host_link: LinkParams | None = None,
+    fabric_link: LinkParams | None = None,
+    ecn_threshold: int | None = None,
+    trim: bool = False,
+    trim_size: int = 64,
+) -> Fabric:
+    """Build a two-tier multi-plane Clos on `net`: hosts `h0..h{racks × hosts_per_rack - 1}`
+    (rack r holds the next `hosts_per_rack`), switches `p{plane}.t0.r{rack}` and
+    `p{plane}.t1.{route}`. `host_link` is used by host–tier-0 cables, `fabric_link` by
+    tier-0–tier-1 cables; every switch port gets `ecn_threshold`, `trim` and `trim_size`
+    (hosts neither mark nor trim)."""
+    if planes < 1 or racks < 1 or hosts_per_rack < 1 or tier1 < 1:
+        raise ValueError("a Clos needs at least one plane, rack, host per rack and tier-1")
+    spec = FabricSpec(
+        hosts=racks * hosts_per_rack,
+        planes=planes,
+        hosts_per_rack=hosts_per_rack,
+        tier1=tier1,
+        host_link=host_link or LinkParams(),
+        fabric_link=fabric_link or LinkParams(),
+        ecn_threshold=ecn_threshold,
+        trim=trim,
+        trim_size=trim_size,
+    )
+    return build(net, spec)

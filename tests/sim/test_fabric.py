@@ -18,16 +18,8 @@ from sim_story import REPLY, Transfer, chunks, pattern
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, Event, PlaneDown
 from mrc.core.session import Session
-from mrc.sim import (
-    DSCP_TRIMMED,
-    DSCP_TRIMMED_LASTHOP,
-    TOS_ECT0,
-    Clos,
-    Host,
-    LinkParams,
-    Network,
-    clos,
-)
+from mrc.sim import TOS_ECT0, Clos, Host, LinkParams, Network, clos
+from mrc.switchq import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 
 FAST = LinkParams(rate_bps=8e9, latency=1e-6, queue_bytes=1 << 20)
 SLOW = LinkParams(rate_bps=8e6, latency=1e-6, queue_bytes=1 << 20)

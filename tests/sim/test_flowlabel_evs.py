@@ -15,8 +15,8 @@ import pytest
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import PathRetired
-from mrc.sim import scenarios
-from mrc.sim.network import Datagram, Host, LinkParams, Network
+from mrc.experiments import scenarios
+from mrc.sim import Delivery, Host, LinkParams, Network
 from mrc.wire.bth import CM_OPCODES, Opcode
 from mrc.wire.packet import DataPacket, SackPacket, decode_packet
 
@@ -31,7 +31,7 @@ def run(a_enc: str, b_enc: str, loss: float = 0.0) -> tuple[
     a.flowlabel = b.flowlabel = True
     seen: Seen = []
 
-    def tap(host: Host, plane: int, batch: list[Datagram]) -> None:
+    def tap(host: Host, plane: int, batch: list[Delivery]) -> None:
         seen.extend((host.name, plane, bytes(data), word) for data, _src, word in batch)
 
     a.on_receive = b.on_receive = tap

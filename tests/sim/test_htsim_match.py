@@ -14,10 +14,8 @@ from mrc.core.errors import LocalProtocolError
 from mrc.core.events import ConnectionEstablished, Event
 from mrc.core.session import Session
 from mrc.core.transmit import Transmit
-from mrc.sim import LinkParams, Network
-from mrc.sim.network import Host
-from mrc.sim.permutation import mrc_config
-from mrc.sim.topology import FabricSpec, TopologyError, build
+from mrc.experiments.permutation import mrc_config
+from mrc.sim import FabricSpec, Host, LinkParams, Network, TopologyError, build
 from tools.htsim.compare import HtsimSetup
 
 SLOW = LinkParams(rate_bps=8e6, latency=1e-6, queue_bytes=1 << 20)  # 1000 bytes = 1 ms

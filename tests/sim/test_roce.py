@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrc.sim.network import ECN_CE, LinkParams
+from mrc.sim.link import ECN_CE, LinkParams
 from mrc.sim.roce import (
     ACK,
     CNP,

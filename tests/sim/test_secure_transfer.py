@@ -17,8 +17,7 @@ from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, Event
 from mrc.core.secure.handshake import Identity
 from mrc.core.session import Session
-from mrc.sim import Host, LinkParams, Network
-from mrc.sim.fabric import clos
+from mrc.sim import Host, LinkParams, Network, clos
 
 MiB = 1 << 20
 A_KEY, B_KEY = b"\x01" * 32, b"\x02" * 32

@@ -1,11 +1,13 @@
-"""The shared switch queue model (mrc.core.switchq): its rules as exact stories, and the same
+"""The shared switch queue model (mrc.switchq): its rules as exact stories, and the same
 offered burst judged alike by the simulator's port and by the `mrc switch` relay's port."""
 
 from __future__ import annotations
 
 import pytest
 
-from mrc.core.switchq import (
+from mrc.io.switch_queue import EgressPort
+from mrc.sim import LinkParams, Network, clos
+from mrc.switchq import (
     DSCP_TRIMMED,
     DSCP_TRIMMED_LASTHOP,
     QueuePolicy,
@@ -13,8 +15,6 @@ from mrc.core.switchq import (
     decide,
     is_data,
 )
-from mrc.io.switch_queue import EgressPort
-from mrc.sim import LinkParams, Network, clos
 
 ECT0, CE = 0x02, 0x03
 DATA = bytes([0xC6]) + bytes(999)  # a WRITE_FIRST's first byte, 1000 bytes long

@@ -7,10 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from mrc.sim import Network
-from mrc.sim.fabric import Port, Switch
-from mrc.sim.network import Host, Link
-from mrc.sim.topology import FabricSpec, TopologyError, build, mrc_fabric, read_htsim_topo
+from mrc.sim import (
+    FabricSpec,
+    Host,
+    Link,
+    Network,
+    Port,
+    Switch,
+    TopologyError,
+    build,
+    mrc_fabric,
+    read_htsim_topo,
+)
 
 VENDOR_TOPO = Path("/work/shared/vendor/uet-htsim/sim/datacenter/topologies")
 

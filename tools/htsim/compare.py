@@ -15,7 +15,7 @@ What is compared, and how the two setups differ (said again in the output's `not
   64-byte ACK serialized on each of the 6 hops = 14.02272 µs; its queues are 1 × that BDP in
   whole packets, 43 × 4,150 = 178,450 bytes; ECN ramps from 20 % to 80 % of it, 37,350 to
   145,250 bytes). mrc's ports use the same queue size and trim; they mark above one threshold
-  (switchq.py has no ramp), set to the middle of htsim's.
+  (mrc.switchq has no ramp), set to the middle of htsim's.
 - Matched by default (`--as-is` runs mrc's own defaults instead; `MATCHED` lists them):
   NSCC's base RTT and window use htsim's base RTT, and the plane queue guard's first cap is
   htsim's initial window (htsim starts every flow at cwnd = 1.5 × BDP; mrc's guard starts a
@@ -51,9 +51,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mrc.sim import Network
-from mrc.sim.permutation import MatrixError, mrc_config, read_cm, run_flows
-from mrc.sim.topology import FabricSpec, TopologyError, build, read_htsim_topo
+from mrc.experiments.permutation import MatrixError, mrc_config, read_cm, run_flows
+from mrc.sim import FabricSpec, Network, TopologyError, build, read_htsim_topo
 
 VENDOR = Path(__file__).resolve().parents[3] / "shared" / "vendor" / "uet-htsim"
 MATRIX = "connection_matrices/perm_1024n_1024c_0u_2000000b.cm"
@@ -306,7 +305,7 @@ NOTES = [
     "bytes (4,110 payload)",
     "htsim marks ECN on a ramp 37,350..145,250 bytes at dequeue; mrc's ports above 91,300 "
     "bytes at enqueue",
-    "mrc moves each flowcell as one event per hop (packet trains, mrc/sim/trains.py); a host "
+    "mrc moves each flowcell as one event per hop (packet trains, mrc/sim/link.py); a host "
     "reads its arrivals at most every --read-every µs (htsim's sink ACKs every 16 KB, about "
     "every 4 packets, and at once on a CE mark)",
 ]

@@ -28,10 +28,10 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.events import PathRetired
-from .fabric import Switch
+from ..sim.fabric import Switch
+from ..sim.roce import DATA
+from ..sim.roce_host import RoceHost
 from .paper_run import Flow, Run, RunResult, Scale, permutation
-from .roce import DATA
-from .roce_host import RoceHost
 from .scenarios import packet_ev
 
 Metrics = dict[str, Any]

@@ -9,14 +9,14 @@ not the bottleneck port; all eight senders run the row's congestion control. One
 6: aggregate goodput against the bottleneck, mean and p99 queueing delay at the bottleneck
 ports against NSCC's target, retransmissions, trims, drops, EVs retired (sum of
 `times_retired`), planes down, and the victim's rate against its rate alone.
-`python -m mrc.sim.incast [-J]` prints them side by side.
+`python -m mrc.experiments.incast [-J]` prints them side by side.
 
 The fabric is built to UEC's reference scale (100 Gbit/s links, about 10 µs base RTT), with
 queues of 1 × BDP where switches trim and 5 × BDP where they drop (htsim's sizing,
 docs/WIRE.md §5) and ECN marking above half of NSCC's target queue on every switch
 port, the last hop included (NSCC needs the mark where the queue is; MRC's fabrics leave it off
-there and rely on trimming). It leaves protocol behaviour to mrc.core and forwarding to
-network.py and fabric.py; transfers and patterns come from scenarios.py.
+there and rely on trimming). It leaves protocol behaviour to mrc.core and forwarding to the
+simulator (mrc.sim); transfers and patterns come from scenarios.py.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from ..core.config import SessionConfig
 from ..core.events import ConnectionEstablished, Event, PlaneDown, WriteCompleted
 from ..core.memory import Region
 from ..core.session import Session
-from .fabric import Clos, Port, clos
-from .network import Host, LinkParams, Network
+from ..sim.fabric import Clos, Port
+from ..sim.link import LinkParams
+from ..sim.network import Host, Network
+from ..sim.topology import clos
 from .scenarios import _REPLY, MiB, Transfer, _config, pattern
 
 RATE = 100e9  # every link, bit/s
@@ -256,7 +258,7 @@ def incast(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m mrc.sim.incast",
+        prog="python -m mrc.experiments.incast",
         description="7-to-1 incast with a victim flow under each congestion control, with and "
         "without trimming.",
     )

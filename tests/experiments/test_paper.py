@@ -1,5 +1,5 @@
-"""The MRC paper's experiments at 16 hosts × 4 planes (mrc.sim.paper): MRC's outcomes, the
-RoCE baseline's failures exactly where its single paths cross a fault, and the command line.
+"""The MRC paper's experiments at 16 hosts × 4 planes (mrc.experiments.paper): MRC's outcomes,
+the RoCE baseline's failures exactly where its single paths cross a fault, and the command line.
 
 One module-scoped run of every experiment for both protocols (about 25 s on two busy cores);
 each test reads its own experiment's numbers from it.
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mrc.sim import paper
-from mrc.sim.paper_experiments import REFERENCE
-from mrc.sim.paper_run import MiB, Scale, permutation
-from mrc.sim.paper_verdict import CLAIMS, Results, Verdict, verdict
+from mrc.experiments import paper
+from mrc.experiments.paper_experiments import REFERENCE
+from mrc.experiments.paper_run import MiB, Scale, permutation
+from mrc.experiments.paper_verdict import CLAIMS, Results, Verdict, verdict
 
 SCALE = Scale(hosts=16, planes=4, tier1=4, hosts_per_rack=4, flow_bytes=2 * MiB)
 FLOWS = permutation(SCALE)

@@ -16,14 +16,14 @@ source buffer and every receiver writes one destination buffer of the largest fl
 1,024 hosts × 2 MB, private buffers would be 4 GB); `run_flows(..., verify=True)` gives each
 receiver its own buffer and checks the bytes.
 
-`python -m mrc.sim.permutation` runs one on the MRC shape (default 1,024 hosts x 8 planes of
-100 Gbit/s, 2 MB per host). Measured on 2026-11-24 (2 vCPU shared, load about 5, compiled
+`python -m mrc.experiments.permutation` runs one on the MRC shape (default 1,024 hosts x 8
+planes of 100 Gbit/s, 2 MB per host). Measured on 2026-11-24 (2 vCPU shared, load about 5, compiled
 core): every flow done, p50 44.7 µs, p99 49.4 µs, 2,350,799 events, 500,736 data packets, no
 retransmission; 96 s CPU, 229 s wall, 1.6 GB peak (mostly the packets in flight: real payload
 bytes, about 1.4 MB per host at 800 Gbit/s x 14 µs).
 
-What it leaves to others: the fabric (topology.py), forwarding and the event loop (fabric.py,
-network.py), the protocol (mrc.core), and printing (tools/htsim, experiments).
+What it leaves to others: the fabric (mrc.sim.topology), forwarding and the event loop
+(mrc.sim), the protocol (mrc.core), and printing (tools/htsim, experiments).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from ..core.config import SessionConfig
 from ..core.events import ConnectionEstablished, Event, WriteCompleted
 from ..core.memory import Region
 from ..core.session import Session
-from .network import Host, Network
-from .topology import Fabric
+from ..sim.network import Host, Network
+from ..sim.topology import Fabric, TopologyError, build, mrc_fabric
 
 _REPLY = struct.Struct(">QI")  # the listener's region: base VA, R_Key
 _INDEX = struct.Struct(">I")  # the flow's index, in the REQUEST's private data
@@ -266,17 +266,15 @@ def run_flows(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mrc.sim.permutation`: a permutation on the MRC fabric shape, with its
+    """`python -m mrc.experiments.permutation`: a permutation on the MRC fabric shape, with its
     completion times and the simulator's own cost (events, events/s, wall, peak memory)."""
     import argparse
     import json
     import resource
     import sys
 
-    from .topology import TopologyError, build, mrc_fabric
-
     ap = argparse.ArgumentParser(
-        prog="python -m mrc.sim.permutation",
+        prog="python -m mrc.experiments.permutation",
         description="Every host of an MRC multi-plane 2-tier Clos writes to another one.",
     )
     ap.add_argument("--hosts", type=int, default=1024)
@@ -302,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         flows = permutation(args.hosts, args.size, args.seed)
     except (TopologyError, MatrixError) as e:
-        print(f"mrc.sim.permutation: {e}", file=sys.stderr)
+        print(f"mrc.experiments.permutation: {e}", file=sys.stderr)
         return 1
     build_wall = time.perf_counter()
     net = Network(args.seed, trains=True, read_every=args.read_every * 1e-6)

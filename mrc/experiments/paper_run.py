@@ -3,7 +3,7 @@
 What it holds: `Scale` (hosts, planes, tier-1 count, link rate and latency, flow size: the knobs
 that take an experiment from 16 hosts in a test to 1,024 × 8 planes), `Flow`, `Run` (the
 fabric of one protocol with its flows started: MRC sessions through mrc.core, or RoCE queue
-pairs from roce_host.py, one per plane per flow), progress sampling, and `RunResult`, the plain
+pairs from mrc.sim.roce_host, one per plane per flow), progress sampling, and `RunResult`, the plain
 numbers a run leaves: per-flow bytes, completion and failure times, goodput samples, drops,
 trims, retransmissions and EVs retired.
 
@@ -26,10 +26,12 @@ from typing import Any
 from ..core.config import SessionConfig
 from ..core.events import ConnectionEstablished, Event, WriteCompleted
 from ..core.session import Session
-from .fabric import Clos, clos
-from .network import Host, LinkParams, Network
-from .roce import RoceParams, RoceReceiver, RoceSender
-from .roce_host import RoceHost, RoceNetwork, connect_roce
+from ..sim.fabric import Clos
+from ..sim.link import LinkParams
+from ..sim.network import Host, Network
+from ..sim.roce import RoceParams, RoceReceiver, RoceSender
+from ..sim.roce_host import RoceHost, RoceNetwork, connect_roce
+from ..sim.topology import clos
 from .scenarios import _REPLY, _config
 
 MiB = 1 << 20

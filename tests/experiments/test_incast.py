@@ -1,5 +1,5 @@
-"""Incast with a victim flow (mrc.sim.incast): NSCC and trimming against the acceptance of
-issue 6, and the `none` runs as the comparison they are.
+"""Incast with a victim flow (mrc.experiments.incast): NSCC and trimming against the acceptance
+of issue 6, and the `none` runs as the comparison they are.
 
 Seven senders write 2 MiB each to one receiver whose two 100 Gbit/s host links are the
 bottleneck; a victim flow crosses the same fabric to a neighbour of the receiver. Each run is
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from mrc.sim import incast
-from mrc.sim.incast import IncastOutcome
+from mrc.experiments import incast
+from mrc.experiments.incast import IncastOutcome
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""`python -m mrc.sim.paper`: the MRC paper's experiments in the simulator, MRC beside RoCE.
+"""`python -m mrc.experiments.paper`: the MRC paper's experiments in the simulator, MRC beside
+RoCE.
 
 What it holds: the command line (scale presets and knobs: hosts, planes, tier-1 count, link
 rate, flow size), the process pool that runs every (experiment, protocol) pair on its own
@@ -172,7 +173,7 @@ def _scale(args: argparse.Namespace) -> Scale:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m mrc.sim.paper",
+        prog="python -m mrc.experiments.paper",
         description="Run the MRC paper's experiments for MRC and a RoCE-like baseline "
         "(go-back-N, DCQCN, one path per QP) and say whether each outcome holds.",
     )

@@ -1,13 +1,14 @@
 """The multipath scenarios of the MRC paper at simulator scale, runnable by name and policy.
 
-Each scenario builds a network (a direct pair or a two-tier Clos from fabric.py), moves a
-verified transfer from one host to another with a chosen spray policy, injects its fault on a
-fixed schedule, and returns an `Outcome` of plain numbers: completion time, goodput, retired
-and restored EVs, planes down, the longest time without newly placed bytes, and what the
-scenario itself measures. Tests assert on these numbers; `python -m mrc.sim.scenarios` prints
-them side by side for the spray policies (docs/DESIGN.md §4, issue «Adaptive multipath»).
+Each scenario builds a network (a direct pair or a two-tier Clos, mrc.sim.topology.clos),
+moves a verified transfer from one host to another with a chosen spray policy, injects its fault
+on a fixed schedule, and returns an `Outcome` of plain numbers: completion time, goodput,
+retired and restored EVs, planes down, the longest time without newly placed bytes, and what
+the scenario itself measures. Tests assert on these numbers; `python -m
+mrc.experiments.scenarios` prints them side by side for the spray policies (docs/DESIGN.md §4,
+issue «Adaptive multipath»).
 
-It leaves protocol behaviour to mrc.core and packet forwarding to network.py and fabric.py.
+It leaves protocol behaviour to mrc.core and packet forwarding to the simulator (mrc.sim).
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ from ..core.events import (
     WriteCompleted,
 )
 from ..core.memory import Region
+from ..core.paths.spray import spray_names
 from ..core.session import Session
-from .fabric import Clos, clos
-from .network import Datagram, Host, LinkParams, Network
+from ..core.sink import TraceSink
+from ..sim.fabric import Clos
+from ..sim.link import Delivery, LinkParams
+from ..sim.network import Host, Network
+from ..sim.topology import clos
 
 MiB = 1 << 20
 _REPLY = struct.Struct(">QI")  # the responder's region: base VA, R_Key
@@ -77,11 +82,11 @@ class Outcome:
 
 class Transfer:
     """`size` bytes from `a` to `b` in WRITEs of `msg` bytes, posted once connected; `b`
-    listens with `listen` (default: `config`)."""
+    listens with `listen` (default: `config`); `trace` receives `a`'s session's records."""
 
     def __init__(
         self, net: Network, a: Host, b: Host, config: SessionConfig, size: int, msg: int,
-        listen: SessionConfig | None = None,
+        listen: SessionConfig | None = None, trace: TraceSink | None = None,
     ) -> None:  # fmt: skip
         self.net, self.a, self.b, self.size = net, a, b, size
         self.src = pattern(size)
@@ -108,7 +113,7 @@ class Transfer:
                     self.done_at = self.net.now
 
         a.on_event = on_event
-        self.session = a.connect(b, config)
+        self.session = a.connect(b, config, trace=trace)
 
     def done(self) -> bool:
         return self.done_at is not None
@@ -351,7 +356,7 @@ def congested_tier1(
     arrivals: dict[int, float] = {}
     trim_to_rtx: list[float] = []
 
-    def observe(host: Host, plane: int, batch: list[Datagram]) -> None:
+    def observe(host: Host, plane: int, batch: list[Delivery]) -> None:
         for data, _src, tos in batch:
             if len(data) < 12 or not 0xC6 <= data[0] <= 0xCB:
                 continue
@@ -402,10 +407,8 @@ SCENARIOS: dict[str, Callable[[str], Outcome]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..core.paths.spray import spray_names
-
     ap = argparse.ArgumentParser(
-        prog="python -m mrc.sim.scenarios",
+        prog="python -m mrc.experiments.scenarios",
         description="Run the multipath scenarios under each spray policy and compare.",
     )
     ap.add_argument("--spray", default="all", help="a policy name or 'all'")
