@@ -112,7 +112,8 @@ def remove_leftovers() -> None:
     for path in _build.extensions():
         stem = path.name.split(".", 1)[0]
         source = path.with_name(stem.removesuffix("__mypyc") + ".py")
-        if stem.endswith("__mypyc") and source.parent == _build.ROOT:
+        if stem.endswith("__mypyc") and not source.is_file():
+            # A package's library lies beside its folder (mrc/core__mypyc, core/send__mypyc).
             source = source.with_suffix("") / "__init__.py"
         if str(source.relative_to(REPO)) not in wanted:
             path.unlink()

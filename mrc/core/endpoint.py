@@ -34,12 +34,13 @@ from ..wire.bth import CM_LISTEN_QPN, ENDPOINT_QPN, Opcode
 from ..wire.cm import RejectReason
 from ..wire.errors import DecodeError
 from ..wire.packet import CmPacket, decode_packet, peek_dest_qp
-from . import cm
+from .cm import build_reject, negotiate
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .memory import RegionTable
 from .secure.handshake import Identity, TokenBucket
 from .session import Session
+from .sink import TraceLog, TraceSink
 from .transmit import Addr, Transmit
 
 #: accept(request private data) → REPLY private data, or None to refuse (RESOURCES).
@@ -73,17 +74,23 @@ class Endpoint:
         self.max_half_open = max_half_open
         self._listen_config: SessionConfig | None = None
         self._accept: AcceptFn | None = None
+        self._trace_log: TraceLog | None = None
         self._by_nonce: dict[bytes, Session] = {}
         self._out: list[Transmit] = []
 
     # -- user calls ---------------------------------------------------------------------------
 
-    def listen(self, config: SessionConfig, accept: AcceptFn | None = None) -> None:
-        """Accept REQUESTs from now on, negotiating against `config`."""
+    def listen(
+        self, config: SessionConfig, accept: AcceptFn | None = None, *,
+        trace: TraceLog | None = None,
+    ) -> None:  # fmt: skip
+        """Accept REQUESTs from now on, negotiating against `config`; `trace` starts the
+        trace of each accepted session (sink.py)."""
         if config.validate().secured and self.identity is None:
             raise LocalProtocolError(f"security {config.security!r} needs an identity (a key)")
         self._listen_config = config
         self._accept = accept
+        self._trace_log = trace
 
     def connect(
         self,
@@ -93,9 +100,11 @@ class Endpoint:
         now: float,
         *,
         peer_key: bytes | None = None,
+        trace: TraceSink | None = None,
     ) -> Session:
         """Start a connection; a secured one accepts only the responder static key
-        `peer_key` (None: any key on this endpoint's identity's allowlist)."""
+        `peer_key` (None: any key on this endpoint's identity's allowlist). `trace` receives
+        the session's trace records (sink.py)."""
         session = Session.connect(
             config,
             peer_addrs,
@@ -106,6 +115,7 @@ class Endpoint:
             now=now,
             identity=self.identity,
             peer_key=peer_key,
+            trace=trace,
         )
         self.sessions[session.qpn] = session
         return session
@@ -248,7 +258,7 @@ class Endpoint:
         if self._listen_config is None:
             self._reject(plane, addr, pkt, RejectReason.NO_LISTENER)
             return None
-        agreed = cm.negotiate(self._listen_config, cmh)
+        agreed = negotiate(self._listen_config, cmh)
         if isinstance(agreed, RejectReason):
             self._reject(plane, addr, pkt, agreed)
             return None
@@ -272,6 +282,8 @@ class Endpoint:
                 self._reject(plane, addr, pkt, RejectReason.RESOURCES)
                 return None
             reply_data = answer
+        qpn = self._new_qpn()
+        log = self._trace_log
         try:
             session = Session.accept(
                 agreed,
@@ -279,12 +291,13 @@ class Endpoint:
                 plane,
                 addr,
                 reply_data,
-                qpn=self._new_qpn(),
+                qpn=qpn,
                 regions=self.regions,
                 rng=self.rng,
                 now=now,
                 identity=self.identity,
                 request_raw=data,
+                trace=log.start_trace(qpn) if log is not None else None,
             )
         except LocalProtocolError:
             self._reject(plane, addr, pkt, RejectReason.BAD_PARAMETERS)
@@ -295,7 +308,7 @@ class Endpoint:
 
     def _reject(self, plane: int, addr: Addr, pkt: CmPacket, reason: RejectReason) -> None:
         self.drops[f"rejected_{reason.name.lower()}"] += 1
-        self._out.append(Transmit(plane=plane, addr=addr, data=cm.build_reject(pkt.cmh, reason)))
+        self._out.append(Transmit(plane=plane, addr=addr, data=build_reject(pkt.cmh, reason)))
 
     # -- outputs ------------------------------------------------------------------------------
 

@@ -10,77 +10,57 @@ The session never touches a socket, a clock or an event loop (docs/DESIGN.md §3
 * outputs, pulled once after every input, in this order: `datagrams_to_send(now)`,
   `get_timer()`, then `next_event()` until it returns None.
 
-Inside, the work is split by concern: `Sender` (posted WRITEs, send records, loss inference,
-completions), `Receiver` (checks, placement, SACK/NACK/AETH), `PlaneTable` (planes, EVs, RTTs),
-a spray policy, and the CM handshake helpers in `cm.py`. This module holds the handshake state,
-routes decoded packets to their handler (`_handle_<kind>`), hands plane suspicion, probing and
-DOWN/UP to `PlaneMonitor` (planes.py), and collects outputs. `now` is monotonic seconds.
+A session lives in two phases (phase.py), each an object built whole when it begins: a
+requester's handshake (`Connecting`, connecting.py) and the established connection
+(`Established`, established.py: planes, EVs, spray, congestion control, `Sender`, `Receiver`,
+plane monitor, the secure gate). This module holds what outlives a phase (QPN, counters,
+timers, events, the peer's addresses), builds the established phase when the REPLY comes (a
+responder's at once), hands every input to the current phase, and shows callers the parts of
+an established one (`paths`, `sender`, `cc`, ...). `now` is monotonic seconds.
 
 Security (docs/WIRE.md §7). With `config.security` "auth" or "encrypt" a session needs an
 `Identity` (handshake.py): `Endpoint.connect(..., peer_key=...)` and `Endpoint.listen` pass it
-in. Every received datagram then goes through `SecureChannel.open` (secure.py) before anything
+in. Every received datagram then goes through `SecureChannel.open` (gate.py) before anything
 else looks at it, data packets are sealed as they are framed and control packets when output
 is pulled. `peer_static_key` is the peer's authenticated static public key once established.
+
+Tracing: a `TraceSink` (sink.py) handed in at construction goes to the parts that record into
+it; the owner asks for congestion and drop samples with `sample_trace(now)`.
 """
 
 from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
-from enum import Enum
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
-from ..wire.ack import NackReason, SackMark
-from ..wire.bth import Opcode
-from ..wire.errors import DecodeError
-from ..wire.packet import (
-    AckPacket,
-    CmPacket,
-    DataPacket,
-    EndpointPacket,
-    NackPacket,
-    Packet,
-    ProbePacket,
-    SackPacket,
-    decode_packet,
-    peek_dest_qp,
-)
-from ..wire.probe import EETH, ERTH, EndpointOp
-from . import cm
-from .cc.control import make_cc
+from ..wire.packet import CmPacket, peek_dest_qp
+from .cc.control import CongestionControl
+from .cm import check_private_data
+from .cm import established as established_event
 from .config import SessionConfig
+from .connecting import Agreed, Connecting
 from .errors import LocalProtocolError
-from .events import (
-    ConnectionClosed,
-    Event,
-)
+from .established import Established
+from .events import Event
 from .memory import Region, RegionTable
-from .paths.balance import make_balance
-from .paths.evlabel import restore_ev, strip_control
+from .paths.balance import PlaneBalance
 from .paths.health import PlaneMonitor
-from .paths.planes import PlaneState, PlaneTable
-from .paths.spray import make_spray
+from .paths.planes import PlaneTable
+from .paths.spray import SprayPolicy
+from .phase import Lifecycle, Phase, SessionState
 from .recv.receiver import Receiver
 from .secure.aead import PacketProtection
-from .secure.gate import SecureChannel, before_keys, reply_for
-from .secure.handshake import HEAD, Identity, Requester
-from .send.sackpath import take_sack
+from .secure.gate import SecureChannel, reply_for
+from .secure.handshake import Identity, Requester
 from .send.sender import Sender
-from .stats import PlaneStats, SessionStats
-from .timers import Timer, TimerTable
-from .trace import TraceCollector
+from .sink import TraceSink
+from .stats import SessionStats
+from .timers import TimerTable
 from .transmit import Addr, Transmit
 
-#: What the peer only sends on a plane it uses toward us (docs/DESIGN.md §4, reverse path).
-_ACKNOWLEDGEMENTS: Final = frozenset({SackPacket, NackPacket, AckPacket})
-
-
-class SessionState(Enum):
-    CONNECTING = "connecting"  # requester: REQUEST sent, waiting for REPLY/REJECT
-    ESTABLISHED = "established"
-    CLOSED = "closed"
-
+__all__ = ["Datagram", "Session", "SessionState"]
 
 Datagram = tuple[bytes | memoryview, int]  # (bytes, TOS byte of the IP header)
 
@@ -97,58 +77,64 @@ class Session:
         rng: random.Random,
         peer_addrs: dict[int, Addr],
         now: float,
+        trace: TraceSink | None = None,
+        private_data: bytes = b"",
+        requester: Requester | None = None,
+        request: CmPacket | None = None,
+        reply_private_data: bytes = b"",
+        identity: Identity | None = None,
+        request_raw: bytes | memoryview = b"",
     ) -> None:
-        self.config = config.validate()
+        """A requester without `request` (`connect`), a responder for `request` (`accept`)."""
+        self.config = config = config.validate()
         self.qpn = qpn
-        self.peer_qpn = 0
         self.regions = regions
         self.rng = rng
         self.peer_addrs = peer_addrs
-        self.state = SessionState.CONNECTING
-        self.close_reason = ""
         self.stats = SessionStats()
         self.timers = TimerTable()
-        self.connection_id = 0
-        self.nonce = b""
+        #: Where this session's trace records go (sink.py); None: no trace.
+        self.trace = trace
+        self._events: deque[Event] = deque()
+        self._out: list[Transmit] = []
+        self.life = Lifecycle(self._events, self.timers, established=request is not None)
         self.initial_psn = (
             config.initial_psn if config.initial_psn is not None else rng.getrandbits(24)
         )
-        self.half_open = False
-        self._events: deque[Event] = deque()
-        self._out: list[Transmit] = []
-        # Requester: the REQUEST per plane and retry state. Responder: the REPLY bytes.
-        self._private_data = b""
-        self._cm_attempts = 0
-        self._cm_interval = config.cm_retry
-        self._reply = b""
-        self._data_seen = False
-        self._heard = False  # an acknowledgement came in this receive batch
-        self.noevx = False
-        #: Secured connections: the requester's handshake half until the REPLY verifies, the
-        #: REQUEST head the transcript hashes, then the gate (secure.py).
-        self._requester: Requester | None = None
-        self._request_head = b""
-        self._protection: PacketProtection | None = None
-        self.channel: SecureChannel | None = None
         #: The peer's static X25519 public key, authenticated by the handshake (secured only).
         self.peer_static_key: bytes | None = None
-        self.paths = PlaneTable(config, rng, self._events)
-        self.spray = make_spray(config.spray, self.paths, rng)
-        self.balance = make_balance(config.plane_balance, self.paths)
-        self.cc = make_cc(config.cc, config)
-        self.sender: Sender | None = None
-        self.receiver: Receiver | None = None
-        self.planes: PlaneMonitor | None = None
-        self.trace: TraceCollector | None = None  # set by whoever wants one (trace.py)
-        self._handlers: dict[type[Any], Callable[[Any, int, int, float], None]] = {
-            DataPacket: self._handle_data,
-            SackPacket: self._handle_sack,
-            NackPacket: self._handle_nack,
-            AckPacket: self._handle_acknowledge,
-            ProbePacket: self._handle_probe,
-            EndpointPacket: self._handle_endpoint,
-            CmPacket: self._handle_cm,
-        }
+        self._phase: Phase
+        if request is None:
+            handshake = Connecting(
+                self.life, config, qpn=qpn, initial_psn=self.initial_psn, rng=rng,
+                stats=self.stats, timers=self.timers, out=self._out, peer_addrs=peer_addrs,
+                private_data=private_data, requester=requester, on_reply=self._on_reply,
+            )  # fmt: skip
+            self.peer_qpn = 0
+            self.nonce = handshake.nonce
+            self.connection_id = handshake.connection_id
+            self._phase = handshake
+            handshake.start(now)
+            return
+        # A responder: the endpoint negotiated `config`; it answers and starts established.
+        req = request.cmh
+        self.peer_qpn = req.local_qpn
+        self.nonce = req.nonce
+        self.connection_id = req.connection_id
+        reply, protection = reply_for(
+            config, request, request_raw, identity, qpn=qpn, initial_psn=self.initial_psn,
+            private_data=check_private_data(reply_private_data), rng=rng,
+            drops=self.stats.drops_by_reason,
+        )  # fmt: skip
+        if request.key_block is not None:
+            self.peer_static_key = request.key_block.static
+        conn = self._established(
+            config, peer_initial_psn=req.initial_psn, now=now, protection=protection, reply=reply
+        )
+        self._phase = conn
+        (plane,) = peer_addrs  # the plane the REQUEST came on
+        conn.cm_send(plane, reply)
+        self._events.append(established_event(conn, bytes(request.private_data)))
 
     # -- construction -------------------------------------------------------------------------
 
@@ -157,98 +143,68 @@ class Session:
         cls, config: SessionConfig, peer_addrs: Mapping[int, Addr], private_data: bytes, *,
         qpn: int, regions: RegionTable, rng: random.Random, now: float,
         identity: Identity | None = None, peer_key: bytes | None = None,
+        trace: TraceSink | None = None,
     ) -> Session:  # fmt: skip
         """A requester: sends a REQUEST on every plane of `config.plane_mask` it has an address
         for, and repeats them on a backoff until a REPLY or REJECT arrives (docs/WIRE.md §6).
         A secured one needs `identity`; `peer_key` is the responder static key it accepts
-        (None: any key the identity's allowlist holds)."""
+        (None: any key the identity's allowlist holds). `trace` receives its records."""
         config = config.validate()
         missing = [p for p in config.planes if p not in peer_addrs]
         if missing:
             raise LocalProtocolError(f"no peer address for plane(s) {missing}")
         if config.secured and identity is None:
             raise LocalProtocolError(f"security {config.security!r} needs an identity (a key)")
-        s = cls(config, qpn=qpn, regions=regions, rng=rng, peer_addrs=dict(peer_addrs), now=now)
-        if config.secured and identity is not None:
-            s._requester = Requester(identity, peer_key)
-        s._private_data = cm.check_private_data(private_data)
-        s.nonce = rng.randbytes(16)
-        s.connection_id = rng.getrandbits(64)
-        s._send_requests(now)
-        return s
+        requester = (
+            Requester(identity, peer_key) if config.secured and identity is not None else None
+        )
+        return cls(
+            config, qpn=qpn, regions=regions, rng=rng, peer_addrs=dict(peer_addrs), now=now,
+            trace=trace, private_data=private_data, requester=requester,
+        )  # fmt: skip
 
     @classmethod
     def accept(
         cls, config: SessionConfig, request: CmPacket, plane: int, addr: Addr,
         reply_private_data: bytes, *, qpn: int, regions: RegionTable, rng: random.Random,
         now: float, identity: Identity | None = None, request_raw: bytes | memoryview = b"",
+        trace: TraceSink | None = None,
     ) -> Session:  # fmt: skip
         """A responder for a REQUEST, with `config` already negotiated (`cm.negotiate`). A
         secured one does its half of the key agreement with `identity` over the REQUEST's
         bytes `request_raw` (LocalProtocolError if the REQUEST's keys are degenerate)."""
-        s = cls(config, qpn=qpn, regions=regions, rng=rng, peer_addrs={plane: addr}, now=now)
-        req = request.cmh
-        s.peer_qpn = req.local_qpn
-        s.nonce = req.nonce
-        s.connection_id = req.connection_id
-        s._reply, s._protection = reply_for(
-            s.config,
-            request,
-            request_raw,
-            identity,
-            qpn=qpn,
-            initial_psn=s.initial_psn,
-            private_data=cm.check_private_data(reply_private_data),
-            rng=rng,
-            drops=s.stats.drops_by_reason,
-        )
-        if request.key_block is not None:
-            s.peer_static_key = request.key_block.static
-        s._establish(peer_initial_psn=req.initial_psn, now=now)
-        s.half_open = True
-        s.timers.set(Timer.HALF_OPEN, now + config.half_open_timeout)
-        # Planes the REQUEST has not reached us on yet wait for their address (learn_addr).
-        for p in s.paths.planes:
-            if p not in s.peer_addrs:
-                s.paths.set_state(p, PlaneState.DOWN, "no address")
-        s._cm_send(plane, s._reply)
-        s._events.append(cm.established(s, bytes(request.private_data)))
-        return s
+        return cls(
+            config, qpn=qpn, regions=regions, rng=rng, peer_addrs={plane: addr}, now=now,
+            trace=trace, request=request, reply_private_data=reply_private_data,
+            identity=identity, request_raw=request_raw,
+        )  # fmt: skip
 
-    def _establish(self, *, peer_initial_psn: int, now: float) -> None:
-        self.state = SessionState.ESTABLISHED
-        self.noevx = self.config.ev_encoding == "flowlabel"  # agreed in CM (evlabel.py)
-        self.paths = PlaneTable(self.config, self.rng, self._events)
-        self.spray = make_spray(self.config.spray, self.paths, self.rng)
-        self.balance = make_balance(self.config.plane_balance, self.paths)
-        self.cc = make_cc(self.config.cc, self.config)
-        paths, stats, events, addrs = self.paths, self.stats, self._events, self.peer_addrs
-        self.sender = sender = Sender(
-            self.config, paths=paths, spray=self.spray, balance=self.balance, cc=self.cc,
-            stats=stats, timers=self.timers, events=events, peer_addrs=addrs,
-            initial_psn=self.initial_psn, now=now,
+    def _established(
+        self, config: SessionConfig, *, peer_initial_psn: int, now: float,
+        protection: PacketProtection | None, peer_reply: bytes = b"", reply: bytes = b"",
+    ) -> Established:  # fmt: skip
+        return Established(
+            self.life, config, qpn=self.qpn, peer_qpn=self.peer_qpn,
+            connection_id=self.connection_id, nonce=self.nonce, initial_psn=self.initial_psn,
+            peer_initial_psn=peer_initial_psn, regions=self.regions, rng=self.rng,
+            stats=self.stats, timers=self.timers, events=self._events, out=self._out,
+            peer_addrs=self.peer_addrs, now=now, protection=protection, peer_reply=peer_reply,
+            reply=reply, trace=self.trace,
         )  # fmt: skip
-        self.sender.dest_qp = self.peer_qpn
-        self.receiver = Receiver(
-            self.config, regions=self.regions, paths=paths, stats=stats, events=events,
-            peer_addrs=addrs, initial_psn=peer_initial_psn,
+
+    def _on_reply(self, agreed: Agreed, now: float) -> None:
+        """The handshake ended with a REPLY (connecting.py): the connection begins."""
+        self.config = agreed.config
+        self.peer_qpn = agreed.peer_qpn
+        if agreed.peer_static_key is not None:
+            self.peer_static_key = agreed.peer_static_key
+        conn = self._established(
+            agreed.config, peer_initial_psn=agreed.peer_initial_psn, now=now,
+            protection=agreed.protection, peer_reply=agreed.reply,
         )  # fmt: skip
-        self.receiver.replies.dest_qp = self.peer_qpn
-        self.planes = PlaneMonitor(
-            self.config, paths=paths, timers=self.timers, stats=stats, events=events,
-            peer_addrs=addrs, out=self._out, next_psn=lambda: sender.next_psn,
-            send_seq=lambda: sender.seq, on_down=sender.on_plane_down,
-        )  # fmt: skip
-        self.planes.peer_qpn = self.peer_qpn
-        self.sender.on_suspect = self.planes.suspect
-        self.timers.cancel(Timer.CM_RETRY)
-        if self._protection is not None:
-            self.sender.framer.protection = self._protection
-            drops = self.stats.drops_by_reason
-            self.channel = SecureChannel(self._protection, self.config, self.receiver, drops)
-            self.channel.reply = self._protection.reply
-        if self.trace is not None:
-            self.trace.attach(self, now)
+        self._phase = conn
+        self._events.append(established_event(conn, agreed.private_data))
+        conn.monitor.announce_ports(now)
 
     # -- user calls ---------------------------------------------------------------------------
 
@@ -264,61 +220,125 @@ class Session:
         """Queue a WRITE of `region[offset:offset+length]` to the peer's `remote_va` under
         `rkey`, as WRITE_WITH_IMM when `imm` is given. Returns its MSN; `WriteCompleted(msn,
         status)` follows in MSN order. The bytes must stay unchanged until then."""
-        if self.state is not SessionState.ESTABLISHED or self.sender is None:
-            raise LocalProtocolError(f"cannot post a WRITE on a {self.state.value} session")
-        return self.sender.post_write(region, offset, length, remote_va, rkey, imm)
+        return self._phase.post_write(region, offset, length, remote_va, rkey, imm)
 
     def close(self, now: float) -> None:
-        """Send CM_DISCONNECT on every plane and end the session at once."""
-        if self.state is SessionState.CLOSED:
-            return
-        if self.state is SessionState.ESTABLISHED:
-            data = cm.build_disconnect(
-                self.config, local_qpn=self.qpn, remote_qpn=self.peer_qpn,
-                connection_id=self.connection_id,
-            )  # fmt: skip
-            for plane in sorted(self.peer_addrs):
-                self._cm_send(plane, data)
-        self._close("closed")
+        """Send CM_DISCONNECT on every plane (once established) and end the session at once."""
+        if not self.life.closed:
+            self._phase.close(now)
 
     def plane_status(self, plane: int, up: bool, now: float) -> None:
         """io/ or sim/ report a local plane change (a send error such as ENETUNREACH = down)."""
-        if plane in self.paths.planes and self.planes is not None and not self.is_closed:
-            self.planes.local_status(plane, up, now)
+        self._phase.plane_status(plane, up, now)
 
     def transmit_failed(self, tx: Transmit, now: float) -> None:
         """io/ or sim/ report that a local queue refused `tx` whole (ENOBUFS from a full
         qdisc): the sender resends its data packets elsewhere and blames no path."""
-        if self.sender is not None and not self.is_closed:
-            self.sender.on_transmit_failed(tx, now)
+        self._phase.transmit_failed(tx, now)
 
     def learn_addr(self, plane: int, addr: Addr, now: float) -> None:
         """The endpoint saw the peer on `plane` at `addr` (responder: a late REQUEST copy)."""
-        if plane in self.peer_addrs or plane not in self.paths.planes:
+        self._phase.learn_addr(plane, addr, now)
+
+    def sample_trace(self, now: float) -> None:
+        """Push what the trace samples at `now` (sink.py): the drop counters and, when the
+        sink says one is due, a congestion row per plane."""
+        trace = self.trace
+        if trace is None or not trace.recording:
             return
-        self.peer_addrs[plane] = addr
-        pl = self.paths.planes[plane]
-        if pl.state is PlaneState.DOWN and pl.down_reason == "no address":
-            self.paths.set_state(plane, PlaneState.UP)
+        rows = self._phase.cc_rows() if trace.cc_due(now) else None
+        trace.sample(now, self.stats.drops_by_reason, rows)
 
     # -- state for callers ------------------------------------------------------------------
 
     @property
+    def state(self) -> SessionState:
+        return self.life.state
+
+    @property
+    def close_reason(self) -> str:
+        return self.life.close_reason
+
+    @property
     def is_closed(self) -> bool:
-        return self.state is SessionState.CLOSED
+        return self.life.state is SessionState.CLOSED
 
     @property
     def idle(self) -> bool:
         """Every posted WRITE has completed."""
-        return self.sender is None or self.sender.idle
+        return self._phase.idle
+
+    @property
+    def established(self) -> Established | None:
+        """The established connection (None during the handshake)."""
+        phase = self._phase
+        return phase if isinstance(phase, Established) else None
+
+    @property
+    def half_open(self) -> bool:
+        """A responder that has not heard from its requester since the REPLY."""
+        conn = self.established
+        return conn is not None and conn.half_open
+
+    @property
+    def noevx(self) -> bool:
+        """EVs ride in the flow label (agreed in CM, evlabel.py)."""
+        conn = self.established
+        return conn is not None and conn.noevx
 
     def ev_stats(self, now: float) -> list[dict[str, Any]]:
         """Per-EV counters and states (`end.mrc.evs[]`, docs/DESIGN.md §10)."""
-        return self.paths.evs.report(now)
+        return self._phase.ev_stats(now)
 
     def plane_state(self, plane: int) -> str:
-        pl = self.paths.planes.get(plane)
-        return pl.state.value if pl is not None else "absent"
+        """The plane's state ("up", "down"; "absent" when not a plane of the connection)."""
+        return self._phase.plane_state(plane)
+
+    # The parts of an established connection; `sender`, `receiver`, `planes` and `channel`
+    # are None during the handshake, the others raise.
+
+    def _connection(self) -> Established:
+        conn = self.established
+        if conn is None:
+            raise LocalProtocolError(f"a {self.state.value} session has no connection yet")
+        return conn
+
+    @property
+    def paths(self) -> PlaneTable:
+        return self._connection().paths
+
+    @property
+    def cc(self) -> CongestionControl:
+        return self._connection().cc
+
+    @property
+    def spray(self) -> SprayPolicy:
+        return self._connection().spray
+
+    @property
+    def balance(self) -> PlaneBalance:
+        return self._connection().balance
+
+    @property
+    def sender(self) -> Sender | None:
+        conn = self.established
+        return conn.sender if conn is not None else None
+
+    @property
+    def receiver(self) -> Receiver | None:
+        conn = self.established
+        return conn.receiver if conn is not None else None
+
+    @property
+    def planes(self) -> PlaneMonitor | None:
+        """The plane monitor (health.py)."""
+        conn = self.established
+        return conn.monitor if conn is not None else None
+
+    @property
+    def channel(self) -> SecureChannel | None:
+        conn = self.established
+        return conn.channel if conn is not None else None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -333,112 +353,22 @@ class Session:
         """One read's datagrams (`buf[at:end]`, `seg` bytes each but the last) up to the first
         for another QP, whose offset it returns (`end` once all were taken; the endpoint routed
         the first here). Data is placed from `buf`, SACKs read from it, the rest decoded."""
-        if self.state is SessionState.CLOSED:
-            return end
-        ps = self.stats.plane(plane)
-        runs = self.receiver if not self.half_open and not self.config.secured else None
-        first = at
-        while at < end:
-            if runs is not None:
-                k = runs.on_data_span(buf, at, end, seg, self.qpn, plane, tos, ps, now)
-                self._data_seen = self._data_seen or k > at
-                at = k
-                if at >= end:
-                    break
-            stop = min(at + seg, end)
-            data = buf[at:stop]
-            if at != first and (len(data) < 12 or peek_dest_qp(data) != self.qpn):
-                break  # another QP's (or too short to say): the endpoint routes it
-            at = stop
-            if not self._receive_one(data, plane, tos, ps, now):
-                return end
-        # Acknowledgements or data: the peer still uses this plane toward us.
-        if (self._heard or self._data_seen) and plane in self.paths.planes:
-            self.paths.planes[plane].heard_at = now
-        self._heard = False
-        if self._data_seen and self.planes is not None:
-            self._data_seen = False
-            self.planes.traffic_received(now)
+        phase = self._phase
+        at = phase.receive_span(plane, buf, at, end, seg, tos, now)
+        if at < end and self._phase is not phase:
+            # The handshake ended inside this read: the rest that is ours goes to the
+            # connection (connecting.py stops right after the REPLY).
+            head = buf[at : min(at + seg, end)]
+            if len(head) >= 12 and peek_dest_qp(head) == self.qpn:
+                at = self._phase.receive_span(plane, buf, at, end, seg, tos, now)
         return at
-
-    def _receive_one(
-        self, data: bytes | memoryview, plane: int, tos: int, ps: PlaneStats, now: float
-    ) -> bool:
-        """One datagram the byte path did not take; False once the session closed."""
-        ps.packets_received += 1
-        ps.bytes_received += len(data)
-        receiver, drops = self.receiver, self.stats.drops_by_reason
-        if self.config.secured:
-            # Nothing below sees a packet that did not authenticate (secure.py).
-            channel = self.channel
-            if channel is None:
-                self._before_keys(data, plane, now)
-                return not self.is_closed
-            opened = channel.open(data, plane, tos)
-            if opened is None:
-                return True
-            data = opened
-            if (
-                receiver is not None
-                and not self.half_open
-                and receiver.on_data_bytes(data, plane, tos, now)
-            ):
-                self._data_seen = True
-                return True
-        sender, planes = self.sender, self.planes
-        if (
-            sender is not None and planes is not None and not self.half_open and not self.noevx
-            and take_sack(data, self.config.p_key, sender, planes, now)
-        ):  # fmt: skip
-            self._heard = True
-            return not self.is_closed
-        try:
-            pkt: Packet = decode_packet(data)
-        except DecodeError as exc:
-            drops[f"decode_{exc.field}"] += 1
-            return True
-        if pkt.p_key != self.config.p_key:
-            drops["p_key"] += 1
-            return True
-        if self.noevx and not restore_ev(pkt, data, plane, tos):
-            drops["ev_no_label"] += 1
-            return True
-        if type(pkt) is DataPacket and receiver is not None and not self.half_open:
-            self._data_seen = True
-            receiver.on_data(pkt, plane, tos, now)
-            return True
-        if not isinstance(pkt, CmPacket):
-            if self.state is not SessionState.ESTABLISHED:
-                drops["not_connected"] += 1
-                return True
-            if self.half_open:
-                self.half_open = False
-                self.timers.cancel(Timer.HALF_OPEN)
-            self._heard = self._heard or type(pkt) in _ACKNOWLEDGEMENTS
-        self._handlers[type(pkt)](pkt, plane, tos, now)
-        return not self.is_closed
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at `now`."""
         for timer, plane in self.timers.pop_expired(now):
-            if self.state is SessionState.CLOSED:
+            if self.life.state is SessionState.CLOSED:
                 return
-            if timer is Timer.RETRANSMIT and self.sender is not None and plane is not None:
-                if self.sender.on_retransmit_timer(plane, now):
-                    self._close("retry limit")
-            elif timer is Timer.REORDER and self.sender is not None:
-                self.sender.on_reorder_timer(now)
-            elif timer is Timer.PLANE_PROBE and plane is not None and self.planes is not None:
-                self.planes.on_timer(plane, now)
-            elif timer is Timer.EV_PROBE and self.planes is not None:
-                self.planes.on_ev_timer(now)
-            elif timer is Timer.REVERSE_PROBE and self.planes is not None:
-                self.planes.on_reverse_timer(now)
-            elif timer is Timer.CM_RETRY:
-                self._send_requests(now)
-            elif timer is Timer.HALF_OPEN:
-                self._close("half-open timeout")
-            # Timer.COMPLETION: datagrams_to_send resends the LAST whose AETH is overdue.
+            self._phase.on_timer(timer, plane, now)
 
     # -- outputs ------------------------------------------------------------------------------
 
@@ -447,154 +377,10 @@ class Session:
         (whole flowcells): pull again until the list comes back empty, so the first
         packets leave while the rest are still being framed (quinn's `poll_transmit` takes a
         `max_datagrams` the same way). Control packets and resends are never held back."""
-        # Drained in place: the plane monitor appends to this same list.
-        out = self._out[:]
-        self._out.clear()
-        if self.receiver is not None:
-            # SACKs answer everything received since the last pull: in io, every plane a
-            # wake-up drained, so one SACK covers a 64-PSN block however its packets were
-            # spread over the planes (docs/DESIGN.md §6).
-            self.receiver.end_batch(now)
-            out += self.receiver.replies.out
-            self.receiver.replies.out.clear()
-        if self.sender is not None and self.state is SessionState.ESTABLISHED:
-            out.extend(self.sender.datagrams(now, limit))
-            if self.paths.evs.probes_changed and self.planes is not None:
-                # An EV was retired: its probes need the timer (docs/DESIGN.md §4).
-                self.paths.evs.probes_changed = False
-                self.planes.arm_ev_timer()
-        if self.noevx:
-            strip_control(out)
-        if self.channel is not None:
-            self.channel.seal_control(out)
-        return out
+        return self._phase.datagrams(now, limit)
 
     def get_timer(self) -> float | None:
-        return None if self.state is SessionState.CLOSED else self.timers.next_deadline()
+        return None if self.life.state is SessionState.CLOSED else self.timers.next_deadline()
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
-
-    # -- handlers -----------------------------------------------------------------------------
-
-    def _handle_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
-        assert self.receiver is not None
-        self._data_seen = True
-        self.receiver.on_data(pkt, plane, tos, now)
-
-    def _handle_sack(self, pkt: SackPacket, plane: int, tos: int, now: float) -> None:
-        assert self.sender is not None and self.planes is not None
-        seth = pkt.seth
-        if seth.pr:
-            self.planes.on_answer(seth.ack_psn_offset & 0xFFFF, seth.m is SackMark.NONE, now)
-        if pkt.port_state is not None:
-            self.planes.peer_ports(pkt.port_state, now, pkt.cack_psn)
-        self.sender.on_sack(pkt, now)
-
-    def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
-        assert self.sender is not None
-        if pkt.neth.nack_reason is NackReason.UNEXP_EVENT:
-            # docs/WIRE.md §4: the peer hit a fatal protocol error on this connection.
-            self._close("peer reported a fatal protocol error (UNEXP_EVENT)")
-            return
-        self.sender.on_nack(pkt, now)
-
-    def _handle_acknowledge(self, pkt: AckPacket, plane: int, tos: int, now: float) -> None:
-        assert self.sender is not None
-        self.sender.on_acknowledge(pkt, now)
-
-    def _handle_probe(self, pkt: ProbePacket, plane: int, tos: int, now: float) -> None:
-        assert self.receiver is not None
-        self.receiver.on_probe(pkt, plane, tos)
-
-    def _handle_endpoint(self, pkt: EndpointPacket, plane: int, tos: int, now: float) -> None:
-        assert self.planes is not None
-        header = pkt.header
-        if isinstance(header, ERTH):
-            if header.op is EndpointOp.PORT_STATUS:
-                self.planes.peer_ports(header.port_status_mask, now)
-            # A connectionless request (QPN 0x2) is answered the same way (endpoint.py).
-            self.planes.answer_endpoint(header, plane, pkt.ev, pkt.probe_id, pkt.dest_qp)
-        elif isinstance(header, EETH) and header.op is EndpointOp.EV_PROBE:
-            # Its port_status_mask is a snapshot from when the peer answered; answers cross
-            # newer announcements on the way, so only PORT_STATUS and PORTSTATE set the mask.
-            self.planes.on_ev_probe_answer(plane, pkt.probe_id, now)
-
-    def _handle_cm(self, pkt: CmPacket, plane: int, tos: int, now: float) -> None:
-        op = pkt.opcode
-        cmh = pkt.cmh
-        drops = self.stats.drops_by_reason
-        if op is Opcode.CM_REQUEST:
-            # Responder: a copy of the REQUEST (another plane, or a retry): same REPLY bytes.
-            if self._reply and cmh.nonce == self.nonce:
-                self._cm_send(plane, self._reply)
-            else:
-                drops["cm_unexpected"] += 1
-        elif op is Opcode.CM_REPLY:
-            if self.state is not SessionState.CONNECTING:
-                return  # a copy from another plane: the first one established us
-            if cmh.remote_qpn != self.qpn:
-                drops["cm_mismatch"] += 1
-                return
-            agreed = cm.adopt_reply(self.config, cmh)
-            if agreed is None:
-                self._close("rejected: reply with parameters we did not offer")
-                return
-            self.config = agreed
-            self.peer_qpn = cmh.local_qpn
-            self._establish(peer_initial_psn=cmh.initial_psn, now=now)
-            self._events.append(cm.established(self, bytes(pkt.private_data)))
-            assert self.planes is not None
-            self.planes.announce_ports(now)
-        elif op is Opcode.CM_REJECT:
-            if self.state is SessionState.CONNECTING and cmh.nonce == self.nonce:
-                self._close(f"rejected: {cm.reject_name(cmh)}")
-            else:
-                drops["cm_mismatch"] += 1
-        elif op is Opcode.CM_DISCONNECT:
-            if self.state is SessionState.ESTABLISHED and cmh.local_qpn == self.peer_qpn:
-                self._close("disconnect")
-            else:
-                drops["cm_mismatch"] += 1
-
-    # -- CM ---------------------------------------------------------------------------------
-
-    def _before_keys(self, data: bytes | memoryview, plane: int, now: float) -> None:
-        """A secured requester before its REPLY verified: only a REPLY or a REJECT counts."""
-        assert self._requester is not None
-        args = (self._request_head, self._private_data, self.nonce, self.stats.drops_by_reason)
-        pkt, protection, key = before_keys(self._requester, self.config, data, *args)
-        if protection is not None:
-            self._protection, self.peer_static_key = protection, key
-        if pkt is not None:
-            self._handle_cm(pkt, plane, 0, now)
-
-    def _send_requests(self, now: float) -> None:
-        if self._cm_attempts >= self.config.cm_attempts:
-            wrong_key = self.stats.drops_by_reason["unknown_peer"] > 0
-            self._close("no answer" + " (the responder's key is not one we accept)" * wrong_key)
-            return
-        self._cm_attempts += 1
-        key_block = self._requester.key_block if self._requester is not None else None
-        for plane in self.config.planes:
-            request = cm.build_request(
-                self.config, plane=plane, local_qpn=self.qpn, initial_psn=self.initial_psn,
-                nonce=self.nonce, connection_id=self.connection_id,
-                private_data=self._private_data, key_block=key_block,
-            )  # fmt: skip
-            self._request_head = request[:HEAD]
-            self._cm_send(plane, request)
-        self.timers.set(Timer.CM_RETRY, now + self._cm_interval)
-        self._cm_interval = min(self._cm_interval * 2, 2.0)
-
-    def _cm_send(self, plane: int, data: bytes) -> None:
-        if plane in self.peer_addrs:
-            self._out.append(Transmit(plane=plane, addr=self.peer_addrs[plane], data=data))
-
-    def _close(self, reason: str) -> None:
-        if self.state is SessionState.CLOSED:
-            return
-        self.state = SessionState.CLOSED
-        self.close_reason = reason
-        self.timers.clear()
-        self._events.append(ConnectionClosed(reason=reason))

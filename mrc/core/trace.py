@@ -1,9 +1,12 @@
 """The transport trace of one session: the EV timeline and the records of `mrc bench --trace`.
 
-aioquic's QuicLogger is the model: whoever wants a trace hands the session a `TraceCollector`
-(`collector.attach(session, now)`, or `session.trace = collector` before the handshake ends);
-the core's hooks then record into it with their `now`, each behind a `None` check so a session
-without a trace pays nothing. docs/DESIGN.md §10 ("Traces") describes the format.
+aioquic's QuicLogger is the model: whoever wants a trace hands a `TraceCollector` to the
+session when it is built (`Endpoint.connect(..., trace=collector)`, or a `TraceLog` to
+`Endpoint.listen`, which starts one per accepted session); the session passes it to the parts
+it builds, whose hooks record into it with their `now`, each behind a `None` check so a session
+without a trace pays nothing. The collector implements `TraceSink` (sink.py) and never holds
+the session: the session pushes to it, congestion and drop samples included
+(`Session.sample_trace`). docs/DESIGN.md §10 ("Traces") describes the format.
 
 What it keeps:
 
@@ -13,8 +16,8 @@ What it keeps:
 - with `records=True`, a queue of trace records (ev, plane, port, fault, retransmit, drop,
   cc, rtt, suppressed) the owner drains with `records()`. Retransmits, drops and RTT samples
   share a token bucket of `records_per_second` (burst: one second's worth); what it leaves out
-  is counted and reported in a `suppressed` record at most once a second. Drops are read
-  from the session's `drops_by_reason` Counter when sampled, so each `drop` record carries
+  is counted and reported in a `suppressed` record at most once a second. Drops come as
+  the session's `drops_by_reason` counts when it is sampled, so each `drop` record carries
   the count of its reason since the last one (coalesced, and no hook on the drop paths).
   RTT samples are thinned to the first per plane in each `cc_sample_seconds`.
 
@@ -26,12 +29,11 @@ owner's job (mrc/cli/bench_trace.py).
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from .paths.evs import EvRecord, EvState
-
-if TYPE_CHECKING:
-    from .session import Session
+from .sink import CcRow
 
 #: At most this many EV timeline records per connection (docs/DESIGN.md §10).
 TIMELINE_MAX: Final = 100_000
@@ -107,11 +109,11 @@ class TraceCollector:
         #: Records left out by the rate limit: since the last `suppressed` record, and in all.
         self.suppressed: Counter[str] = Counter()
         self.suppressed_total = 0
-        self.session: Session | None = None
+        #: Hooks and samples are taken until `detach`.
+        self.live = True
         self._queue: list[TraceRecord] = []
         self._views: dict[int, str] = {}
         self._by_plane: dict[int, list[EvRecord]] = {}
-        self._evs: object = None  # the EV table attached to (a new one means re-attach)
         self._tokens = float(records_per_second)
         self._tokens_at: float | None = None
         self._suppressed_at: float | None = None
@@ -121,44 +123,22 @@ class TraceCollector:
         #: Faults the owner scheduled, recorded once a sample reaches their time.
         self._faults: list[TraceRecord] = []
 
-    # -- attaching ----------------------------------------------------------------------------
-
-    def attach(self, session: Session, now: float) -> None:
-        """Trace `session` from `now`. Before establishment this only marks the session: its
-        handshake calls this again once the EV table exists, which records the start."""
-        session.trace = self
-        self.session = session
-        sender, planes = session.sender, session.planes
-        evs = session.paths.evs
-        if sender is None or planes is None or evs is self._evs:
-            return
-        self._evs = evs
-        evs.trace = self
-        planes.trace = sender.trace = self if self.recording else None
-        self._by_plane = {}
-        for ev in sorted(evs.by_ev):
-            rec = evs.by_ev[ev]
-            self._by_plane.setdefault(rec.plane, []).append(rec)
-            view = self._views[ev] = ev_view(rec)
-            self._ev_record(now, rec, view, "start")
-
-    def detach(self) -> None:
-        """Stop recording (the owner's test is over); what was recorded stays."""
-        session = self.session
-        if session is None:
-            return
-        session.trace = session.paths.evs.trace = None
-        for part in (session.sender, session.planes):
-            if part is not None:
-                part.trace = None
-        self._evs = None
-
     # -- hooks of the core ----------------------------------------------------------------------
+
+    def evs_started(self, evs: Sequence[EvRecord], now: float) -> None:
+        """The session is established with `evs`: one "start" record each, in EV order."""
+        if not self.live:
+            return
+        self._by_plane = {}
+        for rec in sorted(evs, key=lambda r: r.ev):
+            self._by_plane.setdefault(rec.plane, []).append(rec)
+            view = self._views[rec.ev] = ev_view(rec)
+            self._ev_record(now, rec, view, "start")
 
     def evs_changed(self, ev: EvRecord, now: float, loss: str, signal: str) -> None:
         """A signal changed the state of `ev`, and maybe of a backup that took or gave up its
         place: record `ev`, then every other EV of its plane whose displayed state changed."""
-        if self.timeline_truncated:
+        if self.timeline_truncated or not self.live:
             return
         if ev.state is EvState.SKIP:
             # ECN and trims only penalise the EV: no other EV moves (and they come often).
@@ -174,7 +154,7 @@ class TraceCollector:
 
     def ev_changed(self, rec: EvRecord, now: float, signal: str = "") -> None:
         """One EV's probe or skip counter changed; record it if its displayed state did."""
-        if self.timeline_truncated:
+        if self.timeline_truncated or not self.live:
             return
         view = ev_view(rec)
         old = self._views.get(rec.ev)
@@ -184,27 +164,39 @@ class TraceCollector:
 
     def plane(self, plane: int, up: bool, reason: str, now: float) -> None:
         """The plane became usable for data or stopped being usable."""
+        if not self.live:
+            return
         state = "up" if up else "down"
         self._queue.append((now, "plane", {"plane": plane, "state": state, "reason": reason}))
 
     def port(self, plane: int, up: bool, now: float) -> None:
         """The peer announced it can (or cannot) receive on `plane`."""
-        self._queue.append((now, "port", {"plane": plane, "up": up}))
+        if self.live:
+            self._queue.append((now, "port", {"plane": plane, "up": up}))
 
     def retransmit(self, psn: int, ev: int, plane: int, cause: str, now: float) -> None:
-        if self._take(now, "retransmit"):
+        if self.live and self._take(now, "retransmit"):
             fields = {"psn": psn, "ev": ev, "plane": plane, "cause": cause}
             self._queue.append((now, "retransmit", fields))
 
     def rtt(self, plane: int, ev: int, rtt: float, now: float) -> None:
-        if now < self._rtt_next.get(plane, 0.0):
+        if not self.live or now < self._rtt_next.get(plane, 0.0):
             return
         self._rtt_next[plane] = now + self.cc_sample_seconds
         if self._take(now, "rtt"):
             fields = {"plane": plane, "ev": ev, "rtt": round(rtt, 9)}
             self._queue.append((now, "rtt", fields))
 
+    def cc_due(self, now: float) -> bool:
+        """A congestion sample is due (every `cc_sample_seconds`)."""
+        due = self._next_cc
+        return self.recording and self.live and (due is None or now >= due)
+
     # -- calls of the owner -------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Stop recording (the owner's test is over); what was recorded stays."""
+        self.live = False
 
     def fault(self, plane: int, detail: str, at: float) -> None:
         """A fault the owner injected or scheduled for `at` (a bench `--inject`): recorded by
@@ -214,21 +206,36 @@ class TraceCollector:
             self._faults.append((at, "fault", {"plane": plane, "detail": detail}))
             self._faults.sort(key=lambda r: r[0])
 
-    def sample(self, now: float) -> None:
-        """Take what is due at `now`: cc every `cc_sample_seconds`, the drops counted since
-        the last sample, and a `suppressed` record once a second when something was left out."""
+    def sample(
+        self,
+        now: float,
+        drops: Mapping[str, int] | None = None,
+        cc: Sequence[CcRow] | None = None,
+    ) -> None:
+        """Take what is due at `now`: the faults whose time came, the drops counted since the
+        last sample (`drops`: the session's counters as they stand), the congestion rows `cc`
+        (the session gives them when `cc_due`), and a `suppressed` record once a second when
+        something was left out. The owner calls it through `Session.sample_trace`, or
+        directly when no session is traced any more."""
         if not self.recording:
             return
         while self._faults and self._faults[0][0] <= now:
             self._queue.append(self._faults.pop(0))
+        if self.live and drops is not None:
+            self._sample_drops(now, drops)
         due = self._next_cc
-        if self.session is not None:
-            self._sample_drops(now)
-            if due is None or now >= due:
-                self._sample_cc(now)
-                step = self.cc_sample_seconds
-                # On the grid while the caller keeps up; a late caller starts a new one.
-                self._next_cc = now + step if due is None or due + step <= now else due + step
+        if self.live and cc is not None and (due is None or now >= due):
+            for plane, window, in_flight, sent in cc:
+                fields = {
+                    "plane": plane,
+                    "cwnd": round(window),
+                    "in_flight": in_flight,
+                    "bytes_sent": sent,
+                }
+                self._queue.append((now, "cc", fields))
+            step = self.cc_sample_seconds
+            # On the grid while the caller keeps up; a late caller starts a new one.
+            self._next_cc = now + step if due is None or due + step <= now else due + step
         if self.suppressed and (
             self._suppressed_at is None or now - self._suppressed_at >= SUPPRESSED_EVERY
         ):
@@ -273,31 +280,41 @@ class TraceCollector:
         self.suppressed_total += 1
         return False
 
-    def _sample_drops(self, now: float) -> None:
-        assert self.session is not None
+    def _sample_drops(self, now: float, drops: Mapping[str, int]) -> None:
         seen = self._drops_seen
-        for reason, count in self.session.stats.drops_by_reason.items():
+        for reason, count in drops.items():
             new = count - seen.get(reason, 0)
             # Left out by the rate limit, the count waits for the next record of its reason.
             if new > 0 and self._take(now, "drop"):
                 seen[reason] = count
                 self._queue.append((now, "drop", {"reason": reason, "count": new}))
 
-    def _sample_cc(self, now: float) -> None:
-        session = self.session
-        assert session is not None
-        sender = session.sender
-        if sender is None:
-            return
-        cc, stats = session.cc, session.stats.planes
-        flight = sender.flight.planes_now()
-        for plane in sorted(session.paths.planes):
-            cap = cc.plane_window(plane)
-            ps = stats.get(plane)
-            fields = {
-                "plane": plane,
-                "cwnd": round(cc.window if cap is None else cap),
-                "in_flight": flight.get(plane, 0),
-                "bytes_sent": ps.bytes_sent if ps is not None else 0,
-            }
-            self._queue.append((now, "cc", fields))
+
+class TraceLog:
+    """A `TraceCollector` for each session a listener accepts (sink.py's `TraceLog`), with the
+    same limits; `traces` holds them by QPN until the owner `forget`s one."""
+
+    def __init__(
+        self,
+        *,
+        records: bool = False,
+        records_per_second: int = RECORDS_PER_SECOND,
+        cc_sample_seconds: float = CC_SAMPLE_SECONDS,
+        timeline_max: int = TIMELINE_MAX,
+    ) -> None:
+        self._limits = (records, records_per_second, cc_sample_seconds, timeline_max)
+        self.traces: dict[int, TraceCollector] = {}
+
+    def start_trace(self, qpn: int) -> TraceCollector:
+        records, per_second, cc_seconds, timeline_max = self._limits
+        trace = TraceCollector(
+            records=records,
+            records_per_second=per_second,
+            cc_sample_seconds=cc_seconds,
+            timeline_max=timeline_max,
+        )
+        self.traces[qpn] = trace
+        return trace
+
+    def forget(self, qpn: int) -> None:
+        self.traces.pop(qpn, None)

@@ -28,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from mrc.core.config import SessionConfig
 from mrc.core.events import Event
 from mrc.core.flush import Flusher, FlushSession, SendResult
+from mrc.core.sink import TraceLog, TraceSink
 from mrc.core.transmit import Transmit
 
 from .planes import LOCAL_DROP_ERRNOS, PLANE_DOWN_ERRNOS, PlaneSocket, SockAddr
@@ -64,7 +65,13 @@ class CoreEndpoint(Protocol[S]):
 
     def datagrams_to_send(self) -> list[Transmit]: ...
 
-    def listen(self, config: SessionConfig, accept: Callable[[bytes], bytes | None]) -> None: ...
+    def listen(
+        self,
+        config: SessionConfig,
+        accept: Callable[[bytes], bytes | None],
+        *,
+        trace: TraceLog | None = None,
+    ) -> None: ...
 
     def connect(
         self,
@@ -72,6 +79,8 @@ class CoreEndpoint(Protocol[S]):
         peer_addrs: dict[int, Hashable],
         private_data: bytes,
         now: float,
+        *,
+        trace: TraceSink | None = None,
     ) -> S: ...
 
     def discard(self, session: S) -> None: ...
@@ -184,8 +193,15 @@ class IoEndpoint(Generic[S]):
 
     # -- user calls -------------------------------------------------------------------------
 
-    def listen(self, config: SessionConfig, accept: Callable[[bytes], bytes | None]) -> None:
-        self.core.listen(config, accept)
+    def listen(
+        self,
+        config: SessionConfig,
+        accept: Callable[[bytes], bytes | None],
+        *,
+        trace: TraceLog | None = None,
+    ) -> None:
+        """Accept connections; `trace` starts each accepted session's trace (mrc.core.sink)."""
+        self.core.listen(config, accept, trace=trace)
 
     def connect(
         self,
@@ -194,8 +210,10 @@ class IoEndpoint(Generic[S]):
         private_data: bytes,
         *,
         connect_sockets: bool = False,
+        trace: TraceSink | None = None,
     ) -> S:
-        """Start a connection; with `connect_sockets`, fix each plane socket to its peer.
+        """Start a connection; with `connect_sockets`, fix each plane socket to its peer;
+        `trace` receives the session's trace records (mrc.core.sink).
 
         Connecting is faster (no address lookup per send) and lets ICMP errors from the peer show
         up as ECONNREFUSED, but only suits an endpoint that talks to that one peer. A plane that
@@ -212,7 +230,7 @@ class IoEndpoint(Generic[S]):
                     continue  # the peer's pool sends from many ports: do not filter them
                 sock.connect(addr)
         addrs: dict[int, Hashable] = {p: a for p, a in peer_addrs.items()}
-        session = self.core.connect(config, addrs, private_data, self.now())
+        session = self.core.connect(config, addrs, private_data, self.now(), trace=trace)
         self.flush(session)
         return session
 

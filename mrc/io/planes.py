@@ -52,7 +52,7 @@ __all__ = [
 #: A socket address as the kernel reports it: (host, port) or (host, port, flowinfo, scope_id).
 SockAddr = tuple[Any, ...]
 #: One received datagram: its bytes (a view into a ring buffer), the source, the TOS byte.
-Datagram = tuple[memoryview, SockAddr, int]
+DatagramView = tuple[memoryview, SockAddr, int]
 #: One read: its bytes, source, TOS word and GRO segment size (0: the read is one datagram).
 Read = tuple[memoryview, SockAddr, int, int]
 
@@ -257,7 +257,7 @@ class PlaneSocket:
 
     # -- receive ----------------------------------------------------------------------------
 
-    def drain(self, limit: int = 64, errors: bool = True) -> list[Datagram]:
+    def drain(self, limit: int = 64, errors: bool = True) -> list[DatagramView]:
         """Read until the socket is empty or `limit` datagrams were read (at most one ring).
 
         The views point into the ring; they stay valid until the ring comes round again, so a
@@ -266,7 +266,7 @@ class PlaneSocket:
         a drain that read nothing also empties the error queue (`check_errors`); io leaves
         that to the wake-up of this socket's own readiness.
         """
-        out: list[Datagram] = []
+        out: list[DatagramView] = []
         for view, addr, tos, seg in self.drain_reads(limit, errors):
             if seg:
                 split_datagrams(view, len(view), seg, addr, tos, out)

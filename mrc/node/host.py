@@ -26,6 +26,7 @@ from mrc.core.endpoint import AcceptFn, Endpoint
 from mrc.core.events import Event
 from mrc.core.memory import RegionTable
 from mrc.core.session import Session
+from mrc.core.sink import TraceLog, TraceSink
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.pathtable import PathTable
 from mrc.io.planes import PlaneSocket, SockAddr, resolve_addr
@@ -252,9 +253,12 @@ class Node:
 
     # -- connections ----------------------------------------------------------------------------
 
-    def listen(self, config: SessionConfig, accept: AcceptFn) -> None:
-        """Accept connections negotiated against `config` (its plane paths filled in here)."""
-        self.io.listen(self._with_paths(config, self.plane_paths), accept)
+    def listen(
+        self, config: SessionConfig, accept: AcceptFn, *, trace: TraceLog | None = None
+    ) -> None:
+        """Accept connections negotiated against `config` (its plane paths filled in here);
+        `trace` starts each accepted session's trace (mrc.core.sink)."""
+        self.io.listen(self._with_paths(config, self.plane_paths), accept, trace=trace)
 
     def open_paths(self, peers: Mapping[int, SockAddr]) -> dict[int, int]:
         """Check the MTU of every SRv6 path toward `peers` and open their sockets; returns the
@@ -275,6 +279,7 @@ class Node:
         private_data: bytes,
         *,
         connect_sockets: bool = False,
+        trace: TraceSink | None = None,
     ) -> Session:
         """Open paths toward `peers`, then start a connection (see `IoEndpoint.connect`)."""
         counts = self.open_paths(peers)
@@ -284,6 +289,7 @@ class Node:
                 peers,
                 private_data,
                 connect_sockets=connect_sockets,
+                trace=trace,
             )
         except OSError as exc:
             raise NodeError(f"cannot reach the peer: {exc.strerror or exc}") from None

@@ -7,7 +7,7 @@ import pytest
 from test_flowcell import PSN0, Pair, data_transmits
 
 import mrc
-from mrc.core import session as session_module
+from mrc.core import established as established_module
 from mrc.core.send.sackpath import take_sack
 from mrc.wire.fast import encode_sack
 
@@ -73,7 +73,7 @@ def test_a_sack_story_ends_alike_through_the_byte_path_and_through_the_decoder(
     ends = []
     for byte_path in (True, False):
         if not byte_path:
-            monkeypatch.setattr(session_module, "take_sack", lambda *_: False)
+            monkeypatch.setattr(established_module, "take_sack", lambda *_: False)
         pair = Pair(payload_mtu=1024, flowcell=8)
         pair.post(0, 16 * 1024)
         for data in _story(pair):

@@ -41,8 +41,7 @@ def _split(data: bytes, segment: int | None) -> list[bytes]:
 @pytest.mark.parametrize("encrypt", [False, True])
 def test_a_short_batch_after_a_full_one_carries_only_its_own_bytes(encrypt: bool) -> None:
     tx, rx, drops = _ends(encrypt, MTU)
-    framer = Framer(SessionConfig(), stats=SessionStats(), peer_addrs={0: "peer"})
-    framer.protection = tx
+    framer = Framer(SessionConfig(), stats=SessionStats(), peer_addrs={0: "peer"}, protection=tx)
     big = memoryview(bytes(range(251)) * 70)[: 4 * MTU]  # 4 packets
     small = memoryview(b"\x5a" * 100)  # one ONLY with ImmDt
     a = new_message(1, big, 0x1000, 7, None, MTU)
@@ -70,9 +69,8 @@ def test_a_batch_bigger_than_the_buffer_grows_it() -> None:
     mtu = 8192
     tx, rx, drops = _ends(True, mtu)
     framer = Framer(
-        SessionConfig(payload_mtu=mtu), stats=SessionStats(), peer_addrs={0: "peer"}
+        SessionConfig(payload_mtu=mtu), stats=SessionStats(), peer_addrs={0: "peer"}, protection=tx
     )
-    framer.protection = tx
     src = memoryview(bytes(range(256)) * 256)  # 8 packets
     msg = new_message(1, src, 0, 7, None, mtu)
     # Seven full packets (57,792 bytes) fit the 65,507-byte first buffer; the eighth grows it.
@@ -89,8 +87,7 @@ def test_a_batch_bigger_than_the_buffer_grows_it() -> None:
 @pytest.mark.parametrize("encrypt", [False, True])
 def test_a_flowcell_with_late_packets_is_sealed_as_two_batches(encrypt: bool) -> None:
     tx, rx, drops = _ends(encrypt, MTU)
-    framer = Framer(SessionConfig(), stats=SessionStats(), peer_addrs={0: "peer"})
-    framer.protection = tx
+    framer = Framer(SessionConfig(), stats=SessionStats(), peer_addrs={0: "peer"}, protection=tx)
     src = memoryview(bytes(range(253)) * 100)[: 4 * MTU]
     # Two WRITE_WITH_IMMs of 2 packets: F L F L, the full LAST_IMMs late (bits 1 and 3).
     a = new_message(1, src[: 2 * MTU], 0x1000, 7, 11, MTU)

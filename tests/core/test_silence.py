@@ -166,12 +166,12 @@ def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flow
 
     config = SessionConfig(plane_mask=0b1111, cc="none")
     cc = make_cc("none", config)
-    flight = InFlight(config, cc, {}, range(4))
+    suspected: dict[int, float] = {}
+    flight = InFlight(config, cc, {}, range(4), suspected)
     window = int(cc.window)
     flight.add(0, window - 4096)  # plane 0's bytes fill the window but one packet
     assert flight.room(0, 0) == 1
-    suspected = {0: 2.0}
-    flight.uncounted = suspected
+    suspected[0] = 2.0
     assert flight.room(0, 0) == window // 4096
     paths = PlaneTable(config, random.Random(3))
     spray = make_spray("bitmap", paths, random.Random(4))

@@ -11,18 +11,16 @@ from mrc.core.memory import RegionTable
 from mrc.core.paths.evs import EvSignal
 from mrc.core.session import Session
 from mrc.core.trace import TraceCollector, record_json
-from mrc.sim import Network
-from mrc.sim.fabric import clos
-from mrc.sim.network import LinkParams
-from mrc.sim.scenarios import MiB, Transfer
+from mrc.experiments.scenarios import MiB, Transfer
+from mrc.sim import LinkParams, Network, clos
 
 
 def kinds(trace: TraceCollector, t0: float = 0.0) -> list[dict[str, object]]:
     return [record_json(r, t0) for r in trace.records()]
 
 
-def connecting_session() -> Session:
-    """A session still in its handshake: it has counters, no EV table in use yet."""
+def connecting_session(trace: TraceCollector) -> Session:
+    """A session still in its handshake, traced: it has counters, no EV table yet."""
     rng = random.Random(1)
     return Session.connect(
         SessionConfig(plane_mask=1),
@@ -32,6 +30,7 @@ def connecting_session() -> Session:
         regions=RegionTable(rng),
         rng=rng,
         now=0.0,
+        trace=trace,
     )
 
 
@@ -75,30 +74,29 @@ def test_rtt_samples_are_thinned_to_one_per_plane_per_cc_period() -> None:
 
 
 def test_drops_are_coalesced_per_reason_and_a_left_out_count_waits_for_the_next_record() -> None:
-    session = connecting_session()
-    drops = session.stats.drops_by_reason
     trace = TraceCollector(records=True, records_per_second=2)
-    trace.attach(session, 0.0)
+    session = connecting_session(trace)
+    drops = session.stats.drops_by_reason
     assert session.trace is trace and trace.timeline == []  # no EV table before the handshake
     drops["p_key"] += 3
     drops["decode_bth"] += 1
-    trace.sample(0.01)
+    session.sample_trace(0.01)
     assert kinds(trace) == [
         {"t": 0.01, "kind": "drop", "reason": "p_key", "count": 3},
         {"t": 0.01, "kind": "drop", "reason": "decode_bth", "count": 1},
     ]
     # The bucket is empty: this sample's drops wait (counted as left out) ...
     drops["p_key"] += 5
-    trace.sample(0.02)
+    session.sample_trace(0.02)
     assert trace.suppressed_total == 1
     # ... and the next record of the reason carries them all.
     drops["p_key"] += 2
-    trace.sample(0.6)
+    session.sample_trace(0.6)
     assert kinds(trace) == [
         {"t": 0.02, "kind": "suppressed", "counts": {"drop": 1}},
         {"t": 0.6, "kind": "drop", "reason": "p_key", "count": 7},
     ]
-    trace.sample(0.7)
+    session.sample_trace(0.7)
     assert kinds(trace) == []
 
 
@@ -116,13 +114,12 @@ def test_faults_are_recorded_when_their_time_comes_and_records_stay_in_time_orde
 
 def established(trace: TraceCollector) -> Session:
     """A one-plane session with 4 active EVs and 2 backups, traced from its handshake on
-    (`session.trace` set before it ends: the collector attaches when it is established)."""
+    (handed the collector when built: the timeline starts when it is established)."""
     net = Network(seed=3)
     a, b = net.pair(1, LinkParams(rate_bps=1e9, latency=5e-6, queue_bytes=1 << 20))
     cfg = SessionConfig(plane_mask=1, ev_per_plane=4, ev_backup_per_plane=2)
     b.listen(cfg, accept=lambda _pd: b"")
-    session = a.connect(b, cfg)
-    session.trace = trace
+    session = a.connect(b, cfg, trace=trace)
     net.drive(0.001)
     return session
 
@@ -169,7 +166,7 @@ def test_the_timeline_starts_with_every_ev_and_stops_at_its_bound() -> None:
     assert evs.signal(other.ev, EvSignal.LOSS, now=0.003, seq=2, reason="loss")
     assert len(trace.timeline) == 8 and trace.timeline_truncated
     # The trace records hold the same ev records, then the congestion sample of the plane.
-    trace.sample(0.004)
+    session.sample_trace(0.004)
     out = kinds(trace, t0)
     assert [r for r in out if r["kind"] == "ev"] == [
         {"kind": "ev", **r} for r in trace.ev_timeline(t0)
@@ -180,7 +177,8 @@ def test_the_timeline_starts_with_every_ev_and_stops_at_its_bound() -> None:
     assert cc["in_flight"] == 0 and cc["cwnd"] == round(session.cc.plane_window(0) or 0) > 0
     # Detached, the session records nothing more.
     trace.detach()
-    assert session.trace is None and evs.trace is None
+    session.sample_trace(0.0045)
+    assert kinds(trace, t0) == []
     trace.timeline_truncated = False
     trace.timeline_max = 100
     assert evs.signal(evs.planes[0].active[0].ev, EvSignal.LOSS, now=0.005, seq=3)
@@ -206,9 +204,8 @@ def test_evs_behind_a_dead_switch_are_retired_probed_and_restored_in_the_timelin
     dead = fab.tier1[1][2]
     fab.set_switch(dead, False, at=0.010)
     fab.set_switch(dead, True, at=0.300)
-    t = Transfer(net, h0, h1, cfg, 8 * MiB, MiB)
     trace = TraceCollector()
-    t.session.trace = trace
+    t = Transfer(net, h0, h1, cfg, 8 * MiB, MiB, trace=trace)
     net.drive_until(t.done, timeout=10)
     net.drive(2.8)
     assert t.done()

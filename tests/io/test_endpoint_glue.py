@@ -14,6 +14,7 @@ import pytest
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import Event, PlaneUp
+from mrc.core.sink import TraceLog, TraceSink
 from mrc.core.transmit import Transmit
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import new_event_loop
@@ -95,7 +96,13 @@ class FakeCore:
         out, self.endpoint_out = self.endpoint_out, []
         return out
 
-    def listen(self, config: SessionConfig, accept: Callable[[bytes], bytes | None]) -> None:
+    def listen(
+        self,
+        config: SessionConfig,
+        accept: Callable[[bytes], bytes | None],
+        *,
+        trace: TraceLog | None = None,
+    ) -> None:
         pass
 
     def connect(
@@ -104,6 +111,8 @@ class FakeCore:
         peer_addrs: dict[int, Hashable],
         private_data: bytes,
         now: float,
+        *,
+        trace: TraceSink | None = None,
     ) -> FakeSession:
         addr = peer_addrs[0]
         assert isinstance(addr, tuple)

@@ -45,12 +45,12 @@ class Rack:
         self.top_seq = 0
         self._top_ev = self._second_seq = 0
 
-    def fifo(self, ev: int) -> deque[SentCell]:
-        """The send records of `ev` in send order, for appending a flowcell just sent."""
-        fifo = self._fifo.get(ev)
+    def sent(self, cell: SentCell) -> None:
+        """`cell` (a flowcell or a resend) just left on its EV: the newest of that EV's FIFO."""
+        fifo = self._fifo.get(cell.ev)
         if fifo is None:
-            fifo = self._fifo[ev] = deque()
-        return fifo
+            fifo = self._fifo[cell.ev] = deque()
+        fifo.append(cell)
 
     def acked(self, cell: SentCell, index: int, now: float) -> bool:
         """Packets of `cell` were acknowledged, `index` the one of them that left last. True

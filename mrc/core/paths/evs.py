@@ -10,7 +10,9 @@ Losses stop retiring EVs once a plane is down to `min_active` usable EVs (MRC's
 `ev_min_active`): the last ones keep carrying data and `on_floor` asks for them to be probed.
 
 This module keeps the states, counters and the retired EVs' probe schedule. It does not send
-probes (planes.py), does not infer losses (sender.py) and does not order EVs (spray.py).
+probes (health.py), does not infer losses (sender.py) and does not order EVs (spray.py). What it
+tells a trace is the `EvWatcher` protocol below (trace.py implements it); a loss at a plane's
+floor goes to the `on_floor` callback its owner hands it.
 """
 
 from __future__ import annotations
@@ -20,13 +22,10 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ..config import SessionConfig
 from ..events import Event, PathRestored, PathRetired
-
-if TYPE_CHECKING:
-    from ..trace import TraceCollector
 
 #: Bits of an EV's selector that a flow label carries (the plane comes from the socket).
 FLOW_LABEL_BITS: Final = 20
@@ -128,6 +127,16 @@ class PlaneEvs:
         return [r for r in self.active if r.state in USABLE]
 
 
+class EvWatcher(Protocol):
+    """What the EV table tells the keeper of an EV timeline (trace.py's `TraceCollector`)."""
+
+    def evs_changed(self, ev: EvRecord, now: float, loss: str, signal: str) -> None:
+        """A signal changed the state of `ev` (and maybe of a backup of its plane)."""
+
+    def ev_changed(self, rec: EvRecord, now: float, signal: str = "") -> None:
+        """One EV's probe or skip counter changed."""
+
+
 class EvTable:
     """Every EV of a connection, by plane."""
 
@@ -138,6 +147,8 @@ class EvTable:
         events: deque[Event],
         *,
         npaths: dict[int, int] | None = None,
+        on_floor: Callable[[int, float], None] | None = None,
+        trace: EvWatcher | None = None,
     ) -> None:
         self.config = config
         self.events = events
@@ -146,12 +157,13 @@ class EvTable:
         self.min_active = config.min_active
         #: Bumped whenever an EV enters or leaves a rotation, so spray policies rebuild.
         self.version = 0
-        #: Set when an EV was retired: its probe schedule needs a timer (planes.py arms it).
+        #: Set when an EV was retired: its probe schedule needs a timer (health.py arms it
+        #: once `take_probes_changed` says so).
         self.probes_changed = False
-        #: Called with (plane, now) when a loss hits a plane at its floor (planes.py probes it).
-        self.on_floor: Callable[[int, float], None] | None = None
+        #: Called with (plane, now) when a loss hits a plane at its floor (health.py probes it).
+        self.on_floor = on_floor
         #: Records state changes for the EV timeline (trace.py); None: no trace.
-        self.trace: TraceCollector | None = None
+        self.trace = trace
         per_plane = config.ev_per_plane
         total = per_plane + config.backups_per_plane
         # A flow label holds 20 bits of the EV: selectors must fit (docs/WIRE.md §3).
@@ -264,6 +276,12 @@ class EvTable:
                 rec.retransmits += packets
 
     # -- probing retired EVs ------------------------------------------------------------------
+
+    def take_probes_changed(self) -> bool:
+        """Whether an EV was retired since the last call (its probes need the timer)."""
+        changed = self.probes_changed
+        self.probes_changed = False
+        return changed
 
     def probes_due(self, now: float, planes: set[int]) -> list[EvRecord]:
         return [

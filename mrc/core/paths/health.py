@@ -15,7 +15,8 @@ Four kinds of probing live here, all answered by the peer at once:
 
 Planes also leave the rotation when the peer announces it cannot receive on them (PORTSTATE in
 its SACKs, PORT_STATUS), and return when it announces them again. The plane and EV tables hold
-the state; the sender declares a plane's packets lost (`on_down`); the session routes inputs.
+the state; the sender declares a plane's packets lost (`on_down`); the session routes inputs,
+among them a loss at a plane's floor that the EV table reports (`floor_reached`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from ...wire.probe import EETH, ERTH, PETH, EndpointOp
 from ..config import SessionConfig
 from ..events import Event, PlaneDown, PlaneUp, PortStateChanged
 from ..send.records import tx_timestamp
+from ..sink import TraceSink
 from ..stats import SessionStats
 from ..timers import Timer, TimerTable
-from ..trace import TraceCollector
 from ..transmit import Addr, Transmit
 from .evs import EvSignal, ev_plane
 from .planes import PlaneState, PlaneTable
@@ -61,6 +62,8 @@ class PlaneMonitor:
         next_psn: Callable[[], int],
         send_seq: Callable[[], int],
         on_down: Callable[[int], None],
+        peer_qpn: int,
+        trace: TraceSink | None = None,
     ) -> None:
         self.config = config
         self.paths = paths
@@ -73,7 +76,7 @@ class PlaneMonitor:
         self.next_psn = next_psn
         self.send_seq = send_seq
         self.on_down = on_down
-        self.peer_qpn = 0
+        self.peer_qpn = peer_qpn
         self._probe_id = 0
         #: probe_id → (kind, plane, ev, sent at)
         self._probes: dict[int, tuple[int, int, int, float]] = {}
@@ -87,9 +90,8 @@ class PlaneMonitor:
         self._suspected: set[int] = set()
         #: Until then only SACKs agreeing with the last PORT_STATUS count (`peer_ports`).
         self._announced_until = 0.0
-        self.evs.on_floor = self.floor_reached
         #: Records plane and port changes (trace.py); None: no trace.
-        self.trace: TraceCollector | None = None
+        self.trace = trace
 
     # -- inputs -------------------------------------------------------------------------------
 

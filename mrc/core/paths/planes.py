@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ..config import SessionConfig
 from ..events import Event
-from .evs import EvTable, ev_plane, make_ev
+from .evs import EvTable, EvWatcher, ev_plane, make_ev
 
 __all__ = ["Plane", "PlaneState", "PlaneTable", "RttEstimator", "ev_plane", "make_ev"]
 
@@ -129,9 +130,14 @@ class PlaneTable:
         config: SessionConfig,
         rng: random.Random | None = None,
         events: deque[Event] | None = None,
+        *,
+        on_floor: Callable[[int, float], None] | None = None,
+        trace: EvWatcher | None = None,
     ) -> None:
+        """`on_floor` and `trace` go to the EV table (evs.py)."""
         self.events: deque[Event] = events if events is not None else deque()
-        self.evs = EvTable(config, rng or random.Random(0), self.events)
+        evs = EvTable(config, rng or random.Random(0), self.events, on_floor=on_floor, trace=trace)
+        self.evs = evs
         self.planes: dict[int, Plane] = {}
         for p in config.planes:
             # One reverse EV per path of the plane (at least one), from its active set; a plane

@@ -107,6 +107,7 @@ class Receiver:
         events: deque[Event],
         peer_addrs: dict[int, Addr],
         initial_psn: int,
+        dest_qp: int,
     ) -> None:
         self.config = config
         self.regions = regions
@@ -114,7 +115,9 @@ class Receiver:
         self.stats = stats
         self.events = events
         #: Encodes and routes the SACKs, NACKs and ACKs; the session drains its `out`.
-        self.replies = Replies(config, paths=paths, stats=stats, peer_addrs=peer_addrs)
+        self.replies = Replies(
+            config, paths=paths, stats=stats, peer_addrs=peer_addrs, dest_qp=dest_qp
+        )
         self.cack = initial_psn  # every PSN before it is received or consumed
         self.window = config.window
         size = 1 << (self.window - 1).bit_length()

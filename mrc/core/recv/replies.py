@@ -25,13 +25,14 @@ class Replies:
         paths: PlaneTable,
         stats: SessionStats,
         peer_addrs: dict[int, Addr],
+        dest_qp: int,
     ) -> None:
         self.config = config
         self.paths = paths
         self.stats = stats
         self.peer_addrs = peer_addrs
-        #: The peer's QPN, set once the handshake named it.
-        self.dest_qp = 0
+        #: The peer's QPN, which the handshake named.
+        self.dest_qp = dest_qp
         self.out: list[Transmit] = []
 
     def route(self, plane: int, force: bool) -> tuple[int, int] | None:

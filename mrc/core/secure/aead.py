@@ -122,8 +122,6 @@ class PacketProtection:
         self._empty = bytearray(0)
         #: Keys derived so far (both directions), for tests and metrics.
         self.rekeys = 0
-        #: Requester: the REPLY these keys came from (its copies are no news).
-        self.reply = b""
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -272,9 +270,8 @@ class PacketProtection:
             self.drops["auth"] += 1
             return None
         if counter > top and counter >> 6 == top >> 6:
-            # The usual step (replay.py's `accept`, inlined): newest, in the same block.
-            replay.top = counter
-            replay.blocks[(counter >> 6) & replay.mask] |= 1 << (counter & 63)
+            # The usual step: newest, in the same block (the window's first case).
+            replay.accept(counter)
         elif counter > top and epoch != top >> self.shift:
             # A new newest epoch: it is the current one from now on.
             self._rx_ctxs[epoch] = self._rx_cur = ctx

@@ -33,7 +33,7 @@ from typing import Final
 from ...wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
 from ...wire.errors import DecodeError
 from ...wire.packet import DATA_HEADER, CmPacket, DataPacket, decode_packet
-from .. import cm
+from ..cm import build_reply
 from ..config import SessionConfig
 from ..errors import LocalProtocolError
 from ..recv.receiver import Receiver
@@ -63,6 +63,7 @@ class SecureChannel:
         config: SessionConfig,
         receiver: Receiver,
         drops: Counter[str],
+        reply: bytes = b"",
     ) -> None:
         self.protection = protection
         self.receiver = receiver
@@ -71,7 +72,7 @@ class SecureChannel:
         self._full = _HDR + config.payload_mtu + TRAILER
         #: Requester: the REPLY that established us; its copies from other planes are
         #: expected and ignored without a count.
-        self.reply = b""
+        self.reply = reply
 
     def open(self, data: bytes | memoryview, plane: int, tos: int) -> bytes | memoryview | None:
         """The packet to process (without its trailer), or None when it was dropped (counted)
@@ -169,7 +170,7 @@ def reply_for(
         if responder is None:
             drops["handshake_bad_key"] += 1
             raise LocalProtocolError("the REQUEST's keys are degenerate")
-    reply = cm.build_reply(
+    reply = build_reply(
         config,
         local_qpn=qpn,
         remote_qpn=request.cmh.local_qpn,
@@ -246,7 +247,6 @@ def check_reply(
     if not requester.accepts(pkt.key_block.static):
         drops["unknown_peer"] += 1
         return None
-    requester.checks += 1
     secrets = requester.secrets(
         request_head,
         bytes(raw[:HEAD]),
@@ -262,5 +262,4 @@ def check_reply(
     if private is None:
         return None
     pkt.private_data = private
-    protection.reply = bytes(raw)
     return pkt, protection, pkt.key_block.static

@@ -157,7 +157,9 @@ class Requester:
         reply_keys: KeyBlock,
         salt: bytes,
     ) -> tuple[bytes, bytes] | None:
-        """The two traffic secrets, or None if a DH value is degenerate."""
+        """The two traffic secrets, or None if a DH value is degenerate. Each call counts
+        toward `MAX_REPLY_CHECKS` (`checks`)."""
+        self.checks += 1
         e_i = self._ephemeral
         parts = (
             _dh(e_i, reply_keys.ephemeral),

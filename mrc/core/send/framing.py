@@ -171,14 +171,15 @@ class Framer:
     """Writes data packets for one session's sender."""
 
     def __init__(
-        self, config: SessionConfig, *, stats: SessionStats, peer_addrs: dict[int, Addr]
-    ) -> None:
+        self, config: SessionConfig, *, stats: SessionStats, peer_addrs: dict[int, Addr],
+        protection: PacketProtection | None = None,
+    ) -> None:  # fmt: skip
         self.mtu = config.payload_mtu
         self.p_key = config.p_key
         self.stats = stats
         self.peer_addrs = peer_addrs
-        #: Set once a secured connection has its keys: packets are sealed as they are framed.
-        self.protection: PacketProtection | None = None
+        #: A secured connection's keys: packets are sealed as they are framed.
+        self.protection = protection
         #: The buffer secured packets are framed and sealed in (`_frame_sealed`).
         self._stage = bytearray(0)
         # EVs in the flow label (agreed in CM): headers without EVXH, 4 bytes shorter.

@@ -21,8 +21,9 @@ PSN_MASK: Final = PSN_MOD - 1
 
 class InFlight:
     def __init__(
-        self, config: SessionConfig, cc: CongestionControl, records: Sized, planes: Iterable[int]
-    ) -> None:
+        self, config: SessionConfig, cc: CongestionControl, records: Sized, planes: Iterable[int],
+        uncounted: Collection[int] = frozenset(),
+    ) -> None:  # fmt: skip
         self.config = config
         self.cc = cc
         #: The sender's records by PSN: their number is the packets not yet acknowledged.
@@ -30,8 +31,9 @@ class InFlight:
         self.bytes = 0
         #: Payload bytes in flight by plane.
         self.by_plane: dict[int, int] = dict.fromkeys(planes, 0)
-        #: Planes suspected silent (silence.py): their bytes do not hold CC's window.
-        self.uncounted: Collection[int] = frozenset()
+        #: Planes suspected silent (silence.py, which keeps the collection current): their
+        #: bytes do not hold CC's window.
+        self.uncounted = uncounted
 
     def planes_now(self) -> dict[int, int]:
         """Payload bytes in flight by plane (reports)."""

@@ -145,7 +145,7 @@ class SentCell:
     #: Packets acted on for one TRIMMED NACK already (docs/WIRE.md §4: at most one each).
     trim_nacked: int = 0
     #: Packets that left in the flowcell's second GSO batch, after all of the first
-    #: (sendpath.cut_flowcell); 0: the flowcell left in PSN order.
+    #: (framing.cut_flowcell); 0: the flowcell left in PSN order.
     late: int = 0
 
     # Written out (OutMessage says why): one per flowcell sent.
@@ -228,10 +228,10 @@ class SentCell:
 
 def new_cell(
     runs: list[CellRun], n: int, psn: int, mtu: int, ev: int, plane: int, now: float,
-    seq: int, tx_ts: int, rtx: bool,
+    seq: int, tx_ts: int, rtx: bool, late: int = 0,
 ) -> SentCell:  # fmt: skip
     """The record of the `n` packets of `runs` (non-empty), PSNs from `psn`, sent at `now` on
-    `ev`."""
+    `ev`; `late`: those that left in a second GSO batch."""
     msg, first, count = runs[-1]
     index = first + count - 1
     last = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
@@ -241,7 +241,9 @@ def new_cell(
         msg, index, _ = runs[0]
         size = mtu if index < msg.npkts - 1 else len(msg.src) - index * mtu
     total = size * (n - 1) + last
-    return SentCell(psn, n, runs, ev, plane, now, seq, tx_ts, rtx, size, last, n, total)
+    cell = SentCell(psn, n, runs, ev, plane, now, seq, tx_ts, rtx, size, last, n, total)
+    cell.late = late
+    return cell
 
 
 def opcode_for(msg: OutMessage, index: int) -> Opcode:

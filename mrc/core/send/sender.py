@@ -1,11 +1,19 @@
-"""The requester half of a session: posted WRITEs, loss inference, completion.
+"""The requester half of a session: posted WRITEs, their transmissions, what acknowledgements
+say of them, loss, resends and completion.
 
-Holds the message queue, the send records (one per flowcell transmission, kept by sendlog.py), the
-cumulative scoreboard built from SACKs, per-EV RACK loss inference and the per-plane RFC 6298
-RTO (docs/DESIGN.md §6), and raises `WriteCompleted` in MSN order from ACKNOWLEDGE/AETH
-(docs/DESIGN.md §2 step 7). It turns what it learns into EV signals (loss, ECN, trim) for the
-EV table (evs.py), and into congestion signals for its congestion control (cc.py), whose window
-bounds the payload bytes in flight (docs/DESIGN.md §7); it does not decide plane states, send
+Holds the message queue and the acknowledgement ledger: it takes what each SACK and
+ACKNOWLEDGE covers out of the send records, the in-flight accounts and the messages (one RTT,
+goodput and plane-cap sample per plane per acknowledgement, Karn's rule) and hands the
+flowcells touched to RACK; it acts on NACKs, on RACK's, the RTO's and the silence rules'
+verdicts (docs/DESIGN.md §6) with resends, and raises `WriteCompleted` in MSN order from
+ACKNOWLEDGE/AETH (docs/DESIGN.md §2 step 7). It turns what it learns into EV signals (loss,
+ECN, trim) for the EV table (evs.py) and into congestion signals for its congestion control
+(cc), whose window bounds the payload bytes in flight (docs/DESIGN.md §7).
+
+Left to others: the packets' bytes (framing.py), the records by PSN and by plane (sendlog.py),
+the bytes in flight and the room for more (inflight.py), which EV a packet takes
+(evchoice.py), the SACK bits already reported (scoreboard.py), the AETH deadlines
+(completion.py), the loss rules themselves (loss/); it does not decide plane states, send
 probes or answer the peer: the plane monitor and the session do.
 
 Invariants: every PSN in [una, next_psn) that is not acknowledged has exactly one *current*
@@ -35,16 +43,16 @@ from ..paths.balance import PlaneBalance
 from ..paths.evs import EvSignal
 from ..paths.planes import PlaneTable, ev_plane
 from ..paths.spray import SprayPolicy
+from ..secure.aead import PacketProtection
+from ..sink import TraceSink
 from ..stats import SessionStats
 from ..timers import Timer, TimerTable
-from ..trace import TraceCollector
 from ..transmit import Addr, Transmit
-from .acks import AckLedger
 from .completion import AwaitingAeth
 from .evchoice import EvChoice
 from .framing import HEADER_IMM, Framer, cut_flowcell, flowcell_limit
 from .inflight import InFlight
-from .records import OutMessage, SentCell, new_message, tx_timestamp
+from .records import CellRun, OutMessage, SentCell, new_message, tx_timestamp
 from .scoreboard import SackScoreboard
 from .sendlog import SendLog
 
@@ -59,6 +67,8 @@ class Sender:
         self, config: SessionConfig, *, paths: PlaneTable, spray: SprayPolicy,
         balance: PlaneBalance, cc: CongestionControl, stats: SessionStats, timers: TimerTable,
         events: deque[Event], peer_addrs: dict[int, Addr], initial_psn: int, now: float,
+        dest_qp: int = 0, protection: PacketProtection | None = None,
+        on_suspect: Callable[[int, float], None] | None = None, trace: TraceSink | None = None,
     ) -> None:  # fmt: skip
         self.config = config
         self.paths = paths
@@ -70,8 +80,8 @@ class Sender:
         self.timers = timers
         self.events = events
         self.peer_addrs = peer_addrs
-        self.framer = Framer(config, stats=stats, peer_addrs=peer_addrs)
-        self.dest_qp = 0
+        self.framer = Framer(config, stats=stats, peer_addrs=peer_addrs, protection=protection)
+        self.dest_qp = dest_qp
         self.next_psn = initial_psn  # next new PSN
         self.una = initial_psn  # every PSN before it is acknowledged
         self.next_msn = config.initial_msn
@@ -82,7 +92,7 @@ class Sender:
         self.by_msn: dict[int, OutMessage] = {}
         self.awaiting_aeth = AwaitingAeth(config.max_rto)
         self.rack = Rack(config, paths, timers)
-        self.log = SendLog(config.payload_mtu, config.window, self.rack, self.evs)
+        self.log = SendLog(config.payload_mtu, config.window)
         #: The records of the packets not yet acknowledged, by PSN.
         self.inflight = self.log.records
         self.rtos = RtoTimers()
@@ -92,19 +102,24 @@ class Sender:
         self.last_progress = now
         self.rto_expiries = 0  # consecutive, without progress anywhere
         self.drops: Counter[str] = stats.drops_by_reason
-        self.flight = InFlight(config, cc, self.inflight, paths.planes)
-        self.acks = AckLedger(
-            self.inflight, self.flight, self.rack, paths, self.awaiting_aeth, stats, balance, cc
-        )
         #: Planes gone silent while the peer answers elsewhere (silence.py).
         self.silent = SilentPlanes(config.reorder_min)
-        self.flight.uncounted = self.silent.until
+        self.flight = InFlight(config, cc, self.inflight, paths.planes, self.silent.until)
+        #: Per plane, the age of the oldest first transmission the current acknowledgement
+        #: covers, and the payload bytes of those first transmissions (`_sample_rtts`).
+        self._ages: dict[int, float] = {}
+        self._acked_bytes: dict[int, int] = {}
+        # The current `_ack_bits`/`_ack_range` call's totals (payload bytes acknowledged, and
+        # of those the bytes still in flight) and the completion interval once computed.
+        self._acked = 0
+        self._left = 0
+        self._interval = -1.0
         self.choice = EvChoice(paths, spray, balance, self.flight, self.silent.until)
         #: Told of each plane newly suspected silent, with `now` (the session: plane probes).
-        self.on_suspect: Callable[[int, float], None] | None = None
+        self.on_suspect = on_suspect
         #: Bytes lost to RACK/RTO since the last output pull (docs/DESIGN.md §7).
         self._lost_bytes = 0
-        self.trace: TraceCollector | None = None  # retransmits and RTT samples (trace.py)
+        self.trace = trace  # retransmits and RTT samples (trace.py)
 
     # -- user calls -------------------------------------------------------------------------
 
@@ -186,11 +201,22 @@ class Sender:
             runs, n, late = cut_flowcell(pending, first_psn, min(cell_limit, room), mtu)
             self.next_psn = (first_psn + n) & PSN_MASK
             budget -= n
-            rec = self.log.add(runs, n, first_psn, ev, plane, now, tx_ts, rtx=False, late=late)
+            rec = self._record(runs, n, first_psn, ev, plane, now, tx_ts, rtx=False, late=late)
             self.flight.add(plane, rec.open_bytes)
             self.framer.frame(
                 out, runs, n, first_psn, ev, now, dest_qp=self.dest_qp, rqmsn=rqmsn, late=late
             )
+
+    def _record(
+        self, runs: list[CellRun], n: int, psn: int, ev: int, plane: int, now: float,
+        tx_ts: int, *, rtx: bool, late: int = 0,
+    ) -> SentCell:  # fmt: skip
+        """One transmission enters the books: its record in the send log, RACK's FIFO of its
+        EV, the EV's counts."""
+        rec = self.log.add(runs, n, psn, ev, plane, now, tx_ts, rtx=rtx, late=late)
+        self.evs.count_sent(ev, rtx, n)
+        self.rack.sent(rec)
+        return rec
 
     def _send_retransmissions(self, now: float, out: list[Transmit]) -> None:
         while self.rtx_queue:
@@ -208,7 +234,7 @@ class Sender:
             self.rtx_queue.popleft()
             msg, index = rec.packet(i)
             plane = ev_plane(ev)
-            self.log.add([(msg, index, 1)], 1, psn, ev, plane, now, tx_timestamp(now), rtx=True)
+            self._record([(msg, index, 1)], 1, psn, ev, plane, now, tx_timestamp(now), rtx=True)
             self._resend(out, msg, index, psn, ev, now)
             self.flight.add(plane, rec.length(i))
             self.stats.retransmits_by_cause[cause] += 1
@@ -421,10 +447,10 @@ class Sender:
         base = (cack_psn + sack_offset) & PSN_MASK
         # Only bits no earlier SACK reported for this block, and only PSNs still unacked.
         bits = self.scoreboard.new_span(base, sack_bitmap, cack, sent_span)
-        if bits and self.acks.ack_bits(base, bits, now, touched):
+        if bits and self._ack_bits(base, bits, now, touched):
             self._progress(now)
         self._advance_una()
-        self.acks.sample_rtts(now)
+        self._sample_rtts(now)
         self.scoreboard.forget_behind(self.una)
         if touched:
             self.spray.on_acked(touched, ce_ev, now)
@@ -460,13 +486,13 @@ class Sender:
         # consumed. One a NACK showed failed waits for its own AETH.
         for older in self.outstanding if syndrome_ok(syndrome) else (msg,):
             if older.status is None and (older is msg or older.failure is None):
-                if self.acks.ack_range(older.first_psn, older.npkts, now, touched):
+                if self._ack_range(older.first_psn, older.npkts, now, touched):
                     self._progress(now)
                 older.settle(syndrome)
             if older is msg:
                 break
         self._advance_una()
-        self.acks.sample_rtts(now)
+        self._sample_rtts(now)
         self._acked_evs |= touched
         while self.outstanding and self.outstanding[0].status is not None:
             done = self.outstanding.popleft()
@@ -530,10 +556,149 @@ class Sender:
             self.stats.local_drops += lost
             self.cc.on_local_drop(plane, now, inflight=self.flight.by_plane[plane])
 
+    # -- acknowledgement accounting ---------------------------------------------------------
+    # Which PSNs an acknowledgement covers comes from the input handlers above (the SACK
+    # scoreboard, cumulative PSNs, an AETH's message); these mark them in their records, take
+    # them out of the in-flight accounts, count their bytes, start the completion wait of every
+    # message whose packets are all in (completion.py), hand each flowcell touched to RACK once,
+    # and turn the first transmissions seen into one RTT, goodput and plane-cap sample per plane
+    # per acknowledgement (Karn's rule).
+
+    def _ack_range(self, first: int, count: int, now: float, touched: set[int]) -> int:
+        """The `count` PSNs from `first` arrived (a cumulative acknowledgement, or the PSNs of
+        a message an AETH acknowledged): `_ack_bits` for a run of PSNs."""
+        records = self.inflight
+        slots, smask = records.slots, records.mask
+        self._acked = self._left = 0
+        self._interval = -1.0
+        k = 0
+        while k < count:
+            psn = (first + k) & PSN_MASK
+            rec = slots[psn & smask]
+            if rec is not None:
+                i = (psn - rec.psn) & PSN_MASK
+                # A slot reused by a later PSN: this one was acknowledged long ago.
+                if i < rec.n:
+                    span = min(rec.n - i, count - k)
+                    want = ((1 << span) - 1) << i
+                    if self._ack_cell(rec, want, now, touched) == want:
+                        k += span  # the record's PSNs in range, all taken at once
+                        continue
+            # A PSN of that record resent elsewhere has its own record: go on one at a time.
+            k += 1
+        return self._acks_done()
+
+    def _ack_bits(self, base: int, bits: int, now: float, touched: set[int]) -> int:
+        """The PSNs `base + k` for every bit k of `bits` (bit 0 first) arrived: mark them in
+        their records, a flowcell at a time, count their bytes, and hand each flowcell touched
+        to RACK. PSNs without a record (acknowledged already) are skipped. The hottest loop
+        of the receive path: a record's packets are taken with integer masks, and its
+        accounts (in flight, per plane, acknowledged bytes) change once per record. Returns
+        the payload bytes newly acknowledged."""
+        records = self.inflight
+        slots, smask = records.slots, records.mask
+        self._acked = self._left = 0
+        self._interval = -1.0
+        while bits:
+            low = bits & -bits
+            k = low.bit_length() - 1
+            psn = (base + k) & PSN_MASK
+            rec = slots[psn & smask]
+            i = 0 if rec is None else (psn - rec.psn) & PSN_MASK
+            if rec is None or i >= rec.n:
+                bits ^= low  # acknowledged already (its slot empty, or reused by a later PSN)
+                continue
+            want = ((bits >> k) & ((1 << (rec.n - i)) - 1)) << i
+            taken = self._ack_cell(rec, want, now, touched)
+            bits &= ~((taken >> i) << k)  # the rest of `want` belongs to resends' records
+        return self._acks_done()
+
+    def _ack_cell(self, rec: SentCell, want: int, now: float, touched: set[int]) -> int:
+        """Take the packets of `rec` in `want` (a mask of its packets) whose current record
+        it is; returns the mask taken (never empty: the lowest bit of `want` is one)."""
+        taken = self.inflight.take(rec, want)
+        # Each message counts its packets taken, a run (a message's packets) at a time.
+        shift = 0
+        for msg, _, count in rec.runs:
+            got = (taken >> shift) & ((1 << count) - 1)
+            if got:
+                self._msg_acked(msg, got.bit_count(), now)
+            shift += count
+        last_bit = 1 << (rec.n - 1)
+        size = rec.size
+        extra = rec.last - size  # the last packet's length differs from the others'
+        acked = taken.bit_count() * size + (extra if taken & last_bit else 0)
+        fresh = taken & ~rec.lost
+        if fresh:
+            opened = fresh.bit_count()
+            left = opened * size + (extra if fresh & last_bit else 0)
+            rec.open -= opened
+            rec.open_bytes -= left
+            self.flight.by_plane[rec.plane] -= left
+            self._left += left
+        rec.acked |= taken
+        self._acked += acked
+        self._cell_acked(rec, rec.sent_last(taken), acked, now, touched)
+        return taken
+
+    def _msg_acked(self, msg: OutMessage, count: int, now: float) -> None:
+        """`count` more packets of `msg` arrived: once all have, its completion wait starts."""
+        msg.acked += count
+        if msg.acked == msg.npkts and msg.status is None:
+            if self._interval < 0:  # once per call: many small messages complete in one SACK
+                self._interval = max(pl.rtt.current for pl in self.paths.planes.values())
+            self.awaiting_aeth.add(msg, now, self._interval)
+
+    def _acks_done(self) -> int:
+        """The current call's bytes acknowledged: out of flight, counted; returned."""
+        acked = self._acked
+        if acked:
+            self.flight.left(self._left)
+            self.stats.bytes_acked += acked
+        return acked
+
+    def _cell_acked(
+        self, cell: SentCell, top: int, acked: int, now: float, touched: set[int]
+    ) -> None:
+        """`acked` bytes of `cell` were acknowledged, `top` the one of its packets that left
+        last: RACK's turn, and the plane's RTT and goodput sample (first transmissions only:
+        Karn, RFC 8985 §6.2)."""
+        if self.rack.acked(cell, top, now):
+            age = now - cell.sent_at
+            plane = cell.plane
+            if age > self._ages.get(plane, -1.0):
+                self._ages[plane] = age
+            self._acked_bytes[plane] = self._acked_bytes.get(plane, 0) + acked
+            touched.add(cell.ev)
+            pl = self.paths.planes[plane]
+            if cell.sent_at > pl.answered_sent_at:
+                # Every flowcell acknowledged, not only the one a SACK names as its trigger
+                # (a coalesced SACK covers many planes): silence.py weighs planes by it.
+                pl.answered_sent_at = cell.sent_at
+
+    def _sample_rtts(self, now: float) -> None:
+        """One RTT sample per plane per acknowledgement: the longest a first transmission
+        it newly acknowledged took (Karn's rule: never a retransmitted PSN). The RTO has to
+        cover the slowest acknowledgement, not the freshest: a receive batch acknowledges
+        packets that waited in the peer's socket queue together with ones that did not."""
+        if self._ages:
+            planes = self.paths.planes
+            for plane, age in self._ages.items():
+                pl = planes[plane]
+                pl.rtt.sample(max(0.0, age))
+                pl.acked_at = now
+                acked = self._acked_bytes.get(plane, 0)
+                self.balance.on_acked(plane, acked, age, now)
+                self.cc.on_plane_sample(
+                    plane, age, acked=acked, inflight=self.flight.by_plane[plane], now=now
+                )
+            self._ages.clear()
+            self._acked_bytes.clear()
+
     # -- helpers ----------------------------------------------------------------------------
 
     def _progress(self, now: float) -> None:
-        """New bytes were acknowledged (acks.py): progress, for the RTO."""
+        """New bytes were acknowledged: progress, for the RTO."""
         self.rtos.progress(now, self.last_progress, self.config.min_rto, self.paths.planes)
         self.last_progress = now
         self.rto_expiries = 0
@@ -541,7 +706,7 @@ class Sender:
     def _ack_through(self, cack: int, now: float, touched: set[int]) -> None:
         """Everything before `cack` arrived (a cumulative acknowledgement)."""
         una = self.una
-        if cack != una and self.acks.ack_range(una, (cack - una) & PSN_MASK, now, touched):
+        if cack != una and self._ack_range(una, (cack - una) & PSN_MASK, now, touched):
             self._progress(now)
         self.una = cack
 

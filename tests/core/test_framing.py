@@ -1,4 +1,4 @@
-"""`cut_flowcell`: the next flowcell's packets as runs, one per message (sendpath.py)."""
+"""`cut_flowcell`: the next flowcell's packets as runs, one per message (mrc.core.send.framing)."""
 
 from __future__ import annotations
 
