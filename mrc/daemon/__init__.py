@@ -8,12 +8,12 @@ socket), connect to peers, post WRITEs and WRITE_WITH_IMMs, and collect completi
 immediates; small messages between applications travel through the daemons' mailboxes.
 
 Modules, one job each: `config` (the TOML file), `rpc` (JSON-RPC framing, codes, parameters),
-`control` (the Unix socket, fds, client limits), `shm` (mapping and unmapping memfds),
-`regions` (registered regions and their limits), `conns` (connection records, the daemons'
-CM private data), `clients` (a client's queues, long-polls and WRITE checks), `service` (the
-methods and the session events), `mailbox` (messages),
-`views` (read-only views), `metrics` (Prometheus text over HTTP), `notify` (sd_notify) and
-`daemon` (the process: start-up, signals, shutdown). The application side is `mrc.client`.
+`control` (the Unix socket, fds, client limits), `shm` (mapping and unmapping memfds), `regions`
+(registered regions and their limits), `conns` (connection records, the daemons' CM private data),
+`clients` (a client's queues, long-polls and WRITE checks), `service` (what changes state, and the
+session events), `mailbox` (messages), `views` (read-only views), `methods` (which method name the
+service or a view answers; above both), `metrics` (Prometheus text over HTTP), `notify` (sd_notify)
+and `daemon` (the process: start-up, signals, shutdown). The application side is `mrc.client`.
 """
 
 from __future__ import annotations

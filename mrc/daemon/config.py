@@ -29,11 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrc.core.cc.control import cc_names
-from mrc.core.config import MAX_FLOWCELL, MAX_PAYLOAD_MTU, MIN_PAYLOAD_MTU, SessionConfig
+from mrc.core.config import (
+    DEFAULT_FLOWCELL,
+    MAX_FLOWCELL,
+    MAX_PAYLOAD_MTU,
+    MIN_PAYLOAD_MTU,
+    SessionConfig,
+)
 from mrc.core.errors import LocalProtocolError
 from mrc.core.paths.balance import balance_names
 from mrc.core.paths.spray import spray_names
 from mrc.io.pathtable import PathTable, PathTableError
+from mrc.wire.bth import ROCE_PORT
 
 __all__ = [
     "ConfigError",
@@ -48,7 +55,7 @@ __all__ = [
     "peer_keys",
 ]
 
-DEFAULT_PORT = 4791
+DEFAULT_PORT = ROCE_PORT
 DEFAULT_SOCKET = "/run/mrc/mrc.sock"
 DEFAULT_KEY_FILE = "/var/lib/mrc/private.key"
 #: The kernel's limit on a Unix socket path (sun_path is 108 bytes with its NUL).
@@ -119,7 +126,7 @@ class ProtocolConfig:
     ev_per_plane: int = _CORE.ev_per_plane
     mpr: int = _CORE.mpr
     #: As `mrc bench`'s default: as many packets per GSO batch as one call holds.
-    flowcell: int = MAX_FLOWCELL
+    flowcell: int = DEFAULT_FLOWCELL
 
 
 @dataclass(frozen=True, slots=True)

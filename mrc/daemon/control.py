@@ -14,7 +14,7 @@ that arrives is closed here once its request was handled, whatever happened (the
 mapping, never the fd); an fd with any other request is refused. A malformed, oversized or
 unknown request gets its error answer and the client stays connected.
 
-What it leaves to others: what a method does (`Dispatcher`, implemented by the service).
+What it leaves to others: what a method does (`Dispatcher`, implemented by `methods`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class ControlError(Exception):
 
 
 class Dispatcher(Protocol):
-    """What the server asks of the service."""
+    """What the server asks of the methods above it (`methods.Methods`)."""
 
     def dispatch(
         self, client: ControlClient, method: str, params: dict[str, Any], fd: int | None
@@ -351,7 +351,10 @@ class ControlServer:
         mode: int = 0o600,
         group: str | None = None,
         max_clients: int = 256,
+        counters: Counter[str] | None = None,
     ) -> None:
+        """`counters`: where to count refused clients, errors by code and the like (the
+        daemon hands in the service's, which its views show); a new one if None."""
         self.loop = loop
         self.path = path
         self.dispatcher = dispatcher
@@ -359,7 +362,7 @@ class ControlServer:
         self.group = group
         self.max_clients = max_clients
         self.clients: dict[int, ControlClient] = {}
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = counters if counters is not None else Counter()
         self._sock: socket.socket | None = None
         self._inode: tuple[int, int] | None = None
         self._next_id = 1

@@ -2,8 +2,8 @@
 
 `Daemon` wires the parts together on one event loop (uvloop when available): the host layer
 (`mrc.node.Node`: plane sockets, SRv6 paths, the core endpoint), the `Service`, the control
-socket, the optional metrics endpoint and systemd notification. `run_daemon(config, metrics)`
-is what `mrc daemon` calls; it returns the exit status.
+socket dispatching to its `Methods`, the optional metrics endpoint and systemd notification.
+`run_daemon(config, metrics)` is what `mrc daemon` calls; it returns the exit status.
 
 Life cycle (docs/DAEMON.md): READY=1 once every socket is bound. SIGHUP re-reads the file and
 takes its peer list (a file with a mistake is logged and ignored). SIGTERM or SIGINT: STOPPING=1,
@@ -31,6 +31,7 @@ from mrc.node.keys import load_or_create_private_key, load_psk, public_key_text
 
 from .config import ConfigError, DaemonConfig, load_config, peer_keys
 from .control import ControlError, ControlServer
+from .methods import Methods
 from .metrics import MetricsServer
 from .notify import Notifier
 from .service import Service
@@ -102,10 +103,11 @@ class Daemon:
         control = ControlServer(
             self.loop,
             config.control.socket,
-            service,
+            Methods(service),
             mode=config.control.mode,
             group=config.control.group,
             max_clients=config.limits.max_clients,
+            counters=service.control_counters,
         )
         try:
             control.start()
@@ -113,7 +115,6 @@ class Daemon:
             node.close()
             raise DaemonError(str(exc)) from None
         self.control = control
-        service.control_counters = control.counters
         if self.metrics_addr is not None:
             self.metrics = MetricsServer(service, control)
             host, port = self.metrics_addr
@@ -208,7 +209,7 @@ class Daemon:
         service, control = self.service, self.control
         assert service is not None and control is not None
         self.notifier.stopping("draining")
-        service.shutting_down = True
+        service.stop_accepting()
         control.stop_accepting()
         drain = self.config.limits.drain_seconds
         left = service.outstanding_writes()

@@ -147,8 +147,9 @@ def _connections(page: _Page, svc: Service) -> None:
     plane_up = []
     cwnd = []
     for cid, conn in live:
-        session = conn.session
-        assert session is not None
+        session = conn.session.established if conn.session is not None else None
+        if session is None:
+            continue  # still in its handshake: no EVs, planes or window yet
         for ev in session.paths.evs.by_ev.values():
             state = ev.state.value if ev.active else "backup"
             evs[(conn.peer, ev.plane, state)] += 1

@@ -1,11 +1,11 @@
 """The daemon's service: applications' regions, connections, WRITEs, completions and immediates.
 
-`Service` implements every control method of docs/DAEMON.md on top of one `mrc.node.Node`. It
-keeps per control client (`ClientState`) the completions of its connections in MSN order and
-the immediates of WRITE_WITH_IMMs that landed in its regions, answers long-polls when they
-arrive, and routes every session event: a requester's handshake result to the `connect` waiting
-for it, a `WriteCompleted` to the write's owner, an `ImmediateReceived` to the owner of the
-region its R_Key names (or to the mailbox), a `ConnectionClosed` into failed completions.
+`Service` implements every control method of docs/DAEMON.md that changes state, on top of one
+`mrc.node.Node`. It keeps per control client (`ClientState`) the completions of its connections in
+MSN order and the immediates of WRITE_WITH_IMMs that landed in its regions, answers long-polls when
+they arrive, and routes every session event: a requester's handshake result to the `connect` waiting
+for it, a `WriteCompleted` to the write's owner, an `ImmediateReceived` to the owner of the region
+its R_Key names (or to the mailbox), a `ConnectionClosed` into failed completions.
 
 Ownership: regions and APP connections belong to the control connection that made them. When
 it closes, its connections are closed (DISCONNECT to the peer) and its regions deregistered;
@@ -14,8 +14,9 @@ deregistered while a WRITE of its owner still reads from it closes that WRITE's 
 nothing more is sent from it: those writes complete "cancelled" (`shm` keeps the pages mapped
 until the core's send records let go of them).
 
-What it leaves to others: the socket and framing (`control`), the mapping (`shm`), messages
-(`mailbox`), the read-only views (`views`), the process's life cycle (`daemon`).
+What it leaves to others: the socket and framing (`control`), which method name calls what
+(`methods`), the mapping (`shm`), messages (`mailbox`), the read-only views (`views`), the
+process's life cycle (`daemon`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import base64
 import logging
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from mrc.core.errors import LocalProtocolError
@@ -42,7 +43,6 @@ from mrc.core.memory import Region
 from mrc.core.session import Session
 from mrc.node import Node, NodeError, resolve_peer
 
-from . import views
 from .clients import MAX_IMMEDIATES, ClientState, check_write, long_poll
 from .config import DaemonConfig, PeerConfig
 from .conns import APP, MAIL, Connection, Hello, PeerTotals, WriteRecord, write_status
@@ -52,7 +52,6 @@ from .regions import DaemonRegion, Regions
 from .rpc import (
     BAD_MEMORY,
     INTERNAL_ERROR,
-    METHOD_NOT_FOUND,
     NOT_CONNECTED,
     RESOURCE_LIMIT,
     SHUTTING_DOWN,
@@ -75,8 +74,6 @@ CONNECT_TIMEOUT = 30.0
 #: Responder mailboxes set aside by `_accept` whose session has not appeared yet.
 MAX_PENDING_MAILBOXES = 64
 
-Handler = Callable[["ClientState", Params], Any]
-
 
 class Service:
     def __init__(self, config: DaemonConfig, node: Node, started: float) -> None:
@@ -94,31 +91,14 @@ class Service:
         self.totals: dict[str, PeerTotals] = {}
         self.counters: Counter[str] = Counter()
         self.shutting_down = False
-        #: The control socket's counters (refused clients, errors by code), for the views.
+        #: The control socket's counters (refused clients, errors by code), which the daemon
+        #: hands the control server to keep, for the views.
         self.control_counters: Counter[str] = Counter()
         self._by_session: dict[int, Connection] = {}
         self._pending_mailboxes: dict[int, int] = {}
         self._rng = random.SystemRandom()
         self._next_conn = 1
         self._next_write = 1
-        self._methods: dict[str, Handler] = {
-            "status": lambda cs, p: views.status(self, p),
-            "register_region": self._register_without_fd,
-            "deregister_region": self._deregister_region,
-            "connect": self._connect,
-            "disconnect": self._disconnect,
-            "write": self._write,
-            "completions": self._completions,
-            "immediates": self._immediates,
-            "bind": lambda cs, p: self.mailbox.bind(cs.id, p),
-            "send_message": self._send_message,
-            "recv_message": self._recv_message,
-            "peers": lambda cs, p: views.peers(self, p),
-            "connections": lambda cs, p: views.connections(self, p),
-            "planes": lambda cs, p: views.planes(self, p),
-            "evs": lambda cs, p: views.evs(self, p),
-            "regions": lambda cs, p: views.regions(self, p),
-        }
 
     def start(self) -> None:
         self.node.on_event = self.on_event
@@ -126,19 +106,12 @@ class Service:
 
     # -- the control socket's entry points ------------------------------------------------------
 
-    def dispatch(
-        self, client: ControlClient, method: str, params: dict[str, Any], fd: int | None
-    ) -> Any:
-        handler = self._methods.get(method)
-        if handler is None:
-            raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}")
+    def client(self, client: ControlClient) -> ClientState:
+        """The state of a control client, made at its first request."""
         cs = self.clients.get(client.id)
         if cs is None:
             cs = self.clients[client.id] = ClientState(client, self.loop)
-        p = Params(method, params)
-        if fd is not None:
-            return self._register_region(cs, p, fd)
-        return handler(cs, p)
+        return cs
 
     def client_gone(self, client: ControlClient) -> None:
         cs = self.clients.pop(client.id, None)
@@ -160,6 +133,10 @@ class Service:
                 cs.id, cs.pid, len(regions), len(conns),
             )
 
+    def stop_accepting(self) -> None:
+        """Shutdown begins: refuse new regions, connections, writes and peers' connections."""
+        self.shutting_down = True
+
     def wake(self, client: int) -> None:
         cs = self.clients.get(client)
         if cs is not None:
@@ -170,12 +147,12 @@ class Service:
 
     # -- regions --------------------------------------------------------------------------------
 
-    def _register_without_fd(self, cs: ClientState, p: Params) -> Any:
+    def register_without_fd(self, cs: ClientState, p: Params) -> Any:
         raise RpcError(
             BAD_MEMORY, "register_region: send the region's memfd with the line (SCM_RIGHTS)"
         )
 
-    def _register_region(self, cs: ClientState, p: Params, fd: int) -> dict[str, Any]:
+    def register_region(self, cs: ClientState, p: Params, fd: int) -> dict[str, Any]:
         size = p.integer("size", 1, 1 << 40)
         name = p.opt_text("name", max_len=128) or "region"
         p.done()
@@ -192,7 +169,7 @@ class Service:
             )
         return region
 
-    def _deregister_region(self, cs: ClientState, p: Params) -> dict[str, Any]:
+    def deregister_region(self, cs: ClientState, p: Params) -> dict[str, Any]:
         region = self._own_region(cs, p.integer("region"), "deregister_region")
         p.done()
         for cid in list(cs.connections):
@@ -249,7 +226,7 @@ class Service:
             self._close_conn(conn, "no answer in time", "connection_lost")
             raise RpcError(NOT_CONNECTED, f"connect to {conn.peer}: no answer") from None
 
-    def _connect(self, cs: ClientState, p: Params) -> Coroutine[Any, Any, dict[str, Any]]:
+    def connect(self, cs: ClientState, p: Params) -> Coroutine[Any, Any, dict[str, Any]]:
         name = p.text("peer")
         p.done()
         conn = self._open(name, APP, cs.id)
@@ -282,7 +259,7 @@ class Service:
             )
         return conn
 
-    def _disconnect(self, cs: ClientState, p: Params) -> dict[str, Any]:
+    def disconnect(self, cs: ClientState, p: Params) -> dict[str, Any]:
         conn = self._own_conn(cs, p.integer("connection"), "disconnect")
         p.done()
         self._close_conn(conn, "closed by the application", "cancelled")
@@ -324,7 +301,7 @@ class Service:
 
     # -- writes and completions ------------------------------------------------------------------
 
-    def _write(self, cs: ClientState, p: Params) -> dict[str, Any]:
+    def write(self, cs: ClientState, p: Params) -> dict[str, Any]:
         conn = self._own_conn(cs, p.integer("connection"), "write")
         items = p.items("writes", max_len=MAX_WRITES_PER_CALL)
         p.done()
@@ -357,26 +334,29 @@ class Service:
         self.node.flush(session)
         return {"ids": ids}
 
-    def _completions(self, cs: ClientState, p: Params) -> Any:
+    def completions(self, cs: ClientState, p: Params) -> Any:
         conn_id, limit, timeout = long_poll(p, "connection")
         if conn_id is not None:
             self._own_conn(cs, conn_id, "completions")
         return cs.completions_when(conn_id, limit, timeout)
 
-    def _immediates(self, cs: ClientState, p: Params) -> Any:
+    def immediates(self, cs: ClientState, p: Params) -> Any:
         region_id, limit, timeout = long_poll(p, "region")
         if region_id is not None:
             self._own_region(cs, region_id, "immediates")
         return cs.immediates_when(region_id, limit, timeout)
 
-    def _send_message(self, cs: ClientState, p: Params) -> Any:
+    def bind(self, cs: ClientState, p: Params) -> Any:
+        return self.mailbox.bind(cs.id, p)
+
+    def send_message(self, cs: ClientState, p: Params) -> Any:
         name = p.text("peer")
         if name not in self.peers:
             raise RpcError(UNKNOWN_PEER, f"no peer named {name!r}", {"key": "peer"})
         self._not_stopping("send_message")
         return self.mailbox.send(name, p)
 
-    def _recv_message(self, cs: ClientState, p: Params) -> Any:
+    def recv_message(self, cs: ClientState, p: Params) -> Any:
         name, take = self.mailbox.take(cs.id, p)
         timeout = p.seconds("timeout")
         p.done()

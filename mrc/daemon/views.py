@@ -1,31 +1,36 @@
 """The daemon's read-only views: status, peers, connections, planes, EVs and regions.
 
-Each function answers one control method of docs/DAEMON.md from the service's state, and
+Each function answers one control method of docs/DAEMON.md from the service's state, read
+through `ServiceState` (what the views need of the service, so they never import it), and
 `peer_counters` gathers the per-peer counters (closed connections' totals plus the live
 sessions') that both the views and the Prometheus endpoint read. Everything is computed when
 asked, from plain integers the data path keeps anyway: nothing here runs per packet. What the
-numbers mean is the core's (`mrc.core.stats`); changing state is `service`'s.
+numbers mean is the core's (`mrc.core.stats`); changing state is `service`'s, and which method
+name calls which view is `methods`'.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mrc
 from mrc.core.paths.planes import PlaneState
 from mrc.core.stats import PlaneStats
+from mrc.node import Node
 
-from .conns import Connection
+from .clients import ClientState
+from .config import DaemonConfig, PeerConfig
+from .conns import Connection, PeerTotals
+from .regions import Regions
 from .rpc import UNKNOWN_CONNECTION, Params, RpcError
-
-if TYPE_CHECKING:
-    from .service import Service
 
 __all__ = [
     "PeerCounters",
+    "ServiceState",
     "connections",
     "evs",
     "peer_counters",
@@ -37,6 +42,35 @@ __all__ = [
 ]
 
 
+class ServiceState(Protocol):
+    """What the views read of the service (`service.Service`); they change none of it."""
+
+    @property
+    def config(self) -> DaemonConfig: ...
+    @property
+    def node(self) -> Node: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def peers(self) -> Mapping[str, PeerConfig]: ...
+    @property
+    def totals(self) -> Mapping[str, PeerTotals]: ...
+    @property
+    def conns(self) -> Mapping[int, Connection]: ...
+    @property
+    def clients(self) -> Mapping[int, ClientState]: ...
+    @property
+    def regions(self) -> Regions: ...
+    @property
+    def shutting_down(self) -> bool: ...
+    @property
+    def control_counters(self) -> Mapping[str, int]: ...
+
+    def now(self) -> float: ...
+
+
 @dataclass(slots=True)
 class PeerCounters:
     planes: dict[int, PlaneStats] = field(default_factory=dict)
@@ -45,7 +79,7 @@ class PeerCounters:
     live: int = 0
 
 
-def peer_counters(svc: Service) -> dict[str, PeerCounters]:
+def peer_counters(svc: ServiceState) -> dict[str, PeerCounters]:
     """Per peer: bytes and packets by plane, retransmits by cause, drops by reason."""
     out: dict[str, PeerCounters] = {name: PeerCounters() for name in svc.peers}
     for name, totals in svc.totals.items():
@@ -75,7 +109,7 @@ def _add_planes(into: dict[int, PlaneStats], planes: dict[int, PlaneStats]) -> N
         mine.retransmits += ps.retransmits
 
 
-def plane_rows(svc: Service) -> list[dict[str, Any]]:
+def plane_rows(svc: ServiceState) -> list[dict[str, Any]]:
     """Each plane socket's counters (what the kernel took and gave, every packet included)."""
     rows = []
     for plane, sock in sorted(svc.node.planes.items()):
@@ -106,7 +140,7 @@ def plane_rows(svc: Service) -> list[dict[str, Any]]:
     return rows
 
 
-def status(svc: Service, p: Params) -> dict[str, Any]:
+def status(svc: ServiceState, p: Params) -> dict[str, Any]:
     p.done()
     return {
         "version": mrc.__version__,
@@ -124,12 +158,12 @@ def status(svc: Service, p: Params) -> dict[str, Any]:
     }
 
 
-def planes(svc: Service, p: Params) -> list[dict[str, Any]]:
+def planes(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
     p.done()
     return plane_rows(svc)
 
 
-def peers(svc: Service, p: Params) -> list[dict[str, Any]]:
+def peers(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
     p.done()
     counters = peer_counters(svc)
     rows = []
@@ -150,7 +184,7 @@ def peers(svc: Service, p: Params) -> list[dict[str, Any]]:
     return rows
 
 
-def _conn_row(svc: Service, conn: Connection) -> dict[str, Any]:
+def _conn_row(svc: ServiceState, conn: Connection) -> dict[str, Any]:
     session = conn.session
     row: dict[str, Any] = {
         "connection": conn.id,
@@ -171,10 +205,12 @@ def _conn_row(svc: Service, conn: Connection) -> dict[str, Any]:
     if session is not None:
         row["qpn"] = session.qpn
         row["peer_qpn"] = session.peer_qpn
-        row["cwnd"] = int(session.cc.cwnd)
+        # A connection still in its handshake has no window and no planes yet.
+        established = session.established
+        row["cwnd"] = int(established.cc.cwnd) if established is not None else None
         row["planes"] = [
             {"plane": plane, "state": session.plane_state(plane)}
-            for plane in sorted(session.paths.planes)
+            for plane in sorted(established.paths.planes if established is not None else ())
         ]
         row["bytes_acked"] = session.stats.bytes_acked
         row["bytes_placed"] = session.stats.bytes_placed
@@ -182,12 +218,12 @@ def _conn_row(svc: Service, conn: Connection) -> dict[str, Any]:
     return row
 
 
-def connections(svc: Service, p: Params) -> list[dict[str, Any]]:
+def connections(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
     p.done()
     return [_conn_row(svc, c) for _, c in sorted(svc.conns.items())]
 
 
-def evs(svc: Service, p: Params) -> list[dict[str, Any]]:
+def evs(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
     conn_id = p.opt_integer("connection")
     p.done()
     if conn_id is not None and conn_id not in svc.conns:
@@ -202,7 +238,7 @@ def evs(svc: Service, p: Params) -> list[dict[str, Any]]:
     return rows
 
 
-def regions(svc: Service, p: Params) -> list[dict[str, Any]]:
+def regions(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
     p.done()
     rows = []
     for rid, region in sorted(svc.regions.by_id.items()):

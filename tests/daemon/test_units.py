@@ -1,18 +1,22 @@
-"""The daemon's pieces in-process: the JSON-RPC codec and parameter checks, the daemons' hello,
-write statuses, sd_notify, memfd mapping and its deferred unmapping, and the metrics page."""
+"""The daemon's pieces in-process: the JSON-RPC codec and parameter checks, the method table, the
+daemons' hello, write statuses, sd_notify, memfd mapping and its deferred unmapping, and the
+metrics page."""
 
 from __future__ import annotations
 
 import json
 import mmap
 import os
+import re
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mrc.daemon import rpc
 from mrc.daemon.conns import Hello, write_status
+from mrc.daemon.methods import METHODS
 from mrc.daemon.notify import Notifier
 from mrc.daemon.rpc import Params, RpcError, parse_line
 from mrc.daemon.shm import SharedMapping, Unmapper
@@ -49,6 +53,14 @@ def test_an_answer_too_long_for_a_line_becomes_an_error() -> None:
     line = rpc.encode(rpc.answer(4, "x" * rpc.MAX_LINE))
     doc = json.loads(line)
     assert len(line) < 200 and doc["id"] == 4 and doc["error"]["code"] == rpc.RESOURCE_LIMIT
+
+
+def test_the_method_table_is_the_documented_protocol() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "mrc/docs/DAEMON.md").read_text(encoding="utf-8")
+    section = doc[doc.index("### Methods") : doc.index("### Ownership")]
+    documented = set(re.findall(r"`(\w+) \{", section))
+    assert "register_region" in documented and "evs" in documented  # the section was read
+    assert set(METHODS) == documented
 
 
 def test_the_hello_round_trips_and_refuses_anything_else() -> None:
