@@ -27,8 +27,7 @@ import time
 from typing import Any
 
 import mrc
-from mrc.cli.bench_options import DEFAULT_FLOWCELL
-from mrc.core.config import SessionConfig
+from mrc.core.config import DEFAULT_FLOWCELL, SessionConfig
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ImmediateReceived, WriteCompleted
 from mrc.core.memory import RegionTable

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Iterator
 
-from mrc.cli.bench_proto import BenchRequest, RegionRef
+from mrc.cli.bench.proto import BenchRequest, RegionRef
 from mrc.core.config import SessionConfig
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionEstablished

@@ -9,7 +9,7 @@ import pytest
 from benchproc import env
 
 from mrc.cli import main
-from mrc.cli.bench import parse_size
+from mrc.cli.units import parse_size
 
 BAD = [
     ([], "missing command"),
@@ -177,7 +177,7 @@ def test_a_command_imports_only_its_own_module() -> None:
         "import sys; from mrc.cli import main\n"
         "try:\n    main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith(('mrc.daemon', 'mrc.plot',"
-        " 'mrc.cli.daemon', 'mrc.cli.plot', 'mrc.cli.dissect', 'mrc.cli.bench_daemon'))))"
+        " 'mrc.cli.daemon', 'mrc.cli.plot', 'mrc.cli.dissect', 'mrc.cli.bench.daemon'))))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
                           timeout=60)

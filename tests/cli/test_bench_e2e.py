@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from benchproc import Server, client, env, json_docs
 
-from mrc.cli.bench_roles import next_tick
+from mrc.cli.bench.stream import next_tick
 
 
 @pytest.fixture(scope="module")

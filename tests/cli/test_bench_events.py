@@ -1,10 +1,10 @@
-"""The text report's event lines (mrc/cli/bench_events.py): bursts fold, flaps read as one line."""
+"""The text report's event lines (mrc/cli/bench/events.py): bursts fold, flaps read as one line."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mrc.cli.bench_events import FLAP_NOTE, event_lines
+from mrc.cli.bench.events import FLAP_NOTE, event_lines
 
 
 def ev(t: float, kind: str, plane: int | None = 2, detail: str = "", side: str = "local",

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from benchproc import Server, client
 
-from mrc.cli.bench import default_flowcell
-from mrc.cli.bench_proto import Pattern
+from mrc.cli.bench.options import default_flowcell
+from mrc.cli.bench.proto import Pattern
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,15 @@ import pytest
 from benchproc import SERVER_ADDRS, Server, bound, client, env, free_port, json_docs
 
 from mrc.cli import main
-from mrc.cli.bench_latency import latency_stats, percentile
-from mrc.cli.bench_proto import (
+from mrc.cli.bench.latency import latency_stats, percentile
+from mrc.cli.bench.options import sweep_sizes
+from mrc.cli.bench.proto import (
     KIND_LATENCY,
     BenchProtocolError,
     BenchReply,
     BenchRequest,
     RegionRef,
 )
-from mrc.cli.bench_sweep import sweep_sizes
 
 # -- percentiles ------------------------------------------------------------------------------
 
@@ -235,7 +235,7 @@ def test_latency_by_time_in_text(server: Server) -> None:
 
 
 OLD_SERVER = (
-    "import sys, mrc.cli.bench_proto as p\n"
+    "import sys, mrc.cli.bench.proto as p\n"
     "p.{patch}\n"
     "from mrc.cli import main\n"
     "sys.exit(main(sys.argv[1:]))\n"

@@ -15,7 +15,7 @@ the server with an empty datagram; the server also ends after 30 s without one.
 
 The server prints `READY` once it listens; the pinger prints one JSON line: `samples`, `lost`,
 `bytes`, and min/mean/p50/p90/p99/p99_9/max/stdev in microseconds (the percentile math is
-`mrc.cli.bench_latency`'s, so the three rows of the comparison are computed alike).
+`mrc.cli.bench.latency`'s, so the three rows of the comparison are computed alike).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from mrc.cli.bench_latency import latency_stats
+from mrc.cli.bench.latency import latency_stats
 
 _SEQ = struct.Struct("!I")
 IDLE_SECONDS = 30.0

@@ -1,17 +1,19 @@
 """`mrc bench --latency`: a WRITE_WITH_IMM ping-pong, reported like perftest's ib_write_lat.
 
-Holds both ends of the latency test kind of `bench_proto` (`LatencyPing`, the client that
-times each round trip; `LatencyEcho`, the server's side that writes every message back as soon
-as its immediate arrives), the percentile math (`percentile`, `latency_stats`), the text and
-`-J` output of a latency run. Sockets, the event loop and the handshake are `bench_modes`'s
-(client) and `bench_server`'s (server). Times are round trips (ib_write_lat prints half of
-one).
+Holds the client's role in the latency test kind of `proto` (`LatencyPing`: post message k,
+time its echo, repeat), the percentile math (`percentile`, `latency_stats`), the text and `-J`
+output of a latency run, and `main`, the latency mode's client: its node is `host`'s, its loop
+`runner`'s. The server's role, which writes every message back as soon as its immediate
+arrives, is `echo.LatencyEcho`, run by `server`. Times are round trips (ib_write_lat prints
+half of one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,30 +25,33 @@ from mrc.core.events import (
     ImmediateReceived,
     WriteCompleted,
 )
-from mrc.core.memory import RegionTable
 from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import freeze_heap, loop_name
 
-from .bench_options import BenchOptions
-from .bench_proto import (
+from . import runner
+from .host import client_node, on_signals
+from .options import BenchOptions
+from .proto import (
+    KIND_LATENCY,
     MAX_MESSAGES,
+    BenchProtocolError,
+    BenchReply,
+    BenchRequest,
     RegionRef,
 )
-from .bench_report import host_port
-from .bench_setup import RECEIVER, TestParams, TestSetup
+from .report import Output, connected_rows, implementation
+from .setup import BenchError, TestSetup
+from .state import RunState
 
 __all__ = [
     "PERCENTILES",
-    "LatencyEcho",
     "LatencyPing",
-    "allocate",
     "latency_stats",
+    "main",
     "percentile",
 ]
 
-DEFAULT_ITERATIONS = 10_000
-DEFAULT_LATENCY_SIZE = 64
 #: The percentiles reported, as (-J key, percent).
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99_9", 99.9))
 
@@ -76,15 +81,6 @@ def latency_stats(samples: Sequence[float]) -> dict[str, float]:
     stats["max"] = ordered[-1] if n else 0.0
     stats["stdev"] = math.sqrt(var)
     return {k: round(v * 1e6, 2) for k, v in stats.items()}
-
-
-def allocate(regions: RegionTable, msg_size: int) -> TestSetup:
-    """Regions of one latency side: the results inbox/outbox, one slot the peer writes into
-    (`data`) and one this side writes from (`source`; zeros, never changed, so a message can
-    be posted again while the last one is still unacknowledged)."""
-    setup = TestSetup.allocate(regions, RECEIVER, TestParams(msg_size=msg_size), 1)
-    setup.source = regions.register(bytearray(msg_size))
-    return setup
 
 
 class LatencyPing:
@@ -198,99 +194,6 @@ class LatencyPing:
             self._watch = None
 
 
-class LatencyEcho:
-    """The server's half: every immediate that arrives is written straight back. A client
-    that falls silent for `idle_timeout` (it died without hanging up) ends the test, so its
-    regions do not stay registered for good."""
-
-    def __init__(
-        self,
-        io: IoEndpoint[Session],
-        session: Session,
-        setup: TestSetup,
-        peer_data: RegionRef,
-        *,
-        on_end: Callable[[LatencyEcho], None],
-        idle_timeout: float = 5.0,
-    ) -> None:
-        self.io = io
-        self.session = session
-        self.setup = setup
-        self.peer_data = peer_data
-        self.on_end = on_end
-        self.idle_timeout = idle_timeout
-        self.echoes = 0
-        self.write_errors = 0
-        self.error: str | None = None
-        self.t0 = time.perf_counter()
-        self._heard = io.now()
-        self._watch: asyncio.TimerHandle | None = None
-
-    def start(self) -> None:
-        self._watch = self.io.loop.call_later(1.0, self._check)
-
-    def cancel(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-
-    def _check(self) -> None:
-        self._watch = None
-        now = self.io.now()
-        if now - self._heard <= self.idle_timeout:
-            self._watch = self.io.loop.call_later(1.0, self._check)
-            return
-        self.error = f"no message from the client for {self.idle_timeout:g} s"
-        if not self.session.is_closed:
-            self.session.close(now)
-            self.io.flush(self.session)
-        self.on_end(self)
-
-    def on_event(self, event: Event) -> None:
-        if isinstance(event, ImmediateReceived):
-            self._heard = self.io.now()
-            if self.session.is_closed:
-                return
-            assert self.setup.source is not None
-            self.session.post_write(
-                self.setup.source,
-                0,
-                self.setup.params.msg_size,
-                self.peer_data.va,
-                self.peer_data.rkey,
-                imm=event.imm,
-            )
-            self.echoes += 1
-            self.io.flush(self.session)
-        elif isinstance(event, WriteCompleted) and event.status:
-            self.write_errors += 1
-        elif isinstance(event, ConnectionClosed) and event.reason != "disconnect":
-            # Our own close after the silence timer keeps the timer's reason.
-            self.error = self.error or f"connection closed: {event.reason}"
-
-    def line(self) -> str:
-        host, port = host_port(
-            self.session.peer_addrs.get(min(self.session.peer_addrs, default=0), ("?", 0))
-        )
-        status = f", {self.error}" if self.error else ""
-        errors = f", {self.write_errors} write errors" if self.write_errors else ""
-        return (
-            f"Latency test from {host}, port {port}: {self.echoes} echoes of "
-            f"{self.setup.params.msg_size} bytes in {time.perf_counter() - self.t0:.2f} s"
-            f"{errors}{status}"
-        )
-
-    def document(self) -> dict[str, Any]:
-        return {
-            "latency_server": {
-                "echoes": self.echoes,
-                "bytes": self.setup.params.msg_size,
-                "write_errors": self.write_errors,
-                "error": self.error,
-            }
-        }
-
-
 # -- the client ---------------------------------------------------------------------------------
 
 COLUMNS = ("min", "p50", "mean", "p90", "p99", "p99_9", "max", "stdev")
@@ -343,3 +246,141 @@ def document(
             "error": ping.error,
         },
     }
+
+
+async def _client(opts: BenchOptions, state: RunState) -> int:
+    """`mrc bench -c ADDR --latency`: one ping-pong test, then its table or -J document."""
+    loop = asyncio.get_running_loop()
+    node, peers, counts = client_node(loop, opts, state)
+    out = Output(json_mode=opts.json)
+    where = f"{','.join(opts.server)} port {opts.port}"
+    setup: TestSetup | None = None
+    session: Session | None = None
+    ping: LatencyPing | None = None
+    established: asyncio.Future[ConnectionEstablished] = loop.create_future()
+    finished: asyncio.Future[None] = loop.create_future()
+
+    def on_event(_session: Session, event: Event) -> None:
+        if ping is not None:
+            ping.on_event(event)
+        elif isinstance(event, ConnectionEstablished) and not established.done():
+            established.set_result(event)
+        elif isinstance(event, ConnectionClosed) and not established.done():
+            if event.reason.startswith("rejected"):
+                msg = (
+                    f"{where} refused the latency test ({event.reason}): the server is busy or "
+                    "an mrc bench without --latency (bench protocol 1)"
+                )
+            else:
+                msg = f"no answer from {where} ({event.reason})"
+            established.set_exception(BenchError(msg))
+
+    def interrupt() -> None:
+        if ping is not None:
+            ping.fail("interrupted")
+        elif not established.done():
+            established.set_exception(BenchError("interrupted"))
+
+    node.on_event = on_event
+    on_signals(loop, interrupt)
+    try:
+        setup = TestSetup.latency(node.endpoint.regions, opts.msg_size)
+        req = BenchRequest(
+            cookie=node.rng.getrandbits(64),
+            msg_size=opts.msg_size,
+            duration=opts.duration if not opts.iterations else 0.0,
+            results=setup.ref(setup.inbox),
+            data=setup.ref(setup.data),
+            kind=KIND_LATENCY,
+            iterations=opts.iterations,
+        )
+        out.line(
+            f"Connecting to host {','.join(opts.server)}, port {opts.port} (latency test; "
+            f"{implementation()})"
+        )
+        node.start()
+        try:
+            config = opts.config(len(peers), counts)
+            session = node.io.connect(config, peers, req.encode(), connect_sockets=True)
+        except OSError as exc:
+            raise BenchError(f"cannot reach {where}: {exc.strerror or exc}") from None
+        est = await _established(node.io, established, opts.connect_timeout, where)
+        try:
+            reply = BenchReply.decode(est.private_data)
+        except BenchProtocolError as exc:
+            raise BenchError(f"{where} is not an mrc bench server ({exc})") from None
+        if reply.cookie != req.cookie or reply.data.length < opts.msg_size:
+            raise BenchError(f"{where} answered for another test")
+
+        def done(_ping: LatencyPing) -> None:
+            if not finished.done():
+                finished.set_result(None)
+
+        ping = LatencyPing(
+            node.io,
+            session,
+            setup,
+            reply.data,
+            iterations=opts.iterations,
+            duration=opts.duration,
+            on_done=done,
+        )
+        rows = connected_rows(ping)
+        ping.start()
+        await finished
+        return _latency_report(opts, out, ping, est, rows)
+    finally:
+        if ping is not None:
+            ping.cancel()
+        if session is not None and not session.is_closed and not node.io.closed:
+            session.close(node.io.now())
+            node.io.flush(session)
+        if setup is not None:
+            setup.release()
+        for fut in (established, finished):
+            if not fut.done():
+                fut.cancel()
+        node.close()
+
+
+async def _established(
+    io: IoEndpoint[Session],
+    fut: asyncio.Future[ConnectionEstablished],
+    timeout: float,
+    where: str,
+) -> ConnectionEstablished:
+    """The handshake's end, or one line: refused on every plane, or no answer in time."""
+    deadline = io.now() + timeout
+    while not fut.done():
+        if io.now() >= deadline:
+            raise BenchError(f"no answer from {where} within {timeout:g} s")
+        refused = [s.counters["econnrefused"] for s in io.planes.values()]
+        if refused and all(refused):
+            raise BenchError(f"connection refused by {where} (is `mrc bench -s` running there?)")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(fut), 0.05)
+    return fut.result()
+
+
+def _latency_report(
+    opts: BenchOptions,
+    out: Output,
+    ping: LatencyPing,
+    est: ConnectionEstablished,
+    rows: list[dict[str, Any]],
+) -> int:
+    if out.json_mode:
+        out.doc(document(opts, ping, est, rows))
+    elif ping.samples:
+        stats = latency_stats(ping.samples)
+        for line in text_lines(opts.msg_size, stats, len(ping.samples)):
+            out.line(line)
+    if ping.error:
+        sys.stderr.write(f"mrc bench: latency test failed: {ping.error}\n")
+        return 1
+    return 0
+
+
+def main(opts: BenchOptions) -> int:
+    """`mrc bench -c ADDR[,ADDR...] --latency`: one ping-pong test."""
+    return runner.run(opts, _client)

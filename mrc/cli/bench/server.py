@@ -1,11 +1,12 @@
-"""`mrc bench -s`: the benchmark server.
+"""`mrc bench -s`: the benchmark server, for every mode that runs in-process.
 
 Holds `BenchServer`: it listens on every plane, accepts a test when the REQUEST's private data
-parses (`bench_proto`) and it has room (at most `max_tests` at once), registers that test's
-regions, runs it (`bench_roles`; a latency test is `bench_latency.LatencyEcho`, which answers
-each message), reports it (`bench_report`), and survives any input: junk is
-counted by the core, stray connections that never run a test are closed after a few seconds and
-their drops folded into the next report. Sockets come in from the caller (`bench_run`).
+parses (`proto`) and it has room (at most `max_tests` at once), registers that test's regions,
+runs it (`stream`, writing or receiving; a latency test is `echo.LatencyEcho`, which answers
+each message), reports it (`report`), and survives any input: junk is counted by the core,
+stray connections that never run a test are closed after a few seconds and their drops folded
+into the next report. Its node comes in from the caller: `main` (`host.server_node`, run by
+`runner`) or the demo.
 """
 
 from __future__ import annotations
@@ -16,35 +17,33 @@ from collections import Counter
 
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
 from mrc.core.session import Session
+from mrc.core.trace import TraceLog
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name
 from mrc.node import Node
 
-from .bench_latency import LatencyEcho, allocate
-from .bench_options import BenchOptions
-from .bench_proto import KIND_LATENCY, BenchProtocolError, BenchReply, BenchRequest, slot_count
-from .bench_report import (
+from . import runner
+from .echo import LatencyEcho
+from .host import on_signals, server_node
+from .options import BenchOptions
+from .proto import KIND_LATENCY, BenchProtocolError, BenchReply, BenchRequest, slot_count
+from .report import (
     Output,
     StartInfo,
     connected_rows,
     host_port,
+    implementation,
     interval_printer,
     json_document,
     security_line,
     summary_lines,
     test_start_info,
 )
-from .bench_roles import BenchTest
-from .bench_setup import (
-    RECEIVER,
-    WRITER,
-    IntervalSample,
-    TestParams,
-    TestSetup,
-    record_paths,
-)
+from .setup import RECEIVER, WRITER, IntervalSample, TestParams, TestSetup, record_paths
+from .state import RunState
+from .stream import BenchTest
 
-__all__ = ["BenchServer"]
+__all__ = ["BenchServer", "main"]
 
 
 class BenchServer:
@@ -54,6 +53,7 @@ class BenchServer:
         self,
         loop: asyncio.AbstractEventLoop,
         opts: BenchOptions,
+        state: RunState,
         out: Output,
         node: Node,
         *,
@@ -62,6 +62,7 @@ class BenchServer:
     ) -> None:
         self.loop = loop
         self.opts = opts
+        self.state = state
         self.out = out
         self.node = node
         self.rng = node.rng
@@ -76,7 +77,7 @@ class BenchServer:
         self.start_timeout = start_timeout
         self.pending: dict[int, tuple[TestSetup, BenchRequest, float]] = {}
         self.tests: dict[int, BenchTest] = {}
-        #: --latency tests being served: their sessions just echo (`bench_latency`).
+        #: --latency tests being served: their sessions just echo (`echo`).
         self.echoes: dict[int, LatencyEcho] = {}
         self.starts: dict[int, StartInfo] = {}
         self.stopped: asyncio.Future[None] = loop.create_future()
@@ -92,7 +93,9 @@ class BenchServer:
         self._announced: set[int] = set()
 
     def start(self) -> None:
-        self.node.listen(self.config, self._accept)
+        # The EV timeline is always kept (it is bounded); the records only for --trace.
+        traces = TraceLog(records=self.state.trace_file is not None)
+        self.node.listen(self.config, self._accept, trace=traces)
         self.node.start()
         self._banner()
 
@@ -101,10 +104,13 @@ class BenchServer:
         port = host_port(next(iter(self.io.planes.values())).local_addr)[1]
         self.out.line("-" * 59)
         n = len(self.io.planes)
-        self.out.line(f"Server listening on {port} ({n} plane{'s' if n != 1 else ''}: {addrs})")
+        self.out.line(
+            f"Server listening on {port} ({n} plane{'s' if n != 1 else ''}: {addrs}; "
+            f"{implementation()})"
+        )
         for line in self.path_lines:
             self.out.line(line)
-        banner = security_line(self.opts)
+        banner = security_line(self.opts, self.state)
         if banner is not None:
             self.out.line(banner)
         self.out.line("-" * 59)
@@ -159,7 +165,7 @@ class BenchServer:
             return None
         if req.kind == KIND_LATENCY:
             try:
-                setup = allocate(self.core.regions, req.msg_size)
+                setup = TestSetup.latency(self.core.regions, req.msg_size)
             except MemoryError:
                 return None
             self.pending[req.cookie] = (setup, req, now)
@@ -242,12 +248,12 @@ class BenchServer:
             wait_for_go=setup.role == WRITER,
             start_timeout=self.start_timeout,
             extra_drops=self._extra_drops,
-            trace_file=self.opts.trace_file,
+            trace_file=self.state.trace_file,
         )
         self.tests[id(session)] = test
         start = StartInfo(
             role="server",
-            test_start=test_start_info(self.opts, test, est),
+            test_start=test_start_info(self.opts, self.state, test, est),
             event_loop=loop_name(self.loop),
         )
         record_paths(start.test_start, [], self.opts.paths, {})
@@ -341,3 +347,21 @@ class BenchServer:
         self.starts.pop(id(session), None)
         test.cancel()
         test.setup.release()
+
+
+async def _serve(opts: BenchOptions, state: RunState) -> int:
+    loop = asyncio.get_running_loop()
+    node = server_node(loop, opts, state)
+    server = BenchServer(loop, opts, state, Output(json_mode=opts.json), node)
+    on_signals(loop, server.stop)
+    try:
+        server.start()
+        await server.stopped
+    finally:
+        server.close()
+    return 1 if opts.one_off and server.failures else 0
+
+
+def main(opts: BenchOptions) -> int:
+    """`mrc bench -s -B ADDR[,ADDR...]`: serve tests until interrupted (one with -1)."""
+    return runner.run(opts, _serve)

@@ -1,9 +1,10 @@
 """Output of `mrc bench`: iperf3-style text lines and the `-J` JSON document (docs/DESIGN.md §10).
 
-Holds `Output` (text lines as they come, or one JSON document per test), the unit formatting
-(iperf3's: transfers in base 1024, rates in base 1000), the interval and summary lines, the
-`start` facts (`StartInfo`, `test_start_info`, `connected_rows`) and `json_document`. It reads a
-`BenchTest` and never talks to the network.
+Holds `Output` (text lines as they come, or one JSON document per test), the banner lines
+(`implementation`, `security_line`), the interval and summary lines, the `start` facts
+(`StartInfo`, `test_start_info`, `connected_rows`) and `json_document`. It reads a `BenchTest`
+and never talks to the network; the units are iperf3's (`mrc.cli.units`), the event lines
+`events`'.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.node.keys import encode_key
 
-from .bench_events import event_lines
-from .bench_options import BenchOptions
-from .bench_roles import WRITER, BenchTest, IntervalSample
+from ..units import fmt_bytes, fmt_rate
+from .events import event_lines
+from .options import BenchOptions
+from .setup import WRITER, IntervalSample
+from .state import RunState
+from .stream import BenchTest
 
 STREAM_ID = 5  # iperf3's first stream id; kept so the lines look familiar
 RULE = "- " * 30
@@ -96,7 +100,7 @@ def connected_rows(test: Connected) -> list[dict[str, Any]]:
 
 
 def test_start_info(
-    opts: BenchOptions, test: BenchTest, est: ConnectionEstablished
+    opts: BenchOptions, state: RunState, test: BenchTest, est: ConnectionEstablished
 ) -> dict[str, Any]:
     p = test.params
     return {
@@ -128,14 +132,14 @@ def test_start_info(
         "one_off": int(opts.one_off),
         "port": opts.port,
         "tos": 2,
-        **security_info(opts, test.session.peer_static_key),
+        **security_info(opts, state, test.session.peer_static_key),
     }
 
 
-def security_info(opts: BenchOptions, peer_key: bytes | None) -> dict[str, Any]:
+def security_info(opts: BenchOptions, state: RunState, peer_key: bytes | None) -> dict[str, Any]:
     """`start.test_start` keys of --security: the level, our public key, the peer's
     authenticated static key, and whether that key was checked against --peer-key."""
-    identity = opts.identity
+    identity = state.identity
     return {
         "security": opts.security,
         "key": encode_key(identity.public_key) if identity is not None else None,
@@ -144,9 +148,18 @@ def security_info(opts: BenchOptions, peer_key: bytes | None) -> dict[str, Any]:
     }
 
 
-def security_line(opts: BenchOptions) -> str | None:
+def implementation() -> str:
+    """What the banner line says of the build that runs (`mrc.implementation`): "mrc 0.1.0,
+    compiled", or pure Python with why and how to get the compiled core."""
+    impl = mrc.implementation()
+    if impl == "compiled":
+        return f"mrc {mrc.__version__}, compiled"
+    return f"mrc {mrc.__version__}, {impl}; `make install` compiles the core, several times faster"
+
+
+def security_line(opts: BenchOptions, state: RunState) -> str | None:
     """The banner line of a secured run (None without security)."""
-    identity = opts.identity
+    identity = state.identity
     if identity is None:
         return None
     origin = f"key {opts.key}" if opts.key else "a key made for this run"
@@ -155,29 +168,6 @@ def security_line(opts: BenchOptions) -> str | None:
     if identity.allowed_peers is None:
         return line + "; no --peer-key: protects against tampering, not impersonation"
     return line + "; the peer's key must be the one --peer-key names"
-
-
-def _scaled(value: float, units: Sequence[str], base: float) -> str:
-    unit = 0
-    while value >= base * 0.99995 and unit < len(units) - 1:
-        value /= base
-        unit += 1
-    if value < 9.995:
-        num = f"{value:4.2f}"
-    elif value < 99.95:
-        num = f"{value:4.1f}"
-    else:
-        num = f"{value:4.0f}"
-    return f"{num} {units[unit]}"
-
-
-def fmt_bytes(n: float) -> str:
-    return _scaled(float(n), ("Bytes", "KBytes", "MBytes", "GBytes", "TBytes"), 1024.0)
-
-
-def fmt_rate(bits_per_second: float) -> str:
-    units = ("bits/sec", "Kbits/sec", "Mbits/sec", "Gbits/sec", "Tbits/sec")
-    return _scaled(bits_per_second, units, 1000.0)
 
 
 def _compact(n: float) -> str:
@@ -393,9 +383,8 @@ __all__ = [
     "Output",
     "StartInfo",
     "connected_rows",
-    "fmt_bytes",
-    "fmt_rate",
     "host_port",
+    "implementation",
     "interval_header",
     "interval_line",
     "interval_printer",

@@ -1,8 +1,8 @@
 """The `mrc bench` application protocol: CM private data, slots, the --verify pattern, results.
 
 `mrc bench` runs on top of plain MRC WRITEs; this module holds everything both ends must agree on
-and nothing that touches sockets, the loop or the terminal (`bench_roles` runs a test,
-`bench_report` prints it).
+and nothing that touches sockets, the loop or the terminal (`stream` runs a test, `report`
+prints it; `writer` and `receiver` hold the rule each side follows).
 
 Handshake (CM private data, at most 256 bytes, big-endian, version byte first):
 
@@ -35,7 +35,7 @@ tests as version 1 so that older servers serve them. Version 2 names the kind: 0
 latency. A server refuses (rejects the connection) a version or kind it does not know, so a
 client asking an older server for a latency test gets one clear refusal, not a stream test.
 
-Latency (`bench_latency`): a WRITE_WITH_IMM ping-pong. The REQUEST carries the client's DATA
+Latency (`latency`): a WRITE_WITH_IMM ping-pong. The REQUEST carries the client's DATA
 region (the server's echoes land there), the iteration count in the byte-count field (0 = by
 time) and no flags; the REPLY the server's DATA region. The client writes message k (imm k)
 into the server's region; the server, on `ImmediateReceived(imm=k)`, writes the same number of

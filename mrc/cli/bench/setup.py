@@ -3,7 +3,7 @@
 Holds `TestParams`, `TestSetup` (the regions registered before the handshake, so their keys can
 travel in the private data, and released after the test), `IntervalSample`, `BenchError`, and
 `record_paths` (path counts in the report). Sockets, SRv6 paths and MTU checks are the host
-layer's (`mrc.node`); the test logic is `bench_roles`; the wire agreement `bench_proto`.
+layer's (`mrc.node`); the test logic is `stream`'s; the wire agreement `proto`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from mrc.core.memory import Region, RegionTable
 from mrc.wire.ack import Syndrome, syndrome_ok
 
-from .bench_proto import RESULTS_BYTES, Pattern, RegionRef
+from .proto import RESULTS_BYTES, Pattern, RegionRef
 
 
 class BenchError(Exception):
@@ -69,6 +69,15 @@ class TestSetup:
             setup.source = regions.register(pattern.stream, prefault_pages=False)
         else:
             setup.source = regions.register(bytearray(params.msg_size))
+        return setup
+
+    @classmethod
+    def latency(cls, regions: RegionTable, msg_size: int) -> TestSetup:
+        """Regions of one latency side: the results inbox/outbox, one slot the peer writes into
+        (`data`) and one this side writes from (`source`; zeros, never changed, so a message can
+        be posted again while the last one is still unacknowledged)."""
+        setup = cls.allocate(regions, RECEIVER, TestParams(msg_size=msg_size), 1)
+        setup.source = regions.register(bytearray(msg_size))
         return setup
 
     def ref(self, region: Region | None) -> RegionRef:

@@ -1,7 +1,15 @@
-"""The two roles of `mrc bench --daemon`: the writing client and the receiving server, each an
-application of its host's daemon through `mrc.client` (docs/DESIGN.md §9).
+"""`mrc bench --daemon SOCK`: the benchmark as two applications of their hosts' daemons.
 
-Their agreement, carried as small JSON messages through the daemons (no side channel):
+`mrc bench -s --daemon SOCK [-1]` serves tests through the local daemon; `mrc bench -c PEER
+--daemon SOCK -n 1G -l 1M --verify` writes to the server application on the daemon's peer
+PEER. So the measurement crosses the real service path: control socket, shared-memory regions,
+the daemon's MRC connection (docs/DESIGN.md §9, §10). Both print iperf3-like lines or, with
+-J, one JSON document with goodput, integrity and the daemon's per-plane byte counts moved
+during the test.
+
+The two sides write and check by the same rules as the in-process test (`writer.WritePlan`,
+`receiver.Verifier`); what is this module's is how they travel, through `mrc.client`, and
+their agreement, carried as small JSON messages through the daemons (no side channel):
 
 - the client binds a reply endpoint `bench-<cookie>` and sends `request` (message size, byte
   count or duration, pattern seed, verify, reply endpoint) to the endpoint "bench" of the peer;
@@ -9,7 +17,7 @@ Their agreement, carried as small JSON messages through the daemons (no side cha
   handle and `slots` (or `error`);
 - the client WRITEs message n into slot n mod slots, keeping up to a window of WRITEs
   outstanding (`write_many`, one request for many). With verify, message n holds
-  `bench_proto.Pattern` bytes and is a WRITE_WITH_IMM carrying n; the server checks the slot when
+  `proto.Pattern` bytes and is a WRITE_WITH_IMM carrying n; the server checks the slot when
   the immediate arrives and returns `credit` (messages checked so far) every quarter of the
   slots, and the client never posts n before message n - slots was checked: a slot is never
   overwritten before its check, even though completions reach the client before the server
@@ -17,7 +25,10 @@ Their agreement, carried as small JSON messages through the daemons (no side cha
 - once every WRITE completed the client sends `end` (messages, bytes, seconds, write errors);
   the server, once it has checked them all, answers `results`.
 
-Holds `Progress` (interval samples), `run_writer` and `serve_one`; printing is `bench_daemon`'s.
+Holds `Progress` (interval samples), `run_writer` and `serve_one` (the two sides), the output,
+and `main`; the flags were checked by `options` (the transport flags of the in-process bench
+are the daemon's configuration here). Every expected failure is one line on stderr and exit
+status 1.
 """
 
 from __future__ import annotations
@@ -25,22 +36,30 @@ from __future__ import annotations
 import json
 import random
 import secrets
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import mrc
 from mrc.client import Client, ClientError, Message, RegionHandle, Write
 from mrc.client.rpc import TOO_MANY_OUTSTANDING
 
-from .bench_proto import MAX_MESSAGES, Pattern, message_count, message_length
+from ..units import fmt_bytes, fmt_rate
+from .options import BenchOptions
+from .proto import MAX_MESSAGE_SIZE, MAX_MESSAGES, Pattern
+from .receiver import Verifier
+from .report import RULE, STREAM_ID
+from .writer import WritePlan
 
 __all__ = [
     "ENDPOINT",
     "BenchFailed",
     "Progress",
     "TestResult",
+    "main",
     "plane_bytes",
     "run_writer",
     "serve_one",
@@ -193,7 +212,8 @@ def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, du
     if verify and slots > local_slots:  # a server with another slot rule: follow it
         local.close()
         local = client.register_region(slots * msg_size, "bench-source")
-    count = message_count(msg_size, total_bytes)
+    plan = WritePlan(msg_size, total_bytes, slots, pattern)
+    count = plan.count
     window = max(2, min(MAX_WINDOW, WINDOW_BYTES // msg_size))
     if verify:
         window = min(window, slots)
@@ -211,16 +231,14 @@ def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, du
         batch: list[Write] = []
         while not stopping and len(inflight) + len(batch) < window and len(batch) < BATCH:
             n = next_n + len(batch)
-            if (count is not None and n >= count) or n >= MAX_MESSAGES or (
-                    verify and n >= checked + slots):
+            if not plan.more(n) or (verify and n >= checked + slots):
                 break
-            length = message_length(n, msg_size, total_bytes)
-            off = (n % slots) * msg_size if verify else 0
+            length = plan.length(n)
+            off = plan.slot_offset(n) if verify else 0  # the source mirrors the slots
             if pattern is not None and stream is not None:
-                src = pattern.offset(n)
+                src = plan.source_offset(n)
                 local.buf[off:off + length] = stream[src:src + length]
-            batch.append(Write(local, off, length, handle, (n % slots) * msg_size,
-                               imm=n if verify else None))
+            batch.append(Write(local, off, length, handle, plan.slot_offset(n), imm=plan.imm(n)))
         if batch:
             try:
                 ids = conn.write_many(batch)
@@ -285,8 +303,8 @@ def _landed(end: dict[str, Any]) -> int:
 def _check_request(obj: dict[str, Any]) -> str:
     """Why a request cannot be served, or ''."""
     ms, total, dur = obj.get("msg_size"), obj.get("total_bytes"), obj.get("duration")
-    if type(ms) is not int or not 1 <= ms <= 256 << 20:
-        return f"message size {ms!r} outside 1..{256 << 20}"
+    if type(ms) is not int or not 1 <= ms <= MAX_MESSAGE_SIZE:
+        return f"message size {ms!r} outside 1..{MAX_MESSAGE_SIZE}"
     if type(total) is not int or total < 0 or not isinstance(dur, int | float) or dur < 0:
         return "bad byte count or duration"
     if (total > 0) == (dur > 0):
@@ -322,6 +340,7 @@ def serve_one(client: Client, request: Message, progress: Progress) -> TestResul
         client.send_message(peer, reply, encode("error", cookie, error=f"server region: {exc}"))
         raise BenchFailed(f"refused a request from {peer}: {exc}") from None
     pattern = Pattern(obj["seed"], msg_size) if verify else None
+    verifier = Verifier(pattern, msg_size, total, slots)
     try:
         client.send_message(peer, reply, encode("ready", cookie, handle=region.handle.to_dict(),
                                                 slots=slots))
@@ -332,17 +351,11 @@ def serve_one(client: Client, request: Message, progress: Progress) -> TestResul
         while True:
             if pattern is not None:
                 for imm in client.wait_immediates(region, timeout=TICK):
-                    n = imm.imm
-                    length = message_length(n, msg_size, total)
-                    off = (n % slots) * msg_size
-                    if n != result.messages_verified + result.mismatches or not length or \
-                            not pattern.matches(region.buf[off:off + length], n):
-                        result.mismatches += 1
-                    else:
-                        result.messages_verified += 1
-                    result.bytes += length
+                    result.bytes += verifier.arrived(imm.imm, region.buf)
                     last_move = time.monotonic()
-                checked = result.messages_verified + result.mismatches
+                result.messages_verified = verifier.verified
+                result.mismatches = verifier.mismatches
+                checked = verifier.verified + verifier.mismatches
                 if checked - credited >= max(1, slots // 4):
                     client.send_message(peer, reply, encode("credit", cookie, checked=checked))
                     credited = checked
@@ -376,3 +389,171 @@ def serve_one(client: Client, request: Message, progress: Progress) -> TestResul
     finally:
         region.close()
     return result
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+class _Out:
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+
+    def line(self, text: str) -> None:
+        if not self.json_mode:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
+    def interval(self, start: float, end: float, nbytes: int) -> None:
+        rate = nbytes * 8 / max(1e-9, end - start)
+        self.line(f"[{STREAM_ID:3d}] {start:6.2f}-{end:<6.2f} sec  {fmt_bytes(nbytes):>11}  "
+                  f"{fmt_rate(rate):>15}")
+
+
+def _sum(side: dict[str, Any]) -> dict[str, Any]:
+    secs = float(side.get("seconds") or 0.0)
+    nbytes = int(side.get("bytes") or 0)
+    return {"start": 0.0, "end": secs, "seconds": secs, "bytes": nbytes,
+            "bits_per_second": nbytes * 8 / secs if secs > 0 else 0.0}
+
+
+def _plane_deltas(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The daemon's per-plane counters moved during the test (all its traffic, not only ours:
+    on a shared daemon other applications' bytes count too)."""
+    keys = ("bytes_sent", "bytes_received", "packets_sent", "packets_received")
+    old = {p.get("plane"): p for p in before.get("planes") or [] if isinstance(p, dict)}
+    rows = []
+    for p in after.get("planes") or []:
+        if not isinstance(p, dict):
+            continue
+        prev = old.get(p.get("plane"), {})
+        row = {"plane": p.get("plane"), "local": p.get("local"), "state": p.get("state")}
+        row.update({k: int(p.get(k) or 0) - int(prev.get(k) or 0) for k in keys})
+        rows.append(row)
+    return rows
+
+
+def report(out: _Out, result: TestResult, progress: Progress, before: dict[str, Any],
+           after: dict[str, Any]) -> None:
+    local = result.as_dict()
+    sent, received = (local, result.peer) if result.role == "client" else (result.peer, local)
+    planes = _plane_deltas(before, after)
+    integrity = result.integrity()
+    if out.json_mode:
+        s_sum, r_sum = _sum(sent), _sum(received)
+        s_sum["retransmits"] = 0
+        doc = {
+            "start": {"version": f"mrc {mrc.__version__}", "role": result.role,
+                      "implementation": mrc.implementation(),
+                      "daemon": {k: before.get(k) for k in ("host", "version", "security")},
+                      "timestamp": {"timesecs": int(time.time())},
+                      "test_start": result.test_start},
+            "intervals": [{"sum": {"start": round(a, 6), "end": round(b, 6),
+                                   "seconds": round(b - a, 6), "bytes": n,
+                                   "bits_per_second": n * 8 / max(1e-9, b - a),
+                                   "sender": result.role == "client"}}
+                          for a, b, n in progress.samples],
+            "end": {"sum_sent": s_sum, "sum_received": r_sum, "mrc": {
+                "integrity": integrity,
+                "messages": int(sent.get("messages") or 0),
+                "messages_verified": int(received.get("messages_verified") or 0),
+                "writes_per_second": (int(sent.get("messages") or 0)
+                                      / s_sum["seconds"] if s_sum["seconds"] else 0.0),
+                "write_errors": sent.get("write_errors") or {},
+                "planes": planes,
+                "remote": result.peer,
+            }},
+        }
+        if result.error:
+            doc["error"] = result.error
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    out.line(RULE)
+    out.line("[ ID] Interval           Transfer     Bitrate")
+    for side, word in ((sent, "sender"), (received, "receiver")):
+        if side:
+            s = _sum(side)
+            out.line(f"[{STREAM_ID:3d}] {0.0:6.2f}-{s['seconds']:<6.2f} sec  "
+                     f"{fmt_bytes(s['bytes']):>11}  {fmt_rate(s['bits_per_second']):>15}"
+                     f"                   {word}")
+    msgs = int(sent.get("messages") or 0)
+    secs = float(sent.get("seconds") or 0.0)
+    out.line(f"writes: {msgs} of {result.test_start.get('blksize')} bytes"
+             + (f", {msgs / secs:.0f} writes/s" if secs else ""))
+    if integrity == "not-checked":
+        out.line("integrity: not-checked (run with --verify)")
+    else:
+        out.line(f"integrity: {integrity} ({int(received.get('messages_verified') or 0)} "
+                 "messages verified)")
+    errors = sent.get("write_errors") or {}
+    if errors:
+        out.line("write errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(errors.items())))
+    word = "bytes_sent" if result.role == "client" else "bytes_received"
+    out.line("daemon planes: " + ", ".join(
+        f"p{p['plane']} {p['state']} {fmt_bytes(p[word]).strip()} {word.split('_')[1]}"
+        for p in planes))
+    if result.error:
+        out.line(f"error: {result.error}")
+
+
+def _run_client(client: Client, opts: BenchOptions, out: _Out) -> int:
+    before = client.status()
+    peer = opts.server[0]
+    out.line(f"Connecting to peer {peer} through the daemon {before.get('host')} "
+             f"({opts.daemon})")
+    progress = Progress(opts.interval, out.interval)
+    out.line("[ ID] Interval           Transfer     Bitrate")
+    result = run_writer(client, peer, msg_size=opts.msg_size,
+                        total_bytes=opts.total_bytes, duration=opts.duration,
+                        verify=opts.verify, wait=opts.connect_timeout + 10.0, progress=progress)
+    report(out, result, progress, before, client.status())
+    if result.write_errors:
+        sys.stderr.write("mrc bench: some WRITEs completed with an error status\n")
+        return 1
+    if result.integrity() == "mismatch":
+        sys.stderr.write("mrc bench: integrity check failed: received bytes did not match\n")
+        return 1
+    return 0
+
+
+def _run_server(client: Client, opts: BenchOptions, out: _Out) -> int:
+    client.bind(ENDPOINT)
+    host = client.status().get("host")
+    failures = 0
+    while True:
+        out.line("-" * 60)
+        out.line(f"Server listening on endpoint {ENDPOINT!r} of the daemon {host} "
+                 f"({opts.daemon})")
+        out.line("-" * 60)
+        request = client.recv_message(ENDPOINT, timeout=None)
+        if request is None:
+            continue
+        before = client.status()
+        progress = Progress(opts.interval, out.interval)
+        out.line(f"Accepted a test from peer {request.peer}")
+        try:
+            result = serve_one(client, request, progress)
+        except BenchFailed as exc:
+            sys.stderr.write(f"mrc bench: {exc}\n")
+            failures += 1
+            if opts.one_off:
+                return 1
+            continue
+        report(out, result, progress, before, client.status())
+        bad = bool(result.error) or result.integrity() == "mismatch"
+        failures += bad
+        if opts.one_off:
+            return 1 if bad else 0
+
+
+def main(opts: BenchOptions) -> int:
+    """`mrc bench -s|-c PEER --daemon SOCK`: serve tests, or run one, through the daemon."""
+    assert opts.daemon is not None
+    out = _Out(opts.json)
+    try:
+        with Client(opts.daemon, connect_timeout=opts.connect_timeout) as client:
+            if opts.role == "server":
+                return _run_server(client, opts, out)
+            return _run_client(client, opts, out)
+    except (ClientError, BenchFailed) as exc:
+        sys.stderr.write(f"mrc bench: {exc}\n")
+        return 1

@@ -1,10 +1,10 @@
-"""One `mrc bench` test on one session: the writer and receiver roles of `bench_proto`.
+"""One in-process `mrc bench` stream test on one session: a side that writes or receives.
 
-Holds `BenchTest`: posting messages into slots, verifying them, interval samples, the results
-exchange, the watchdog, and the summary of one side. What it runs on (`TestSetup`) comes from
-`bench_setup`. It prints nothing (`bench_report` does) and opens no socket (`bench_run` and
-`bench_server` do); it only reacts to session events and calls `post_write`/`close` through the
-`IoEndpoint`.
+Holds `BenchTest`: posting messages into slots by the writer's rule (`writer.WritePlan`),
+checking them by the receiver's (`receiver.Verifier`), interval samples, the results exchange
+of `proto`, the watchdog, and the summary of one side. What it runs on (`TestSetup`) comes from
+`setup`. It prints nothing (`report` does) and opens no socket (`client` and `server` do); it
+only reacts to session events and calls `post_write`/`close` through the `IoEndpoint`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from mrc.io.endpoint import Fault, IoEndpoint
 from mrc.io.loop import freeze_heap
 from mrc.io.switch import format_addr
 
-from .bench_proto import (
+from .proto import (
     IMM_END,
     IMM_GO,
     IMM_RESULTS,
@@ -46,8 +46,10 @@ from .bench_proto import (
     message_count,
     message_length,
 )
-from .bench_setup import RECEIVER, STATUS_NAMES, WRITER, IntervalSample, TestParams, TestSetup
-from .bench_trace import TraceFile, TraceWriter, start_trace
+from .receiver import Verifier
+from .setup import RECEIVER, STATUS_NAMES, WRITER, IntervalSample, TestParams, TestSetup
+from .trace import TraceFile, TraceWriter, start_trace
+from .writer import WritePlan
 
 __all__ = ["RECEIVER", "WRITER", "BenchTest", "IntervalSample", "TestParams", "TestSetup"]
 
@@ -115,9 +117,10 @@ class BenchTest:
         self._end_msn: int | None = None
         self._control_msns: set[int] = set()
         # receiver
-        self.messages_verified = 0
-        self.mismatches = 0
-        self._next_expected = 0
+        self.plan = WritePlan(setup.params.msg_size, setup.params.total_bytes, setup.slots,
+                              setup.pattern)  # fmt: skip
+        self.verifier = Verifier(setup.pattern, setup.params.msg_size, setup.params.total_bytes,
+                                 setup.slots)  # fmt: skip
         self._end_bytes = 0
         self._results_msn: int | None = None
         # bookkeeping
@@ -129,10 +132,11 @@ class BenchTest:
         self._cpu1 = self._cpu0
         self._placed0 = 0
         self.expected_messages = message_count(self.params.msg_size, self.params.total_bytes)
-        # The EV timeline is always kept (it is bounded); the records only for --trace.
+        # The session's trace, handed to it when it was built (client.py, server.py); an
+        # untraced session gets an empty timeline.
         self._attached_at = io.now()
-        self.trace = TraceCollector(records=trace_file is not None)
-        self.trace.attach(session, self._attached_at)
+        trace = session.trace
+        self.trace = trace if isinstance(trace, TraceCollector) else TraceCollector()
         self.trace_file = trace_file
         self.trace_out: TraceWriter | None = None
 
@@ -259,7 +263,7 @@ class BenchTest:
             return self.state not in ("idle", "waiting")
         return (
             self.session.stats.bytes_placed > self._placed0
-            or self._next_expected > 0
+            or self.verifier.next_expected > 0
             or self.peer_summary is not None
         )
 
@@ -280,11 +284,14 @@ class BenchTest:
         assert setup.source is not None
         if p.duration > 0 and self.io.now() - self.t0 >= p.duration:
             self._stop_posting = True
-        # Once per message (a 4 KiB test posts 100k+ a second): what the loop reads is local,
-        # Pattern.offset inline, message_length only for a byte count.
-        post, source, slots, size = self.session.post_write, setup.source, setup.slots, p.msg_size
+        # The writer's rule is `WritePlan`'s, inlined: once per message (a 4 KiB test posts
+        # 100k+ a second) what the loop reads is local, `source_offset`/`imm`/`slot_offset`
+        # written out, `length` only for a byte count.
+        plan = self.plan
+        post, source, slots, size = self.session.post_write, setup.source, plan.slots, p.msg_size
         va, rkey, outstanding = self.peer_data.va, self.peer_data.rkey, self._outstanding
-        verify, stride, period, total = p.verify, Pattern.STRIDE, Pattern.PERIOD, p.total_bytes
+        verify, stride, period = plan.pattern is not None, Pattern.STRIDE, Pattern.PERIOD
+        total = plan.total_bytes
         n, free = self.messages_posted, slots - (len(outstanding) - self._out_head)
         while free > 0 and not self._stop_posting:
             length = message_length(n, size, total) if total else size
@@ -377,20 +384,8 @@ class BenchTest:
             return True
         if self.role != RECEIVER or self.state != "running":
             return False
-        setup = self.setup
-        p = self.params
-        if imm != self._next_expected:
-            self.mismatches += 1
-        self._next_expected = imm + 1
-        if setup.pattern is None or setup.data is None:
-            return False
-        length = message_length(imm, p.msg_size, p.total_bytes)
-        slot = imm % setup.slots
-        view = setup.data.view[slot * p.msg_size : slot * p.msg_size + length]
-        if length > 0 and setup.pattern.matches(view, imm):
-            self.messages_verified += 1
-        else:
-            self.mismatches += 1
+        data = self.setup.data
+        self.verifier.arrived(imm, data.view if data is not None else memoryview(b""))
         return False
 
     def _on_end(self, now: float) -> None:
@@ -514,6 +509,14 @@ class BenchTest:
             return self.bytes_completed
         return max(0, self.session.stats.bytes_placed - self._placed0 - self._end_bytes)
 
+    @property
+    def messages_verified(self) -> int:
+        return self.verifier.verified
+
+    @property
+    def mismatches(self) -> int:
+        return self.verifier.mismatches
+
     def integrity(self) -> str:
         if not self.params.verify:
             return "not-checked"
@@ -570,7 +573,9 @@ class BenchTest:
             "seconds": round(self.seconds, 6),
             "bytes": self.data_bytes,
             "retransmits": st.retransmits,
-            "messages": self.messages_completed if self.role == WRITER else self._next_expected,
+            "messages": (
+                self.messages_completed if self.role == WRITER else self.verifier.next_expected
+            ),
             "messages_verified": self.messages_verified,
             "mismatches": self.mismatches,
             "integrity": self.integrity() if self.role == RECEIVER else "pending",

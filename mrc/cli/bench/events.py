@@ -12,7 +12,7 @@ happened, not thirty copies of it (docs/DESIGN.md §10). Here:
 
 Events are the dicts `BenchTest` records (`t`, `event`, `plane`, `ev`, `detail`) plus `side`
 ("local" or "remote"); they arrive sorted by `t`. What it leaves to others: recording the
-events (bench_roles.py) and the rest of the report (bench_report.py).
+events (stream.py) and the rest of the report (report.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ rewrites it for each test it traces, one test at a time) and `TraceWriter` (one 
 header at the test's t0, then every `cc_sample_seconds` a sample of the collector and its
 records, flushed to disk every `FLUSH_SECONDS`, and the `end` line last). What is recorded, the
 rate limit and the timeline bound are the collector's (mrc/core/trace.py); when the test starts
-and ends is `bench_roles`'.
+and ends is `stream`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import IO, Any
 from mrc.core.session import Session
 from mrc.core.trace import TraceCollector, record_json
 
-from .bench_setup import BenchError
+__all__ = ["TraceFile", "TraceFileError", "TraceWriter", "start_trace"]
 
 FORMAT = "mrc-trace"
 VERSION = 1
@@ -32,6 +32,10 @@ def _line(obj: dict[str, Any]) -> str:
     return json.dumps(obj, separators=(",", ":")) + "\n"
 
 
+class TraceFileError(Exception):
+    """The --trace file cannot be opened: one line, exit status 1."""
+
+
 class TraceFile:
     """The `--trace` file of this run; `role` ("client" or "server") goes in its headers."""
 
@@ -41,7 +45,7 @@ class TraceFile:
         try:
             self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (kept open)
         except OSError as exc:
-            raise BenchError(f"--trace {path}: {exc.strerror or exc}") from None
+            raise TraceFileError(f"--trace {path}: {exc.strerror or exc}") from None
         self.busy = False
 
     def claim(self) -> IO[str] | None:
@@ -93,6 +97,7 @@ class TraceWriter:
         self.trace_file = trace_file
         self.out = out
         self.collector = collector
+        self.session = session
         self.t0 = t0
         self.clock = clock
         self.loop = loop
@@ -145,7 +150,10 @@ class TraceWriter:
         self.trace_file.release()
 
     def _drain(self, now: float) -> bool:
-        self.collector.sample(now)
+        if self.session.trace is self.collector:
+            self.session.sample_trace(now)  # the session pushes its cc and drop samples
+        else:
+            self.collector.sample(now)
         return self._write([record_json(r, self.t0) for r in self.collector.records()])
 
     def _write(self, objs: list[dict[str, Any]]) -> bool:

@@ -1,59 +1,46 @@
-"""Running `mrc bench`: the server, the client and the one-process demo on real sockets.
+"""`mrc bench -c`: the stream test's client, and the bulk mode's entry point.
 
-Holds `BenchClient` (connects, runs one test, reports it), `run_demo` (a `BenchServer` and a
-client in one process), and `run`, which owns the event loop and turns every expected failure
-(bad address, bind error, no answer, refused) into one line on stderr and exit status 1. The
-server is `bench_server`, the test logic `bench_roles`, the wire agreement `bench_proto`, the
-output `bench_report`.
+Holds `BenchClient` (connects with the REQUEST of `proto`, runs one test as the writer, or as
+the receiver with -R, and reports it) and `main`, which runs it on its node (`host`) through
+`runner`. The test itself is `stream`'s, the output `report`'s; the sweep runs one
+`BenchClient` per size (`sweep`), the demo one against its own server (`demo`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import random
-import signal
-import socket
 import sys
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from mrc.core.endpoint import Endpoint
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
-from mrc.core.secure.handshake import Identity, public_key
 from mrc.core.session import Session
+from mrc.core.trace import TraceCollector
 from mrc.io.endpoint import IoEndpoint
-from mrc.io.loop import loop_name, new_event_loop
-from mrc.io.planes import SockAddr, resolve_addr
-from mrc.node import Node, NodeError, client_binds
-from mrc.node.keys import load_identity, load_public_keys
+from mrc.io.loop import loop_name
+from mrc.io.planes import SockAddr
+from mrc.node import Node
 
-from .bench_options import BenchOptions
-from .bench_proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
-from .bench_report import (
+from . import runner
+from .host import client_node, on_signals
+from .options import BenchOptions
+from .proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
+from .report import (
     Output,
     StartInfo,
     connected_rows,
-    fmt_bytes,
+    implementation,
     interval_printer,
     json_document,
     security_line,
     summary_lines,
     test_start_info,
 )
-from .bench_roles import BenchTest
-from .bench_server import BenchServer
-from .bench_setup import (
-    RECEIVER,
-    WRITER,
-    BenchError,
-    TestParams,
-    TestSetup,
-    record_paths,
-)
+from .setup import RECEIVER, WRITER, BenchError, TestParams, TestSetup, record_paths
+from .state import RunState
+from .stream import BenchTest
 
-__all__ = ["BenchClient", "BenchError", "client_node", "run", "run_demo"]
+__all__ = ["BenchClient", "main"]
 
 
 class BenchClient:
@@ -63,6 +50,7 @@ class BenchClient:
         self,
         loop: asyncio.AbstractEventLoop,
         opts: BenchOptions,
+        state: RunState,
         out: Output,
         node: Node,
         peers: dict[int, SockAddr],
@@ -72,6 +60,7 @@ class BenchClient:
     ) -> None:
         self.loop = loop
         self.opts = opts
+        self.state = state
         self.out = out
         self.peers = peers
         self.node = node
@@ -133,8 +122,10 @@ class BenchClient:
             data=setup.ref(setup.data),
             injects=tuple(opts.injects) if opts.reverse else (),
         )
-        self.out.line(f"Connecting to host {','.join(opts.server)}, port {opts.port}")
-        banner = security_line(opts)
+        self.out.line(
+            f"Connecting to host {','.join(opts.server)}, port {opts.port} ({implementation()})"
+        )
+        banner = security_line(opts, self.state)
         if banner is not None:
             self.out.line(banner)
         if opts.path_table is not None:
@@ -144,7 +135,11 @@ class BenchClient:
         self.node.start()
         try:
             config = opts.config(len(self.peers), self.plane_paths)
-            session = self.io.connect(config, self.peers, req.encode(), connect_sockets=True)
+            # The EV timeline is always kept (it is bounded); the records only for --trace.
+            trace = TraceCollector(records=self.state.trace_file is not None)
+            session = self.io.connect(
+                config, self.peers, req.encode(), connect_sockets=True, trace=trace
+            )
         except OSError as exc:
             raise BenchError(f"cannot reach {self._where()}: {exc.strerror or exc}") from None
         self.session = session
@@ -172,12 +167,12 @@ class BenchClient:
             on_interval=interval_printer(self.out),
             send_go=opts.reverse,
             extra_drops=lambda: self.core.drops,  # endpoint drops (junk, unknown QPNs) too
-            trace_file=opts.trace_file,
+            trace_file=self.state.trace_file,
         )
         self.test = test
         self.start_info = StartInfo(
             role="client",
-            test_start=test_start_info(opts, test, est),
+            test_start=test_start_info(opts, self.state, test, est),
             connecting_to={"host": ",".join(opts.server), "port": opts.port},
             event_loop=loop_name(self.loop),
         )
@@ -298,213 +293,19 @@ class BenchClient:
         self.node.close()
 
 
-def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
-    peers: dict[int, SockAddr] = {}
-    binds: list[str] = []
-    for i, host in enumerate(opts.server):
-        try:
-            family, addr = resolve_addr(host, opts.port)
-        except OSError as exc:
-            raise BenchError(
-                f"cannot resolve {host!r} (plane {i}): {exc.strerror or exc}"
-            ) from None
-        peers[i] = addr
-        binds.append("::" if family == socket.AF_INET6 else "0.0.0.0")
-    return peers, opts.bind or binds
-
-
-def secure(opts: BenchOptions) -> None:
-    """--security: the run's identity, from --key or made for this run, accepting the keys
-    --peer-key names (any key without it: tampering is caught, impersonation is not)."""
-    if opts.security == "none":
-        return
-    peers = None if opts.peer_key is None else [opts.peer_key]
-    if opts.key is not None:
-        opts.identity = load_identity(opts.key, peers)
-    else:
-        allowed = None if opts.peer_key is None else load_public_keys(opts.peer_key)
-        opts.identity = Identity.generate(allowed, entropy=os.urandom)
-
-
-def _endpoint(identity: Identity | None) -> Endpoint:
-    return Endpoint(rng=random.Random(), identity=identity)
-
-
-async def _serve(opts: BenchOptions) -> int:
+async def _client(opts: BenchOptions, state: RunState) -> int:
     loop = asyncio.get_running_loop()
-    assert opts.bind is not None
-    endpoint = _endpoint(opts.identity)
-    node = Node(
-        loop,
-        opts.bind,
-        opts.port,
-        table=opts.path_table,
-        payload_mtu=opts.payload_mtu,
-        serve=True,
-        rng=endpoint.rng,
-        endpoint=endpoint,
-        secured=opts.security != "none",
-        ev_encoding=opts.ev_encoding,
-    )
-    server = BenchServer(loop, opts, Output(json_mode=opts.json), node)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, server.stop)
-    try:
-        server.start()
-        await server.stopped
-    finally:
-        server.close()
-    return 1 if opts.one_off and server.failures else 0
-
-
-def client_node(
-    loop: asyncio.AbstractEventLoop, opts: BenchOptions
-) -> tuple[Node, dict[int, SockAddr], dict[int, int]]:
-    """A client's node on fresh sockets, the server's address on each plane, and the SRv6
-    paths per plane (--paths; empty without). The caller closes the node."""
-    peers, binds = _resolve_peers(opts)
-    table = opts.path_table
-    if table is not None and opts.bind is None:
-        binds = client_binds(table, opts.server, binds)
-    endpoint = _endpoint(opts.identity)
-    node = Node(
-        loop, binds, 0, table=table, payload_mtu=opts.payload_mtu, rng=endpoint.rng,
-        endpoint=endpoint, secured=opts.security != "none", ev_encoding=opts.ev_encoding,
-    )  # fmt: skip
-    try:
-        counts = node.open_paths(peers) if table is not None else {}
-    except BaseException:
-        node.close()
-        raise
-    return node, peers, counts
-
-
-async def _client(opts: BenchOptions) -> int:
-    loop = asyncio.get_running_loop()
-    node, peers, counts = client_node(loop, opts)
+    node, peers, counts = client_node(loop, opts, state)
     client = BenchClient(
-        loop, opts, Output(json_mode=opts.json), node, peers, plane_paths=counts
+        loop, opts, state, Output(json_mode=opts.json), node, peers, plane_paths=counts
     )
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, client.interrupt)
+    on_signals(loop, client.interrupt)
     try:
         return await client.run()
     finally:
         client.close()
 
 
-DEMO_SERVER = [f"127.0.0.{i}" for i in (2, 3, 4, 5)]
-DEMO_CLIENT = [f"127.0.0.{i}" for i in (6, 7, 8, 9)]
-
-
-async def run_demo(opts: BenchOptions, *, fault: tuple[int, float] = (2, 0.4)) -> int:
-    """Server and client in this process on 4 loopback planes, a plane blackholed midway."""
-    loop = asyncio.get_running_loop()
-    node: Node | None = None
-    # Secured: the two sides make keys for this run and each accepts only the other's.
-    server_id = client_id = None
-    if opts.security != "none":
-        server_key, client_key = os.urandom(32), os.urandom(32)
-        server_id = Identity(server_key, [public_key(client_key)], entropy=os.urandom)
-        client_id = Identity(client_key, [public_key(server_key)], entropy=os.urandom)
-        opts.identity = client_id
-    for _ in range(50):
-        port = random.randrange(20000, 60000)
-        endpoint = _endpoint(server_id)
-        try:
-            node = Node(loop, DEMO_SERVER, port, serve=True, rng=endpoint.rng, endpoint=endpoint)
-            break
-        except NodeError:
-            continue
-    if node is None:
-        raise BenchError("no free UDP port on 127.0.0.2-5 for the demo server")
-    server_opts = BenchOptions(
-        role="server",
-        bind=DEMO_SERVER,
-        port=port,
-        interval=opts.interval,
-        payload_mtu=opts.payload_mtu,
-        ev_per_plane=opts.ev_per_plane,
-        mpr=opts.mpr,
-        spray=opts.spray,
-        plane_balance=opts.plane_balance,
-        cc=opts.cc,
-        flowcell=opts.flowcell,
-        one_off=True,
-        security=opts.security,
-        identity=server_id,
-    )
-    server = BenchServer(loop, server_opts, Output(json_mode=False, quiet=True), node)
-    server.start()
-    client_opts = BenchOptions(
-        **{
-            **_fields(opts),
-            "role": "client",
-            "server": DEMO_SERVER,
-            "bind": DEMO_CLIENT,
-            "port": port,
-        }
-    )
-    out = Output(json_mode=opts.json)
-    amount = fmt_bytes(opts.total_bytes).strip() if opts.total_bytes else f"{opts.duration:g} s"
-    out.line(
-        f"mrc bench --demo: server {DEMO_SERVER[0]}-{DEMO_SERVER[-1].rsplit('.', 1)[1]}, "
-        f"client {DEMO_CLIENT[0]}-{DEMO_CLIENT[-1].rsplit('.', 1)[1]} (4 planes), {amount}, "
-        f"--verify, plane {fault[0]} blackholed once {fault[1]:.0%} of the bytes are through"
-    )
-    endpoint = _endpoint(client_id)
-    client_node = Node(loop, DEMO_CLIENT, 0, rng=endpoint.rng, endpoint=endpoint)
-    peers = {i: (h, port) for i, h in enumerate(DEMO_SERVER)}
-    client = BenchClient(loop, client_opts, out, client_node, dict(peers), demo_fault=fault)
-    try:
-        rc = await client.run()
-    finally:
-        client.close()
-        await asyncio.sleep(0.05)
-        server.close()
-    if server.io.internal_errors:
-        sys.stderr.write(
-            f"mrc bench: {server.io.internal_errors} internal error(s) in the transport of the "
-            f"demo server (first: {server.io.first_internal_error})\n"
-        )
-        return 70
-    return rc
-
-
-def _fields(opts: BenchOptions) -> dict[str, Any]:
-    return {name: getattr(opts, name) for name in opts.__slots__}
-
-
-ClientMain = Callable[[BenchOptions], Coroutine[Any, Any, int]]
-
-
-def run(opts: BenchOptions, client: ClientMain | None = None) -> int:
-    """Run the chosen role on a fresh event loop; expected failures become one stderr line.
-    `client` replaces the stream test's client (--sweep and --latency bring their own)."""
-    coro: Coroutine[Any, Any, int]
-    try:
-        secure(opts)
-    except NodeError as exc:
-        sys.stderr.write(f"mrc bench: {exc}\n")
-        return 1
-    if opts.role == "server":
-        coro = _serve(opts)
-    elif opts.role == "client":
-        coro = (client or _client)(opts)
-    else:
-        coro = run_demo(opts)
-    loop = new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    except (BenchError, NodeError) as exc:
-        sys.stderr.write(f"mrc bench: {exc}\n")
-        return 1
-    except MemoryError:
-        sys.stderr.write("mrc bench: out of memory for the test regions (try a smaller -l)\n")
-        return 1
-    finally:
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+def main(opts: BenchOptions) -> int:
+    """`mrc bench -c ADDR[,ADDR...]`: one stream test."""
+    return runner.run(opts, _client)

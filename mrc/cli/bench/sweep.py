@@ -1,47 +1,36 @@
-"""`mrc bench --sweep`: the message sizes of a sweep, one row per size, and the sweep's output.
+"""`mrc bench --sweep`: one stream test per message size, one row per size, and the output.
 
-Holds `sweep_sizes` (powers of two from A to B, as perftest's `ib_write_bw -a` walks them),
-`sweep_row` (one finished stream test as a row: Gbit/s, WRITEs completed per second, both
-sides' CPU, retransmits, integrity), the text table in the shape of ib_write_bw's and the `-J`
-document with its `sweep` list. Each size is an ordinary stream test of `bench_proto` on its
-own connection (the protocol names one message size per test); running them is
-`bench_modes`'s, the test itself `bench_roles`'s.
+Holds `sweep_row` (one finished stream test as a row: Gbit/s, WRITEs completed per second, both
+sides' CPU, retransmits, integrity), the text table in the shape of perftest's `ib_write_bw -a`
+and the `-J` document with its `sweep` list, and `main`, the sweep mode's client: each size is
+an ordinary stream test of `proto` on its own connection (the protocol names one message size
+per test), run by a `client.BenchClient`. The sizes are the options' (`options.sweep_sizes`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .bench_options import BenchOptions
-from .bench_report import fmt_bytes
-from .bench_roles import BenchTest
+from ..units import fmt_bytes
+from . import runner
+from .client import BenchClient
+from .host import client_node, on_signals
+from .options import BenchOptions
+from .report import Output, implementation
+from .setup import BenchError
+from .state import RunState
+from .stream import BenchTest
 
-__all__ = ["DEFAULT_SWEEP", "SWEEP_SECONDS", "sweep_document", "sweep_row", "sweep_sizes"]
+__all__ = ["main", "sweep_document", "sweep_row"]
 
-#: `ib_write_bw -a`'s range cut to what a bulk transport is for: 4 KiB .. 16 MiB.
-DEFAULT_SWEEP = (4 << 10, 16 << 20)
-#: Seconds per size by default: 13 sizes, so a sweep takes about 15 s with the handshakes.
-SWEEP_SECONDS = 1.0
 HEAD = (
     f" {'#bytes':<9}{'#messages':>10}{'seconds':>9}{'Gbit/s':>9}{'msgs/s':>11}"
     f"{'CPU% cli':>10}{'CPU% srv':>10}{'retrans':>9}  integrity"
 )
-
-
-def sweep_sizes(lo: int, hi: int) -> tuple[int, ...]:
-    """lo, 2·lo, 4·lo … up to hi (both powers of two, lo <= hi)."""
-    for name, v in (("first", lo), ("last", hi)):
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"the {name} sweep size must be a power of two, got {v}")
-    if lo > hi:
-        raise ValueError(f"sweep sizes run upwards: {lo} > {hi}")
-    out = []
-    size = lo
-    while size <= hi:
-        out.append(size)
-        size <<= 1
-    return tuple(out)
 
 
 def _peer_cpu(summary: dict[str, Any] | None) -> float | None:
@@ -88,8 +77,8 @@ def header_lines(opts: BenchOptions) -> list[str]:
     sizes = opts.sweep_sizes
     verify = ", --verify" if opts.verify else ""
     return [
-        f"Sweep to host {','.join(opts.server)}, port {opts.port}: WRITEs of "
-        f"{fmt_bytes(sizes[0]).strip()} .. {fmt_bytes(sizes[-1]).strip()} "
+        f"Sweep to host {','.join(opts.server)}, port {opts.port} ({implementation()}): "
+        f"WRITEs of {fmt_bytes(sizes[0]).strip()} .. {fmt_bytes(sizes[-1]).strip()} "
         f"({len(sizes)} sizes), {budget_text(opts)}, one connection each{verify}",
         "-" * len(HEAD),
         HEAD,
@@ -119,3 +108,58 @@ def sweep_document(
         "sweep": list(rows),
         "end": {"sizes_completed": len(rows), "error": error},
     }
+
+
+async def _client(opts: BenchOptions, state: RunState) -> int:
+    """One stream test per size, each on a fresh connection; a row printed as each ends."""
+    loop = asyncio.get_running_loop()
+    out = Output(json_mode=opts.json)
+    for line in header_lines(opts):
+        out.line(line)
+    rows: list[dict[str, Any]] = []
+    current: BenchClient | None = None
+    stop = False
+
+    def interrupt() -> None:
+        nonlocal stop
+        stop = True
+        if current is not None:
+            current.interrupt()
+
+    on_signals(loop, interrupt)
+    rc = 0
+    error: str | None = None
+    try:
+        for size in opts.sweep_sizes:
+            # Interval lines make no sense inside a table; each size reports one row.
+            size_opts = dataclasses.replace(opts, msg_size=size, interval=0.0, json=False)
+            node, peers, counts = client_node(loop, size_opts, state)
+            quiet = Output(json_mode=False, quiet=True)
+            current = BenchClient(loop, size_opts, state, quiet, node, peers, plane_paths=counts)
+            try:
+                rc = await current.run()
+                test = current.test
+            finally:
+                current.close()
+            if test is None:
+                break
+            row = sweep_row(test)
+            rows.append(row)
+            out.line(row_line(row))
+            if rc or stop:
+                error = test.error or f"exit status {rc} at {size} bytes"
+                break
+    except BenchError as exc:
+        error = str(exc)
+        if not rows:
+            raise
+        sys.stderr.write(f"mrc bench: {exc}\n")
+        rc = 1
+    out.line("-" * len(HEAD))
+    out.doc(sweep_document(opts, rows, len(opts.server), error))
+    return rc
+
+
+def main(opts: BenchOptions) -> int:
+    """`mrc bench -c ADDR[,ADDR...] --sweep`: the sizes in turn, a row each."""
+    return runner.run(opts, _client)

@@ -1,0 +1,93 @@
+"""The node one side of `mrc bench` runs on: its sockets, core endpoint and identity.
+
+Holds `server_node` (the -B addresses and port, serving), `client_node` (fresh sockets toward
+the server's address on each plane, and the SRv6 paths of --paths) and `on_signals`. Sockets,
+path tables and MTU checks are the host layer's (`mrc.node`); what runs on the node is the
+mode's (`client`, `server`, `sweep`, `latency`, `demo`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import socket
+from collections.abc import Callable
+
+from mrc.core.endpoint import Endpoint
+from mrc.core.secure.handshake import Identity
+from mrc.io.planes import SockAddr, resolve_addr
+from mrc.node import Node, client_binds
+
+from .options import BenchOptions
+from .setup import BenchError
+from .state import RunState
+
+__all__ = ["client_node", "endpoint", "on_signals", "server_node"]
+
+
+def endpoint(identity: Identity | None) -> Endpoint:
+    return Endpoint(rng=random.Random(), identity=identity)
+
+
+def on_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> None:
+    """SIGINT and SIGTERM call `handler` (where the loop can watch signals)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, handler)
+
+
+def server_node(loop: asyncio.AbstractEventLoop, opts: BenchOptions, state: RunState) -> Node:
+    """`mrc bench -s`: a node serving on the -B addresses and -p port."""
+    assert opts.bind is not None
+    ep = endpoint(state.identity)
+    return Node(
+        loop,
+        list(opts.bind),
+        opts.port,
+        table=opts.path_table,
+        payload_mtu=opts.payload_mtu,
+        serve=True,
+        rng=ep.rng,
+        endpoint=ep,
+        secured=opts.security != "none",
+        ev_encoding=opts.ev_encoding,
+    )
+
+
+def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
+    peers: dict[int, SockAddr] = {}
+    binds: list[str] = []
+    for i, host in enumerate(opts.server):
+        try:
+            family, addr = resolve_addr(host, opts.port)
+        except OSError as exc:
+            raise BenchError(
+                f"cannot resolve {host!r} (plane {i}): {exc.strerror or exc}"
+            ) from None
+        peers[i] = addr
+        binds.append("::" if family == socket.AF_INET6 else "0.0.0.0")
+    return peers, list(opts.bind) if opts.bind else binds
+
+
+def client_node(
+    loop: asyncio.AbstractEventLoop, opts: BenchOptions, state: RunState
+) -> tuple[Node, dict[int, SockAddr], dict[int, int]]:
+    """A client's node on fresh sockets, the server's address on each plane, and the SRv6
+    paths per plane (--paths; empty without). The caller closes the node."""
+    peers, binds = _resolve_peers(opts)
+    table = opts.path_table
+    if table is not None and opts.bind is None:
+        binds = client_binds(table, list(opts.server), binds)
+    ep = endpoint(state.identity)
+    node = Node(
+        loop, binds, 0, table=table, payload_mtu=opts.payload_mtu, rng=ep.rng,
+        endpoint=ep, secured=opts.security != "none", ev_encoding=opts.ev_encoding,
+    )  # fmt: skip
+    try:
+        counts = node.open_paths(peers) if table is not None else {}
+    except BaseException:
+        node.close()
+        raise
+    return node, peers, counts
