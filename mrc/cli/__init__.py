@@ -21,7 +21,8 @@ import mrc
 __all__ = ["main"]
 
 #: Subcommand → its one-line summary, in `mrc --help` order. Each is the module
-#: `mrc.cli.<name>`, whose `add_parser` gives its subparser this summary.
+#: `mrc.cli.<name>` (a dash in the name is an underscore in the module's), whose
+#: `add_parser` gives its subparser this summary.
 COMMANDS: dict[str, str] = {
     "bench": "measure MRC between two hosts (iperf3 roles and flags)",
     "keygen": "make a private key file (mode 0600) and print its public key",
@@ -30,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "daemon": "run the peer daemon that applications use through its control socket",
     "plot": "draw a bench -J run, a --trace file or compare.json as PNG or SVG",
     "dissect": "print the MRC packets of a pcap/pcapng capture",
+    "collective-bench": "time all-reduce, all-gather, ... over MRC or TCP as nccl-tests does",
 }
 
 
@@ -62,7 +64,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, summary in COMMANDS.items():
         if argv is None or name == wanted:
-            importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+            importlib.import_module(f"{__name__}.{name.replace('-', '_')}").add_parser(sub)
         else:
             sub.add_parser(name, help=summary)
     return parser

@@ -1,0 +1,461 @@
+"""The ring over the MRC daemons: an `engine.Link` made of `mrc.client` regions and connections.
+
+Each rank registers three regions with its daemon: the receive slots (`slots` × `chunk_bytes`,
+the previous rank WRITEs chunks there), a credit page (the next rank WRITEs its credits there;
+it is also the source of this rank's one-byte credit WRITEs) and the local buffer (the header
+staging area and the work buffer, grown when a collective needs more; only this rank knows
+it). A chunk is a WRITE_WITH_IMM into the next rank's slot `counter mod slots`, its immediate
+the item counter (mod 2^32); a credit is a one-byte WRITE_WITH_IMM into the previous rank's
+credit page, its immediate the count of items applied. An immediate is raised only once every
+byte of its WRITE is placed, so an arrived counter means the slot is whole.
+
+Bootstrap uses the daemons' message service only: every rank binds the endpoint
+`<group>.<rank>` and sends its ring neighbours a hello (its region handles, world, slots,
+chunk size) until each acknowledges; then it connects to the next rank (and the previous one,
+for credits, when they differ). The same endpoint carries aborts afterwards: a rank that fails
+tells every other rank why, so they fail at once instead of at their timeouts.
+
+Three long-polls run while the link lives (`AsyncClient` answers them concurrently):
+immediates (chunks and credits), completions of each connection (a failed WRITE is a
+failure), and messages (aborts, late hellos). The engine that uses them is `engine`; the
+communicator `ring`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mrc.client import (
+    AsyncClient,
+    AsyncConnection,
+    AsyncRegion,
+    ClientError,
+    Message,
+    RegionHandle,
+    Write,
+    rpc,
+)
+
+from .comm import CollectiveError
+from .engine import WORK_OFFSET
+from .ring import AsyncRing, Ring, run_blocking, stop_loop
+
+__all__ = ["DEFAULT_CHUNK", "DEFAULT_SLOTS", "MrcLink", "open_mrc", "open_mrc_async"]
+
+#: Bytes per chunk (= per receive slot) and slots per rank, unless the caller says otherwise.
+DEFAULT_CHUNK = 1 << 20
+DEFAULT_SLOTS = 8
+#: Long-poll slice of the pumps, and how often completions nobody waits for are swept.
+POLL = 1.0
+SWEEP = 1.0
+_U32 = 0xFFFFFFFF
+#: Where in the credit page the previous rank's credits land, and our credits are sent from.
+_CREDIT_IN, _CREDIT_OUT = 0, 64
+_HELLO_EVERY = 0.25
+
+
+def _catch_up(last: int, imm: int) -> int:
+    """The full counter an immediate (counter mod 2^32) stands for, given the last one."""
+    return last + ((imm - last) & _U32)
+
+
+class MrcLink:
+    """One rank's regions and connections, and the pumps that keep its counters."""
+
+    def __init__(self, client: AsyncClient, rank: int, world: int, peers: Sequence[str],
+                 endpoint_of: Callable[[int], str], slots: int, chunk_bytes: int,
+                 regions: tuple[AsyncRegion, AsyncRegion, AsyncRegion],
+                 to_next: AsyncConnection, to_prev: AsyncConnection,
+                 next_slots: RegionHandle, prev_credit: RegionHandle) -> None:
+        self.client = client
+        self.rank = rank
+        self.world = world
+        self.peers = list(peers)
+        self.endpoint_of = endpoint_of
+        self.slots = slots
+        self.chunk_bytes = chunk_bytes
+        self.recv, self.credits, self._local = regions
+        self.to_next = to_next
+        self.to_prev = to_prev
+        self.next_slots = next_slots
+        self.prev_credit = prev_credit
+        self.arrived = 0
+        self.credit = 0
+        self.completed = 0
+        self.credited = 0
+        self._data_ids: set[int] = set()
+        #: `stream`'s WRITE sizes by id, and the bytes of those completed.
+        self._sizes: dict[int, int] = {}
+        self._streamed = 0
+        self._posted = 0
+        self._failure: CollectiveError | None = None
+        self._remote_abort = False
+        self._closing = False
+        self._changed = asyncio.Event()
+        #: Set while the engine waits for completions of data WRITEs.
+        self._want = asyncio.Event()
+        self._pumps: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        conns = {id(self.to_next): self.to_next, id(self.to_prev): self.to_prev}
+        self._pumps = [loop.create_task(self._immediates()), loop.create_task(self._messages())]
+        self._pumps += [loop.create_task(self._completions(c)) for c in conns.values()]
+
+    # ---- the engine's side ------------------------------------------------------------
+
+    def local(self) -> memoryview:
+        return self._local.buf
+
+    async def reserve(self, work_bytes: int) -> None:
+        need = WORK_OFFSET + work_bytes
+        if need <= self._local.size:
+            return
+        size = max(need, 2 * self._local.size)
+        try:
+            new = await self.client.register_region(size, f"coll-local-{self.rank}")
+        except ClientError as exc:
+            raise CollectiveError(f"cannot register a {size}-byte work buffer: {exc}") from None
+        old, self._local = self._local, new
+        await old.close()
+
+    async def post(self, items: list[tuple[int, int, int]]) -> None:
+        writes = []
+        for counter, offset, nbytes in items:
+            slot = (counter % self.slots) * self.chunk_bytes
+            if nbytes:
+                writes.append(Write(self._local, offset, nbytes, self.next_slots, slot,
+                                    counter & _U32))
+            else:  # an empty chunk still moves the counter: one byte nobody reads
+                writes.append(Write(self.credits, _CREDIT_OUT, 1, self.next_slots, slot,
+                                    counter & _U32))
+        ids = await self.to_next.write_many(writes)
+        self._data_ids.update(ids)
+        self._posted += len(ids)
+
+    def slot(self, counter: int) -> memoryview:
+        at = (counter % self.slots) * self.chunk_bytes
+        return self.recv.buf[at:at + self.chunk_bytes]
+
+    async def give_credit(self, applied: int) -> None:
+        self.credited = applied
+        await self.to_prev.write_many([Write(self.credits, _CREDIT_OUT, 1, self.prev_credit,
+                                             _CREDIT_IN, applied & _U32)])
+
+    async def wait(self, deadline: float, waiting: Callable[[], str], *, chunks: bool = False,
+                   credit: bool = False, completions: bool = False) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if completions:
+            self._want.set()
+        loop = asyncio.get_running_loop()
+        left = deadline - loop.time()
+        if left <= 0:
+            raise CollectiveError(f"timed out {waiting()}")
+        if not self._changed.is_set():
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                if self._failure is not None:
+                    raise self._failure from None
+                raise CollectiveError(f"timed out {waiting()}") from None
+        self._changed.clear()
+        if self._failure is not None:
+            raise self._failure
+
+    async def abort(self, reason: str) -> None:
+        """Tell every other rank (at once, each bounded) unless the failure came from one."""
+        if self._failure is None:
+            self._failure = CollectiveError(reason)
+        if self._remote_abort:
+            return
+        self._remote_abort = True
+        msg = json.dumps({"op": "abort", "rank": self.rank, "reason": reason[:3000]}).encode()
+
+        async def tell(r: int) -> None:
+            with contextlib.suppress(ClientError, TimeoutError):
+                await asyncio.wait_for(
+                    self.client.send_message(self.peers[r], self.endpoint_of(r), msg), 1.5)
+
+        await asyncio.gather(*(tell(r) for r in range(self.world) if r != self.rank))
+
+    async def stream(self, total: int, timeout: float) -> tuple[int, float]:
+        """The ring's ceiling: plain WRITEs of `chunk_bytes` from the local buffer into the
+        next rank's slots (no immediates, no credits), `slots` in flight, until `total` bytes
+        completed; returns (bytes, seconds). Only between collectives (the communicator is
+        not usable for collectives afterwards: the slots hold garbage, no counters moved)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.completed < self._posted:
+            await self.wait(deadline, lambda: "waiting for the last collective's WRITEs",
+                            completions=True)
+        await self.reserve(self.chunk_bytes)
+        size = self.chunk_bytes
+        done = posted = 0
+        start = loop.time()
+        while done < total:
+            batch = []
+            while posted < total and posted - done < self.slots * size:
+                n = min(size, total - posted)
+                slot = (posted // size % self.slots) * size
+                batch.append(Write(self._local, WORK_OFFSET, n, self.next_slots, slot))
+                posted += n
+            if batch:
+                ids = await self.to_next.write_many(batch)
+                self._data_ids.update(ids)
+                self._posted += len(ids)
+                self._sizes.update(zip(ids, (w.length for w in batch), strict=True))
+            before = self.completed
+            while self.completed == before:
+                await self.wait(deadline, lambda: "streaming to the next rank", completions=True)
+            done = self._streamed
+        return done, loop.time() - start
+
+    async def close(self) -> None:
+        """Close the control connection (the daemon drops our regions, connections and
+        endpoint; the pumps' long-polls fail with it and they end), then reap the pumps."""
+        self._closing = True
+        await self.client.close()
+        for task in self._pumps:
+            task.cancel()
+        # Python 3.11's wait_for can swallow a cancel that races an answer: the pumps also
+        # stop on `_closing`, and are not waited for forever.
+        await asyncio.wait(self._pumps, timeout=2.0)
+        self._pumps = []
+
+    # ---- pumps ---------------------------------------------------------------------------
+
+    def _fail(self, message: str) -> None:
+        if self._failure is None:
+            self._failure = CollectiveError(message)
+        self._changed.set()
+
+    async def _immediates(self) -> None:
+        try:
+            while not self._closing:
+                got = await self.client.wait_immediates(timeout=POLL)
+                for imm in got:
+                    if imm.region == self.recv.id:
+                        if imm.imm != self.arrived & _U32:
+                            self._fail(f"chunk {imm.imm} from rank {self._prev()} arrived "
+                                       f"where chunk {self.arrived & _U32} was due")
+                            continue
+                        self.arrived += 1
+                    elif imm.region == self.credits.id:
+                        self.credit = max(self.credit, _catch_up(self.credit, imm.imm))
+                if got:
+                    self._changed.set()
+        except ClientError as exc:
+            self._fail(f"the local daemon ({self.client.path}): {exc}")
+
+    async def _completions(self, conn: AsyncConnection) -> None:
+        """Completions are fetched when the engine waits for them (a long-poll), else swept
+        every SWEEP seconds: a failed WRITE is still seen, and a small collective does not
+        pay a control round trip per WRITE for completions nobody is waiting for."""
+        data = conn is self.to_next
+        try:
+            while not self._closing:
+                if data and self._want.is_set():
+                    got = await conn.poll(timeout=POLL)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._want.wait() if data else
+                                               asyncio.sleep(SWEEP), SWEEP)
+                    if data and self._want.is_set():
+                        continue
+                    got = await conn.poll(timeout=0)
+                for c in got:
+                    # A failed chunk is a failure; a failed credit only means the previous
+                    # rank went (it may have finished and closed): if a chunk of it is still
+                    # due, that shows as its absence.
+                    if not c.ok and c.id in self._data_ids:
+                        self._fail(f"a WRITE to {conn.peer} ended {c.status} (the rank there "
+                                   "or its daemon is gone)")
+                    if c.id in self._data_ids:
+                        self._data_ids.discard(c.id)
+                        self.completed += 1
+                        self._streamed += self._sizes.pop(c.id, 0)
+                if data and self.completed >= self._posted:
+                    self._want.clear()
+                if got:
+                    self._changed.set()
+        except ClientError as exc:
+            self._fail(f"connection to {conn.peer}: {exc}")
+
+    async def _messages(self) -> None:
+        endpoint = self.endpoint_of(self.rank)
+        try:
+            while not self._closing:
+                msg = await self.client.recv_message(endpoint, timeout=POLL)
+                if msg is None:
+                    continue
+                obj = _decode(msg)
+                if obj.get("op") == "abort":
+                    self._remote_abort = True
+                    self._fail(f"rank {obj.get('rank')} ({msg.peer}) failed: "
+                               f"{obj.get('reason')}")
+                elif obj.get("op") == "hello" and isinstance(obj.get("rank"), int):
+                    # A neighbour that missed our ack asks again.
+                    await _send(self.client, msg.peer, self.endpoint_of(obj["rank"]),
+                                {"op": "ack", "rank": self.rank, "token": obj.get("token")})
+        except ClientError as exc:
+            self._fail(f"the local daemon ({self.client.path}): {exc}")
+
+    def _prev(self) -> int:
+        return (self.rank - 1) % self.world
+
+
+def _decode(msg: Message) -> dict[str, Any]:
+    try:
+        obj = json.loads(msg.data)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+async def _send(client: AsyncClient, peer: str, endpoint: str, obj: dict[str, Any],
+                within: float = 2.0) -> None:
+    """One message; a daemon not reachable yet is retried by the caller, an unknown peer is
+    the caller's mistake."""
+    try:
+        await asyncio.wait_for(client.send_message(peer, endpoint, json.dumps(obj).encode()),
+                               within)
+    except TimeoutError:
+        return
+    except ClientError as exc:
+        if exc.code in (rpc.UNKNOWN_PEER, rpc.CLOSED, rpc.INVALID_PARAMS):
+            raise CollectiveError(f"message to {peer}: {exc}") from None
+
+
+def _check(rank: Any, world: Any, peers: Any, slots: Any, chunk_bytes: Any, group: Any) -> None:
+    if isinstance(world, bool) or not isinstance(world, int) or world < 2:
+        raise CollectiveError(f"world must be an integer of at least 2 ranks, got {world!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
+        raise CollectiveError(f"rank must be 0..{world - 1}, got {rank!r}")
+    if (not isinstance(peers, Sequence) or isinstance(peers, str) or len(peers) != world
+            or not all(isinstance(p, str) and p for p in peers)):
+        raise CollectiveError(f"peers must name the daemon of each of the {world} ranks")
+    if world > 1 and any(peers[i] == peers[(i + 1) % world] for i in range(world)):
+        raise CollectiveError("neighbouring ranks must use different daemons")
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= 1024:
+        raise CollectiveError(f"slots must be 2..1024, got {slots!r}")
+    if (isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int)
+            or not 64 <= chunk_bytes <= 1 << 30):
+        raise CollectiveError(f"chunk_bytes must be 64..{1 << 30}, got {chunk_bytes!r}")
+    if not isinstance(group, str) or not group or len(f"{group}.{world}") > 64:
+        raise CollectiveError(f"group must be a short non-empty name, got {group!r}")
+
+
+async def open_mrc_async(socket_path: str, rank: int, world: int, peers: Sequence[str], *,
+                         timeout: float = 30.0, group: str = "mrc",
+                         chunk_bytes: int = DEFAULT_CHUNK,
+                         slots: int = DEFAULT_SLOTS) -> AsyncRing:
+    """The coroutine communicator of rank `rank` (see `comm` for the arguments)."""
+    _check(rank, world, peers, slots, chunk_bytes, group)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        client = await AsyncClient.open(socket_path, connect_timeout=min(timeout, 5.0))
+    except ClientError as exc:
+        raise CollectiveError(f"rank {rank}: {exc}") from None
+    try:
+        link = await _bootstrap(client, rank, world, list(peers), group, slots, chunk_bytes,
+                                deadline, timeout)
+    except ClientError as exc:
+        await client.close()
+        raise CollectiveError(f"rank {rank}: bootstrap: {exc}") from None
+    except BaseException:
+        await client.close()
+        raise
+    link.start()
+    return AsyncRing(link, timeout)
+
+
+async def _bootstrap(client: AsyncClient, rank: int, world: int, peers: list[str], group: str,
+                     slots: int, chunk_bytes: int, deadline: float, timeout: float) -> MrcLink:
+    loop = asyncio.get_running_loop()
+    host = (await client.status()).get("host")
+    if host != peers[rank]:
+        raise CollectiveError(f"rank {rank} should be on {peers[rank]} but the daemon at "
+                              f"{client.path} is {host}")
+
+    def endpoint_of(r: int) -> str:
+        return f"{group}.{r}"
+
+    me = endpoint_of(rank)
+    await client.bind(me)
+    recv = await client.register_region(slots * chunk_bytes, f"coll-slots-{rank}")
+    credits = await client.register_region(4096, f"coll-credit-{rank}")
+    local = await client.register_region(WORK_OFFSET + (1 << 20), f"coll-local-{rank}")
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    neighbours = sorted({nxt, prv} - {rank})
+    token = secrets.token_hex(8)
+    hello = {"op": "hello", "rank": rank, "world": world, "slots": slots, "chunk": chunk_bytes,
+             "token": token, "slots_handle": recv.handle.to_dict(),
+             "credit_handle": credits.handle.to_dict()}
+    got: dict[int, dict[str, Any]] = {}
+    acked: set[int] = set()
+    next_hello = 0.0
+    while len(got) < len(neighbours) or len(acked) < len(neighbours):
+        now = loop.time()
+        if now >= deadline:
+            missing = [f"no hello from rank {r} ({peers[r]})" for r in neighbours if r not in got]
+            missing += [f"rank {r} ({peers[r]}) never acknowledged" for r in neighbours
+                        if r not in acked]
+            raise CollectiveError(f"rank {rank}: bootstrap timed out after {timeout:g} s: "
+                                  + "; ".join(missing))
+        if now >= next_hello:
+            for r in neighbours:
+                if r not in acked:
+                    await _send(client, peers[r], endpoint_of(r), hello,
+                                within=max(0.1, min(2.0, deadline - now)))
+            next_hello = loop.time() + _HELLO_EVERY
+        msg = await client.recv_message(me, timeout=max(0.0, min(0.1, deadline - loop.time())))
+        if msg is None:
+            continue
+        obj = _decode(msg)
+        sender = obj.get("rank")
+        if obj.get("op") == "abort":
+            raise CollectiveError(f"rank {sender} ({msg.peer}) failed: {obj.get('reason')}")
+        if sender not in neighbours or msg.peer != peers[sender]:
+            continue
+        if obj.get("op") == "ack" and obj.get("token") == token:
+            acked.add(sender)
+        elif obj.get("op") == "hello":
+            for key, mine in (("world", world), ("slots", slots), ("chunk", chunk_bytes)):
+                if obj.get(key) != mine:
+                    raise CollectiveError(f"rank {rank}: rank {sender} has {key} "
+                                          f"{obj.get(key)}, this rank {mine}")
+            try:
+                got[sender] = {"slots": RegionHandle.from_dict(obj.get("slots_handle")),
+                               "credit": RegionHandle.from_dict(obj.get("credit_handle"))}
+            except ClientError as exc:
+                raise CollectiveError(f"rank {rank}: bad hello from rank {sender}: {exc}") \
+                    from None
+            await _send(client, msg.peer, endpoint_of(sender),
+                        {"op": "ack", "rank": rank, "token": obj.get("token")})
+    to_next = await client.connect(peers[nxt])
+    to_prev = to_next if prv == nxt else await client.connect(peers[prv])
+    return MrcLink(client, rank, world, peers, endpoint_of, slots, chunk_bytes,
+                   (recv, credits, local), to_next, to_prev, got[nxt]["slots"],
+                   got[prv]["credit"])
+
+
+def open_mrc(socket_path: str, rank: int, world: int, peers: Sequence[str], *,
+             timeout: float = 30.0, group: str = "mrc", chunk_bytes: int = DEFAULT_CHUNK,
+             slots: int = DEFAULT_SLOTS) -> Ring:
+    """The blocking communicator of rank `rank` (see `comm` for the arguments)."""
+    loop, thread = Ring.start_loop()
+    try:
+        ring = run_blocking(loop, open_mrc_async(socket_path, rank, world, peers,
+                                                 timeout=timeout, group=group,
+                                                 chunk_bytes=chunk_bytes, slots=slots))
+    except BaseException:
+        stop_loop(loop, thread)
+        raise
+    return Ring(loop, thread, ring)
