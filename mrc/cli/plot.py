@@ -22,10 +22,12 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help=COMMANDS["plot"],
         description="Draw what a run did over time: goodput per plane with faults and events "
         "marked, EV states, congestion window and bytes in flight per plane (from mrc bench "
-        "-J -i …, or a --trace file), or the failover of mrc and MPTCP (from compare.json). "
+        "-J -i …, or a --trace file), the failover of mrc and MPTCP (from compare.json), or a "
+        "training job's step time through faults (from make job's job.json). "
         "Needs matplotlib (pip install 'mrc[plot]').",
     )
-    p.add_argument("input", metavar="INPUT", help="bench -J output, a trace or compare.json")
+    p.add_argument("input", metavar="INPUT",
+                   help="bench -J output, a trace, compare.json or job.json")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="the figure, .png or .svg (default: INPUT with .png)")
     p.add_argument("--what", choices=[*PANELS, "all"], default="all",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from . import series
+from . import job, series
 from .load import load
 from .model import PlotError, Run
 
@@ -64,6 +64,8 @@ def plot_file(input_path: str, output: str | None = None, what: str = "all") -> 
     if os.path.splitext(out)[1].lower() not in FORMATS:
         raise PlotError(f"{out}: the output must end in .png or .svg")
     _need_matplotlib()  # before reading a large input only to fail
+    if job.is_job_file(input_path):  # tools.job's step times: panels of their own
+        return job.plot_job(input_path, out, what)
     run = load(input_path)
     fig, chosen = render(run, what)
     try:

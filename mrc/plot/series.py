@@ -38,7 +38,7 @@ __all__ = [
 
 PANELS = ("goodput", "evs", "cc", "failover")
 #: retirements on one plane for one reason this close to the first of a burst are one mark:
-#: the text report's rule (BURST in mrc/cli/bench_events.py), not imported so that mrc.plot
+#: the text report's rule (BURST in mrc/cli/bench/events.py), not imported so that mrc.plot
 #: does not load the command line it is loaded by
 BURST = 0.05
 #: EV states in the order the legend lists them (the contract's names)
