@@ -81,6 +81,23 @@ def test_a_silent_plane_waits_while_another_planes_answer_is_still_due() -> None
     assert verdict is Expiry.STALL_PROBE
 
 
+def test_two_planes_that_lost_one_burst_while_later_packets_got_through_are_not_a_stall() -> None:
+    # A flap took plane 0's and plane 1's flowcells of one burst (send seqs 1 and 2); the
+    # peer acknowledged the flowcell sent after them on plane 2 (seq 5) at 1.004 s. Plane 1's
+    # is overdue too (since 1.013), but the peer answered something sent after it: a loss of
+    # plane 1's own, no stall. Taken for a stall, both planes were left to the stall probe,
+    # one packet per backed-off RTO: the 5 s stall of tools.job's flap schedule.
+    fifos, planes = network()
+    (oldest,) = fifos[0]
+    planes[1].proven_at = 0.5
+    fifos[1].append(SentCell(psn=8, n=4, runs=[], ev=101, plane=1, sent_at=T0 + 0.0005, seq=2,
+                             tx_ts=0, rtx=False, size=4096, last=4096, open=4,
+                             open_bytes=4 * 4096))  # fmt: skip
+    verdict, _ = _judge(RtoTimers(), fifos, planes, oldest, top_seq=5, last_progress=1.004,
+                        now=1.017)  # fmt: skip
+    assert verdict is Expiry.SILENT
+    assert planes[0].rtt.backoff == 0
+
 def test_silence_everywhere_is_one_stall_probe_per_rto_with_backoff() -> None:
     fifos, planes = network()
     (oldest,) = fifos[0]

@@ -64,14 +64,16 @@ def peer_alive(
     *,
     after: float,
     last_progress: float,
+    top_seq: int,
     now: float,
 ) -> bool | float:
     """Does the peer answer on other planes while `plane` is silent? True: something was
     acknowledged after `after` (resends included) and within this plane's RTO, or no other
     plane is owed anything. False: another plane has a packet out longer than its RTO
-    without backoff (a stalled peer; planes that never answered do not count). Else the time
-    to ask again: when another plane's
-    answer is expected, or due."""
+    without backoff, and nothing sent after that packet was acknowledged (`top_seq`, the
+    latest send seq acknowledged anywhere, is older): a stalled peer (planes that never
+    answered do not count). Else the time to ask again: when another plane's answer is
+    expected, or due."""
     # An answer older than an RTO proves nothing about now: a peer that stopped right after
     # it (descheduled, stopped) leaves every plane silent, and its other planes' packets
     # overdue, which the loop below sees.
@@ -90,7 +92,12 @@ def peer_alive(
         rtt = planes[other].rtt
         due = rec.sent_at + rtt.rto
         if now >= due:
-            stalled = True
+            # Overdue, but the peer answered something sent after it: that plane lost it
+            # too (two planes' flowcells lost in one fault), which says nothing of a stall.
+            # Taken for a stall, each such plane would leave the others to the stall probe:
+            # one packet freed per backed-off RTO (docs/DESIGN.md §6).
+            if top_seq <= rec.seq:
+                stalled = True
             continue
         # Look again when its answer is expected, and at the latest when it is due.
         expected = rec.sent_at + (rtt.srtt or 0.0)
@@ -185,7 +192,7 @@ class RtoTimers:
         quiet_until = max(pl.acked_at, self.resumed_at) + est.rto
         if later_elsewhere and now >= quiet_until:
             alive = peer_alive(fifos, planes, plane, after=pl.acked_at + est.rto / 2,
-                               last_progress=last_progress, now=now)
+                               last_progress=last_progress, top_seq=top_seq, now=now)
             if isinstance(alive, float):
                 self.hold(plane, alive)  # the other planes' answers are still due
                 return Expiry.HELD, None
