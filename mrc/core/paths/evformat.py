@@ -17,6 +17,11 @@ the controller's DENIED step (`denied`), and the mapping of an expanded EV onto 
 carry it (`to_wire`, `from_wire`, and the API's 32-byte EV value). Bad profiles raise a one-line
 `ValueError` naming the field and the problem.
 
+Its purpose is the controller side: the formats and profiles a fabric controller provisions a
+host with through the OCP controller API. No session calls it today (a connection's EVs come
+from `SessionConfig` and evs.py); it stays a module of its own, with its own tests
+(tests/core/test_evformat.py), for a host that takes its EVs from a controller.
+
 It leaves to others: which EV a packet takes (spray.py), EV states and their changes (evs.py),
 agreeing on an EV encoding with the peer (cm.py), and setting flow labels or picking the socket
 of a source port (io/). It is pure: no clock, no I/O.
