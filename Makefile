@@ -60,7 +60,9 @@ lint: venv
 	$(VENV)/bin/mypy --strict mrc tools
 
 # The demo run, its text report, then its picture: the bench writes a trace (--trace) and
-# `mrc plot` draws it (goodput per plane with the fault marked, EV states, windows).
+# `mrc plot` draws it (goodput per plane with the fault marked, EV states, windows). It does not
+# wait for the mypyc build (minutes on a small machine): its banner line says whether the core
+# ran compiled or as pure Python, and that `make install` compiles it.
 demo: sysdeps venv
 	$(VENV)/bin/mrc bench --demo --trace demo.trace
 	@$(VENV)/bin/mrc plot demo.trace -o demo.png
@@ -90,6 +92,15 @@ compare: sysdeps install
 	@$(PY) -c "import aioquic" 2>/dev/null || $(PY) -m pip install -q -e '.[compare]'
 	$(PY) -m tools.compare $(COMPARE_ARGS)
 
+# A training job through fabric faults (tools/job; root only): on the clos testbed (SRv6 and
+# --ecmp 1) a rank per host runs all-reduce + compute steps over mrc, TCP and MPTCP, fault-free
+# and under the MRC paper's schedules. Prints the table, writes job.json (mrc plot job.json);
+# JOB_ARGS="--fabric srv6 --size 8M --steps 40" to change the run.
+.PHONY: job
+job: sysdeps install
+	@$(PY) -c "import numpy" 2>/dev/null || $(PY) -m pip install -q -e '.[collective]'
+	$(PY) -m tools.job -o job.json $(JOB_ARGS)
+
 # The hostile-input harness (tools/hostile; root only): 1,000,000 hostile datagrams at a live
 # verified --security encrypt transfer on loopback; prints its figures as JSON.
 # HOSTILE_ARGS="--security auth" or "--datagrams 100000" to change the run.
@@ -97,17 +108,17 @@ compare: sysdeps install
 hostile: venv
 	@$(PY) -m tools.hostile -J --datagrams 1000000 $(HOSTILE_ARGS)
 
-# Issue 17's figures (tools/htsim, mrc/sim): not in `make test`. `paper` runs the MRC paper's
+# Issue 17's figures (tools/htsim, mrc/experiments): not in `make test`. `paper` runs the MRC paper's
 # experiments for MRC and a RoCE baseline at the small scale (about a minute), `paper-large`
 # at 1,024 hosts x 8 planes (about 14 minutes); `scale` runs the 1,024-host permutation and
 # the htsim cross-check (builds htsim from an uet-htsim source tree: HTSIM_ARGS="--htsim-src DIR").
 .PHONY: paper paper-large scale
 paper: install
-	nice -n 10 $(PY) -m mrc.sim.paper -j 2 --plot paper-plots
+	nice -n 10 $(PY) -m mrc.experiments.paper -j 2 --plot paper-plots
 
 paper-large: install
-	nice -n 10 $(PY) -m mrc.sim.paper --scale paper -j 2 --plot paper-plots --json-file paper.json
+	nice -n 10 $(PY) -m mrc.experiments.paper --scale paper -j 2 --plot paper-plots --json-file paper.json
 
 scale: install
-	nice -n 10 $(PY) -m mrc.sim.permutation
+	nice -n 10 $(PY) -m mrc.experiments.permutation
 	nice -n 10 $(PY) -m tools.htsim $(HTSIM_ARGS)

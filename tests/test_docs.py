@@ -1,10 +1,12 @@
 """The project's own documents (mrc/docs) and the citations that point into them.
 
-Code, tests and tools cite `docs/DESIGN.md §N` and `docs/WIRE.md §N` (files under mrc/docs).
-These tests check that the documents keep their numbered sections, that every such citation
-names a section that exists, that nothing cites a document outside the repository (a bare
-design or wire note name, or the research notes the code was first written from), and that the
-documents go into the wheel and the source archive.
+Code, tests and tools cite `docs/DESIGN.md §N`, `docs/WIRE.md §N`, `docs/NOTES.md §N` and
+`docs/COLLECTIVE.md §N` (files under mrc/docs). These tests check that the architecture and the
+wire format keep their numbered sections and the notebook numbers its sections after the
+architecture's, that every citation names a section that exists, that nothing cites a document
+outside the repository (a bare design, wire, notes or collective name, or the research notes
+the code was first written from), and that the documents go into the wheel and the source
+archive.
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ DOCS = ROOT / "mrc" / "docs"
 #: The documents and the section numbers each must keep (their subjects are fixed, see
 #: mrc/docs/README.md), so old citations can be rewritten mechanically.
 EXPECTED = {"DESIGN.md": range(1, 13), "WIRE.md": range(1, 8)}
+#: The lab notebook: its sections carry the numbers of the DESIGN.md sections they back and grow
+#: as entries are added, so only its citations are checked, against the sections it has.
+NOTEBOOK = "NOTES.md"
+#: Documents cited by section whose numbering is their own business: only citations are checked.
+CITED = (NOTEBOOK, "COLLECTIVE.md")
 #: Citations of documents that are not in the repository: a design or wire note named without
 #: its place under mrc/docs, or the research notes kept outside the tree.
-_OUTSIDE = re.compile(r"(?<![/\w.])(?:DESIGN|WIRE)\.md|reference/\w[\w-]*\.md")
+_OUTSIDE = re.compile(r"(?<![/\w.])(?:DESIGN|WIRE|NOTES|COLLECTIVE)\.md|reference/\w[\w-]*\.md")
 SCANNED = ("mrc", "tests", "tools")
 SKIPPED_DIRS = frozenset({"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"})
 
@@ -31,7 +38,8 @@ _HEADING = re.compile(r"^## (\d+)\. \S", re.MULTILINE)
 # `docs/wire.md §2`, `§2–§3`, `§2-3`, `§4, §6`, `§4 and §6` ...; a comma not followed by `§`
 # (as in `§4, 0x80`) ends the citation.
 _SECTION = r"§\s*\d+(?:\s*[–-]\s*§?\s*\d+)?"
-_CITATION = re.compile(r"docs/(DESIGN|WIRE)\.md((?:\s*(?:,|and|or|&)?\s*" + _SECTION + r")*)")
+_DOCS = r"docs/(DESIGN|WIRE|NOTES|COLLECTIVE)\.md"
+_CITATION = re.compile(_DOCS + r"((?:\s*(?:,|and|or|&)?\s*" + _SECTION + r")*)")
 _NUMBER = re.compile(r"\d+")
 
 
@@ -80,7 +88,8 @@ def repo_texts() -> Iterator[tuple[Path, str]]:
 
 
 def known_sections() -> dict[str, set[int]]:
-    return {name: set(sections((DOCS / name).read_text(encoding="utf-8"))) for name in EXPECTED}
+    names = (*EXPECTED, *CITED)
+    return {name: set(sections((DOCS / name).read_text(encoding="utf-8"))) for name in names}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -119,11 +128,30 @@ def test_citation_parser_reads_ranges_and_lists() -> None:
     ]
 
 
+def test_notebook_citations_are_checked() -> None:
+    """docs/NOTES.md citations resolve against the notebook's own sections; a bare NOTES.md
+    outside mrc/docs is a citation of a file that is not there."""
+    known = {"DESIGN.md": {6}, "WIRE.md": set(), "NOTES.md": {6}}
+    text = "docs/NOTES.md §6 and §11\nsee " + "NOTES" + ".md §6\n"
+    assert problems(Path("x.py"), text, known) == [
+        "x.py:2: cites NOTES.md (not in the repository)",
+        "x.py:1: docs/NOTES.md has no §11",
+    ]
+
+
+def test_notebook_sections_ascend_each_once() -> None:
+    """A notebook section is numbered after the DESIGN.md section it backs: each number once, in
+    order, and one DESIGN.md has."""
+    numbers = sections((DOCS / NOTEBOOK).read_text(encoding="utf-8"))
+    assert numbers == sorted(set(numbers))
+    assert set(numbers) <= set(EXPECTED["DESIGN.md"])
+
+
 def test_documents_ship_in_wheel_and_sdist() -> None:
     """The hatch build targets cover mrc/docs (a directory pattern includes what is below it)."""
     build = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     targets = build["tool"]["hatch"]["build"]["targets"]
-    docs = [f"mrc/docs/{name}" for name in (*EXPECTED, "DAEMON.md", "README.md")]
+    docs = [f"mrc/docs/{name}" for name in (*EXPECTED, *CITED, "DAEMON.md", "README.md")]
 
     def covered(patterns: list[str], path: str) -> bool:
         return any(path == p or path.startswith(p.rstrip("/") + "/") for p in patterns)
