@@ -183,7 +183,7 @@ def closed_on_silent(
     blames no path (but the EVs of a plane that answered later flowcells on its other EVs:
     only those paths are dead). If it only lagged longer, the copies are duplicates the peer
     drops, sent while the closed window left the other planes idle anyway; a dead plane's EVs
-    are retired by its unanswered probes (planes.py). docs/DESIGN.md §6 has the measurements."""
+    are retired by its unanswered probes (planes.py). docs/NOTES.md §6 has the measurements."""
     plane = held.plane
     last = 0.0
     later = False

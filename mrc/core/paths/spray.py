@@ -1,4 +1,4 @@
-"""Spray policies: which EV carries the next packet (docs/DESIGN.md §4, docs/DESIGN.md §4).
+"""Spray policies: which EV carries the next packet (docs/DESIGN.md §4).
 
 A policy sits behind the small `SprayPolicy` ABC and is chosen by name from a registry, like
 aioquic's congestion controllers. Policies only order EVs: which EVs are in rotation comes from

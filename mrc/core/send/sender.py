@@ -329,7 +329,7 @@ class Sender:
                 self.on_suspect(plane, now)  # the plane monitor probes it
         if self.pending and self.flight.room(self.next_psn, self.una) <= 0:
             # Only with data waiting behind a full window: an idle tail (a ping-pong's one
-            # message) is the RTO's, as docs/DESIGN.md §6 measured a general TLP to cost.
+            # message) is the RTO's, as docs/NOTES.md §6 measured a general TLP to cost.
             probe, due = self.silent.tail_probe(
                 self.log.by_plane, self.paths.planes, now, self.rtos.resumed_at
             )
