@@ -30,13 +30,15 @@ Graph = dict[str, dict[str, int]]
 #: sim | io → node → daemon → cli, control → client, daemon); what those may import it may import
 #: too. "mrc" is the root package, the public API over the core; `_build` chooses the compiled or
 #: pure core before it loads; `control` holds the constants the daemon and its client share, so
-#: neither imports the other; `switchq`, the switch queue model, sits below both switches (sim's
+#: neither imports the other; `units` holds the byte counts and seconds every command line parses;
+#: `switchq`, the switch queue model, sits below both switches (sim's
 #: ports and io's relay); `experiments` run on the simulator.
 USES: dict[str, frozenset[str]] = {
     "_build": frozenset(),
     "control": frozenset(),
     "wire": frozenset(),
     "switchq": frozenset(),
+    "units": frozenset(),
     "core": frozenset({"wire"}),
     "mrc": frozenset({"_build", "core"}),
     "sim": frozenset({"core", "switchq"}),
@@ -45,10 +47,10 @@ USES: dict[str, frozenset[str]] = {
     "node": frozenset({"io"}),
     "daemon": frozenset({"node", "control", "mrc"}),
     "client": frozenset({"control"}),
-    "collective": frozenset({"client", "node"}),
+    "collective": frozenset({"client", "node", "units"}),
     "plot": frozenset(),
     "contrib": frozenset({"wire"}),
-    "cli": frozenset({"mrc", "sim", "daemon", "client", "collective", "plot", "contrib"}),
+    "cli": frozenset({"mrc", "sim", "daemon", "client", "collective", "plot", "contrib", "units"}),
     "__main__": frozenset({"cli"}),
 }
 

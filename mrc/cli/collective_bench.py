@@ -20,22 +20,10 @@ import sys
 from typing import Any
 
 from mrc.cli import COMMANDS
+from mrc.units import parse_size
 
 _OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 _TYPES = ("float", "double", "int32", "int64")
-
-
-def _size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("B")
-    unit = t[-1:] if t[-1:] in units else ""
-    try:
-        value = int(t[: len(t) - len(unit)]) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def _positive(text: str) -> int:
@@ -56,8 +44,8 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "busbw, #wrong: every result is checked against numpy), with the ranks started here: "
         "one daemon and one rank per loopback host, or per testbed host with --testbed.",
     )
-    p.add_argument("-b", "--minbytes", type=_size, default=8, help="smallest size (8)")
-    p.add_argument("-e", "--maxbytes", type=_size, default=32 << 20, help="largest size (32M)")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size (8)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=32 << 20, help="largest size (32M)")
     p.add_argument("-f", "--stepfactor", type=_positive, default=2, help="size factor (2)")
     p.add_argument("-o", "--op", choices=_OPS, default="all_reduce", help="the collective")
     p.add_argument("-d", "--datatype", choices=_TYPES, default="float", help="element type")
@@ -75,10 +63,10 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
                    help="with --testbed: the SRv6 path table (default: the testbed's own)")
     p.add_argument("--security", choices=("encrypt", "none"), default="encrypt",
                    help="the daemons' security (encrypt, with throw-away keys)")
-    p.add_argument("--chunk", type=_size, default=1 << 20, help="chunk/slot bytes (1M)")
+    p.add_argument("--chunk", type=parse_size, default=1 << 20, help="chunk/slot bytes (1M)")
     p.add_argument("--slots", type=_positive, default=8, help="receive slots per rank (8)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call (60)")
-    p.add_argument("--ring-write-baseline", type=_size, nargs="?", const=256 << 20, default=0,
+    p.add_argument("--ring-write-baseline", type=parse_size, nargs="?", const=256 << 20, default=0,
                    metavar="BYTES", help="also measure every rank writing to the next at once "
                    "(BYTES each, 256M): the per-link rate busbw is held against")
     p.add_argument("--latency-baseline", action="store_true",

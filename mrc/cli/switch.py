@@ -5,7 +5,7 @@ flags into a `SwitchConfig`, and `run`: bind, say "listening" on stderr, relay u
 SIGTERM or `-t`, then print the counters (one JSON document with `-J`). Bad flags and addresses
 end here with one line on stderr and a non-zero exit (2 for usage, 1 for a socket that cannot be
 bound or a --realtime that is not allowed). The relay itself is `mrc.io.switch`; byte counts use
-`mrc.cli.units` as the bench does (`K` = 1024), rates are bit/s with SI suffixes (`M` = 10**6), as
+`mrc.units` as the bench does (`K` = 1024), rates are bit/s with SI suffixes (`M` = 10**6), as
 iperf3's `-b`.
 
 Synopsis: mrc switch --listen ADDR:PORT --forward ADDR:PORT --rate RATE [--reverse-rate RATE]
@@ -30,7 +30,7 @@ from mrc.cli import COMMANDS
 from mrc.io.switch import Relay, SwitchConfig, format_addr
 from mrc.io.switch_queue import DEFAULT_TRIM_SIZE, MIN_TRIM_SIZE
 
-from .units import UsageError, parse_seconds, parse_size
+from ..units import UsageError, parse_seconds, parse_size
 
 __all__ = ["add_parser", "parse_hostport", "parse_rate", "run"]
 

@@ -31,30 +31,17 @@ from typing import Any
 
 import numpy as np
 
+from ..units import parse_size
 from .comm import CollectiveError
 from .mrc_link import MrcLink, open_mrc
 from .ring import Ring, run_blocking
 from .tcp_link import open_tcp
 
-__all__ = ["TYPES", "bench_sizes", "expected", "inputs", "main", "parse_size"]
+__all__ = ["TYPES", "bench_sizes", "expected", "inputs", "main"]
 
 #: nccl-tests' type names → numpy dtypes.
 TYPES = {"float": "float32", "double": "float64", "int32": "int32", "int64": "int64"}
 BENCH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-
-
-def parse_size(text: str) -> int:
-    """Bytes: 8, 64K, 128M, 1G (1024-based)."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("B")
-    unit = t[-1:] if t[-1:] in units else ""
-    try:
-        value = int(t[: len(t) - len(unit)]) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def bench_sizes(begin: int, end: int, factor: int) -> list[int]:

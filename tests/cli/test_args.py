@@ -9,7 +9,7 @@ import pytest
 from benchproc import env
 
 from mrc.cli import main
-from mrc.cli.units import parse_size
+from mrc.units import parse_size
 
 BAD = [
     ([], "missing command"),

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from mrc.cli.units import parse_size
+from mrc.units import parse_size
 from tools.hostile import report
 from tools.hostile.attacks import KINDS
 from tools.hostile.rawnet import RawNetError

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from mrc.units import parse_size
+
 from . import stats
 from .fabric import JobError
 from .runner import FABRICS, TRANSPORTS, JobConfig, run_matrix
@@ -28,19 +30,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"job: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
-
-
-def parse_size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in units else ""
-    try:
-        value = int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
-    if not 4 <= value <= 1 << 30:
-        raise argparse.ArgumentTypeError(f"want 4 bytes … 1G: {text!r}")
-    return value
 
 
 def _list(choices: Sequence[str]) -> Callable[[str], list[str]]:

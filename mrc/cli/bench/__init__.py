@@ -34,7 +34,7 @@ from mrc.core.paths.balance import balance_names
 from mrc.core.paths.spray import spray_names
 from mrc.node.host import EV_ENCODINGS
 
-from ..units import UsageError, int_range, parse_seconds, parse_size
+from ...units import UsageError, int_range, parse_seconds, parse_size
 from .modes import entry
 from .options import (
     CORE,

@@ -47,7 +47,7 @@ import mrc
 from mrc.client import Client, ClientError, Message, RegionHandle, Write
 from mrc.client.rpc import TOO_MANY_OUTSTANDING
 
-from ..units import fmt_bytes, fmt_rate
+from ...units import fmt_bytes, fmt_rate
 from .options import BenchOptions
 from .proto import MAX_MESSAGE_SIZE, MAX_MESSAGES, Pattern
 from .receiver import Verifier

@@ -17,7 +17,7 @@ import sys
 from mrc.core.secure.handshake import Identity, public_key
 from mrc.node import Node, NodeError
 
-from ..units import fmt_bytes
+from ...units import fmt_bytes
 from . import runner
 from .client import BenchClient
 from .host import endpoint

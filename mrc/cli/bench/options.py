@@ -25,7 +25,7 @@ from mrc.io.pathtable import PathTable, PathTableError
 from mrc.node.host import SPORT_POOL
 from mrc.wire.bth import ROCE_PORT
 
-from ..units import UsageError
+from ...units import UsageError
 from .proto import MAX_INJECTS, MAX_MESSAGE_SIZE
 
 __all__ = [

@@ -3,7 +3,7 @@
 Holds `Output` (text lines as they come, or one JSON document per test), the banner lines
 (`implementation`, `security_line`), the interval and summary lines, the `start` facts
 (`StartInfo`, `test_start_info`, `connected_rows`) and `json_document`. It reads a `BenchTest`
-and never talks to the network; the units are iperf3's (`mrc.cli.units`), the event lines
+and never talks to the network; the units are iperf3's (`mrc.units`), the event lines
 `events`'.
 """
 
@@ -23,7 +23,7 @@ from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 from mrc.node.keys import encode_key
 
-from ..units import fmt_bytes, fmt_rate
+from ...units import fmt_bytes, fmt_rate
 from .events import event_lines
 from .options import BenchOptions
 from .setup import WRITER, IntervalSample

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..units import fmt_bytes
+from ...units import fmt_bytes
 from . import runner
 from .client import BenchClient
 from .host import client_node, on_signals

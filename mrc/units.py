@@ -2,8 +2,9 @@
 
 Holds what more than one command parses its flags with (`parse_size`, `parse_seconds`,
 `int_range`, `UsageError` for a bad combination of flags) and iperf3's way of printing byte
-counts and rates (`fmt_bytes`, `fmt_rate`). `mrc bench` and `mrc switch` import it; neither
-imports the other. Each command's own flags and checks stay in its module.
+counts and rates (`fmt_bytes`, `fmt_rate`). `mrc bench`, `mrc switch`, `mrc collective-bench`,
+the collective's rank process and the tools import it; it imports nothing of mrc, so it sits
+below all of them. Each command's own flags and checks stay in its module.
 
 Byte counts follow iperf3: `K`, `M`, `G`, `T` (and `KiB`, `MiB`, …) are powers of 1024; `kB`,
 `MB`, `GB`, `TB` are powers of 1000. Printed transfers are in base 1024, rates in base 1000.
