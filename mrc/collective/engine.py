@@ -20,6 +20,7 @@ for a failure, an abort from another rank, or the deadline.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ import numpy as np
 from .comm import CollectiveError
 from .schedule import HEADER, Header, Plan, reduce_into
 
-__all__ = ["WORK_OFFSET", "Engine", "Link"]
+__all__ = ["WORK_OFFSET", "Engine", "Link", "await_change"]
 
 #: Where the work buffer starts in the local buffer (the header staging area is before it).
 WORK_OFFSET = 4096
@@ -70,6 +71,28 @@ class Link(Protocol):
     async def abort(self, reason: str) -> None: ...
 
     async def close(self) -> None: ...
+
+
+async def await_change(changed: asyncio.Event, deadline: float, waiting: Callable[[], str],
+                       failure: Callable[[], CollectiveError | None]) -> None:
+    """A link's `wait`, whatever carries it: until `changed` is set or `deadline` (loop time)
+    passes, then clear it; raise the link's failure if it has one, or a timeout that says what
+    was awaited (`waiting()`)."""
+    left = deadline - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise CollectiveError(f"timed out {waiting()}")
+    if not changed.is_set():
+        try:
+            await asyncio.wait_for(changed.wait(), left)
+        except TimeoutError:
+            err = failure()
+            if err is not None:
+                raise err from None
+            raise CollectiveError(f"timed out {waiting()}") from None
+    changed.clear()
+    err = failure()
+    if err is not None:
+        raise err
 
 
 class Engine:

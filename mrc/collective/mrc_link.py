@@ -42,7 +42,7 @@ from mrc.client import (
 )
 
 from .comm import CollectiveError
-from .engine import WORK_OFFSET
+from .engine import WORK_OFFSET, await_change
 from .ring import AsyncRing, Ring, run_blocking, stop_loop
 
 __all__ = ["DEFAULT_CHUNK", "DEFAULT_SLOTS", "MrcLink", "open_mrc", "open_mrc_async"]
@@ -153,20 +153,7 @@ class MrcLink:
             raise self._failure
         if completions:
             self._want.set()
-        loop = asyncio.get_running_loop()
-        left = deadline - loop.time()
-        if left <= 0:
-            raise CollectiveError(f"timed out {waiting()}")
-        if not self._changed.is_set():
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
-            except TimeoutError:
-                if self._failure is not None:
-                    raise self._failure from None
-                raise CollectiveError(f"timed out {waiting()}") from None
-        self._changed.clear()
-        if self._failure is not None:
-            raise self._failure
+        await await_change(self._changed, deadline, waiting, lambda: self._failure)
 
     async def abort(self, reason: str) -> None:
         """Tell every other rank (at once, each bounded) unless the failure came from one."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .comm import CollectiveError
-from .engine import WORK_OFFSET
+from .engine import WORK_OFFSET, await_change
 from .ring import AsyncRing, Ring, run_blocking, stop_loop
 
 __all__ = ["TcpLink", "mptcp_available", "open_tcp", "open_tcp_async"]
@@ -129,19 +129,7 @@ class TcpLink:
         if gone is not None and not self._changed.is_set():
             # The neighbour we wait for closed and nothing moved since: it will not come.
             raise CollectiveError(gone)
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            raise CollectiveError(f"timed out {waiting()}")
-        if not self._changed.is_set():
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
-            except TimeoutError:
-                if self._failure is not None:
-                    raise self._failure from None
-                raise CollectiveError(f"timed out {waiting()}") from None
-        self._changed.clear()
-        if self._failure is not None:
-            raise self._failure
+        await await_change(self._changed, deadline, waiting, lambda: self._failure)
 
     async def abort(self, reason: str) -> None:
         """Tell both neighbours once (each forwards it once), then stop reading."""
