@@ -16,11 +16,11 @@ MIN_PAYLOAD_MTU: Final = 256
 MAX_PAYLOAD_MTU: Final = 8192
 #: UDP GSO sends at most 64 segments per call (docs/DESIGN.md §11).
 MAX_FLOWCELL: Final = 64
-#: Packets per flowcell of a host on real sockets unless its user says otherwise (`mrc bench
-#: --flowcell`, the daemon's `protocol.flowcell`, tools/bench_core.py all read this one value):
-#: as many as one GSO call holds, which moved 1.9-2.5x the bytes of an EV per packet on
-#: loopback (docs/DESIGN.md §11). `SessionConfig.flowcell` keeps 1, MRC's EV per packet, for
-#: the models that count packets (the simulator, the core's tests).
+#: Packets per flowcell unless the user says otherwise: the one default `SessionConfig`, `mrc
+#: bench --flowcell`, the daemon's `protocol.flowcell` and tools/bench_core.py all read. As many
+#: as one GSO call holds, which moved 1.9-2.5x the bytes of an EV per packet on loopback
+#: (docs/DESIGN.md §11). The simulator's experiments and the story tests that count packets ask
+#: for 1 (an EV per packet, MRC's rule as the paper models it) explicitly.
 DEFAULT_FLOWCELL: Final = MAX_FLOWCELL
 #: Paths one plane may have between two hosts (`plane_paths`).
 MAX_PLANE_PATHS: Final = 1 << 16
@@ -60,9 +60,9 @@ class SessionConfig:
     #: Packets per flowcell (docs/DESIGN.md §11): the sender asks the spray policy for one EV per
     #: flowcell and sends up to min(flowcell, 65507 // segment size, 64) consecutive new
     #: packets on it as one GSO batch (two when their headers differ in size). 1 = an EV per
-    #: packet, MRC's rule as the models see it; hosts on sockets use DEFAULT_FLOWCELL. Local:
-    #: not negotiated.
-    flowcell: int = 1
+    #: packet, MRC's rule as the models see it (the simulator's experiments pass it). Local: not
+    #: negotiated.
+    flowcell: int = DEFAULT_FLOWCELL
     #: Congestion control by name (mrc.core.cc.control registry): "nscc" (UEC NSCC) or "none" (the
     #: window only) (docs/DESIGN.md §7).
     cc: str = "nscc"

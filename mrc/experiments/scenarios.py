@@ -169,6 +169,8 @@ def _config(spray: str, planes: int = 4, **kw: Any) -> SessionConfig:
     kw.setdefault("cc", "none")
     # Simulated hosts answer at once: no userspace turnaround floors NSCC's base RTT.
     kw.setdefault("cc_min_base_rtt", 0.0)
+    # The models count packets: an EV per packet, MRC's rule (docs/DESIGN.md §11).
+    kw.setdefault("flowcell", 1)
     return SessionConfig(plane_mask=(1 << planes) - 1, spray=spray, min_rto=0.002, **kw)
 
 

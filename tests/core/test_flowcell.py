@@ -41,7 +41,7 @@ class Pair:
         self.region = self.b.regions.register(self.dst)
         self.src = bytes(range(256)) * 4096
         self.src_region = self.a.regions.register(bytearray(self.src))
-        cfg = SessionConfig(plane_mask=0b11, initial_psn=PSN0, **config)  # type: ignore[arg-type]
+        cfg = SessionConfig(plane_mask=0b11, initial_psn=PSN0, **{"flowcell": 1, **config})  # type: ignore[arg-type]
         self.b.listen(cfg, accept=lambda _: REPLY.pack(self.region.base_va, self.region.rkey))
         self.sa: Session = self.a.connect(self.b, cfg)
         self.net.drive(0.001)

@@ -188,7 +188,7 @@ def test_bad_rkey_and_out_of_bounds_writes_complete_with_their_status() -> None:
     dst = bytearray(1 << 20)
     region = b.regions.register(dst)
     src = a.regions.register(bytearray(b"s" * (1 << 20)))
-    cfg = SessionConfig(plane_mask=0b11)
+    cfg = SessionConfig(plane_mask=0b11, flowcell=1)
     b.listen(cfg, accept=lambda _: REPLY.pack(region.base_va, region.rkey))
 
     def on_event(host: Host, s: Session, ev: object) -> None:

@@ -83,7 +83,7 @@ def make_transfer(
     t = Transfer(
         net, a, b, src, dst, a.regions.register(bytearray(src)), b.regions.register(dst), messages
     )
-    cfg = config or SessionConfig(plane_mask=(1 << planes) - 1)
+    cfg = config or SessionConfig(plane_mask=(1 << planes) - 1, flowcell=1)
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
 
     def on_event(host: Host, session: Session, event: Event) -> None:

@@ -400,7 +400,7 @@ def clos_transfer(
         net, a, b, src, dst, a.regions.register(bytearray(src)), b.regions.register(dst), messages
     )
     # Simulated hosts answer at once: no userspace turnaround floors NSCC's base RTT.
-    cfg = SessionConfig(plane_mask=(1 << fab.planes) - 1, cc_min_base_rtt=0.0)
+    cfg = SessionConfig(plane_mask=(1 << fab.planes) - 1, cc_min_base_rtt=0.0, flowcell=1)
     if "plane_paths" in SessionConfig.__dataclass_fields__:
         # Selectors spread over the fabric's paths (docs/DESIGN.md §4), once the core takes them.
         cfg = replace(cfg, plane_paths=fab.plane_paths)  # type: ignore[call-arg,unused-ignore]
