@@ -30,6 +30,7 @@ from collections import deque
 from typing import Any
 
 from mrc.client import Client, ClientError, Connection, Region, RegionHandle, Write, rpc
+from mrc.units import parse_size
 
 ENDPOINT = "allgather"
 #: Writes kept in flight per connection, and posted per request.
@@ -45,19 +46,6 @@ class AllGatherError(Exception):
 def chunk_bytes(seed: int, chunk: int, size: int) -> bytes:
     """What rank `chunk` contributes: a stream seeded by (seed, chunk)."""
     return random.Random(seed * 1_000_003 + chunk).randbytes(size)
-
-
-def parse_size(text: str) -> int:
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in units else ""
-    try:
-        value = int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def _send(client: Client, peer: str, **msg: Any) -> None:

@@ -11,7 +11,8 @@ of its links) and lets the all-gather finish on the remaining paths. Every rank'
 collected; the run is `verified` when every rank checked every chunk. Daemons get SIGTERM,
 faults are cleared and a testbed it brought up is taken down, whatever happened.
 
-Holds the orchestration only; the example program is `allgather`, the testbed `tools.testbed`.
+Holds the orchestration only; the example program is `allgather`, the testbed `tools.testbed`,
+brought up and given a daemon per host as the training job does it (`tools.job.fabric`).
 """
 
 from __future__ import annotations
@@ -20,85 +21,23 @@ import argparse
 import contextlib
 import json
 import os
-import secrets
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mrc.client import Client, ClientError
+from mrc.units import parse_size
+from tools.job.fabric import ROOT, JobError, clos, env, processes
 
-from .allgather import parse_size
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-PLANES = 4
 FAULT_SWITCH = "t1bp1"  # plane 1's second tier-1 switch
 FAULT_LINKS = ("t0r1p1-t1bp1", "t0r2p1-t1bp1")
 
 
 class HarnessError(Exception):
-    """Setting the run up failed; one line."""
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def testbed(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "tools.testbed", *args], capture_output=True,
-                          text=True, cwd=ROOT, env=_env(), timeout=120, check=False)
-    if check and proc.returncode:
-        raise HarnessError(f"testbed {' '.join(args)}: {proc.stderr.strip() or proc.stdout}")
-    return proc
-
-
-def hosts_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """host name → {"namespace", "addresses": [plane 0..]} from `testbed status -J`."""
-    out = {}
-    for node in doc["nodes"]:
-        if not str(node["name"]).startswith("h"):
-            continue
-        addrs = {}
-        for iface in node["interfaces"]:
-            for a in iface["addresses"]:
-                if ":" in a:
-                    addrs[int(iface["plane"])] = a.split("/")[0]
-        if len(addrs) == PLANES:
-            out[node["name"]] = {"namespace": node["namespace"],
-                                 "addresses": [addrs[p] for p in range(PLANES)]}
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0][1:])))
-
-
-def daemon_config(host: str, hosts: dict[str, dict[str, Any]], paths: Path, sock: Path) -> str:
-    lines = [f'host = "{host}"', 'security = "none"', f'paths = "{paths}"', ""]
-    for addr in hosts[host]["addresses"]:
-        lines += ["[[planes]]", f'address = "{addr}"', ""]
-    for peer, info in hosts.items():
-        if peer != host:
-            quoted = ", ".join(f'"{a}"' for a in info["addresses"])
-            lines += ["[[peers]]", f'name = "{peer}"', f"addresses = [{quoted}]", ""]
-    lines += ["[control]", f'socket = "{sock}"', ""]
-    return "\n".join(lines)
-
-
-def _wait_socket(sock: Path, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise HarnessError(f"daemon for {sock.name} exited {proc.returncode}: "
-                               + " | ".join(tail))
-        with contextlib.suppress(ClientError), Client(str(sock), connect_timeout=1.0) as c:
-            c.status()
-            return
-        time.sleep(0.1)
-    raise HarnessError(f"daemon at {sock} not answering after {timeout:g} s")
+    """The run failed in a way the harness can name; one line."""
 
 
 def _sent_bytes(clients: list[Client]) -> int:
@@ -110,7 +49,7 @@ def _inject(name: str) -> None:
     """Both links of the tier-1 switch down at once (one `testbed fault` per link, together)."""
     procs = [subprocess.Popen([sys.executable, "-m", "tools.testbed", "fault", "--name", name,
                                "link-down", link], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env())
              for link in FAULT_LINKS]
     for link, proc in zip(FAULT_LINKS, procs, strict=True):
         _, err = proc.communicate(timeout=60)
@@ -118,62 +57,22 @@ def _inject(name: str) -> None:
             raise HarnessError(f"fault link-down {link}: {err.strip()}")
 
 
-@contextlib.contextmanager
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes started inside; SIGTERM (then SIGKILL) for any still running at the end."""
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
         timeout: float) -> dict[str, Any]:
-    own = name is None
-    name = name or f"ag{secrets.token_hex(3)}"
-    try:
-        if own:
-            testbed("up", "clos", "--name", name)
-        doc = json.loads(testbed("status", name, "-J").stdout)
-        paths = work / "paths.json"
-        testbed("paths", name, "-o", str(paths))
-        hosts = hosts_of(doc)
-        if len(hosts) < 2:
-            raise HarnessError(f"testbed {name} has {len(hosts)} hosts with {PLANES} planes")
-        names = list(hosts)
-        socks = [work / f"{h}.sock" for h in names]
-        with processes() as procs:
-            daemons = []
-            for host, sock in zip(names, socks, strict=True):
-                conf = work / f"{host}.toml"
-                conf.write_text(daemon_config(host, hosts, paths, sock))
-                log = work / f"{host}.daemon.log"
-                with log.open("wb") as fh:
-                    daemons.append(subprocess.Popen(
-                        ["ip", "netns", "exec", hosts[host]["namespace"], sys.executable, "-m",
-                         "mrc", "daemon", "--config", str(conf)],
-                        stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=_env()))
-                procs.append(daemons[-1])
-            for sock, proc, host in zip(socks, daemons, names, strict=True):
-                _wait_socket(sock, proc, work / f"{host}.daemon.log", 30.0)
-            ranks = []
-            for rank, (host, sock) in enumerate(zip(names, socks, strict=True)):
+    with clos(name, 0, work) as bed:
+        if len(bed.hosts) < 2:
+            raise HarnessError(f"testbed {bed.name} has {len(bed.hosts)} hosts with "
+                               f"{bed.planes} planes")
+        names = bed.hosts
+        exits: dict[str, int | None] = {}
+        with bed.daemons(names, exits=exits) as socks, processes() as ranks:
+            for rank, host in enumerate(names):
                 ranks.append(subprocess.Popen(
-                    ["ip", "netns", "exec", hosts[host]["namespace"], sys.executable, "-m",
-                     "tools.examples.allgather", "--socket", str(sock), "--rank", str(rank),
-                     "--hosts", ",".join(names), "--size", str(size), "--write", str(piece),
-                     "--timeout", str(timeout)],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=_env()))
-                procs.append(ranks[-1])
+                    bed.in_ns(host, sys.executable, "-m", "tools.examples.allgather",
+                              "--socket", str(socks[host]), "--rank", str(rank),
+                              "--hosts", ",".join(names), "--size", str(size),
+                              "--write", str(piece), "--timeout", str(timeout)),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env()))
             start = time.monotonic()
             fault_at = None
             mid_run = False
@@ -183,13 +82,13 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
                 # moves with the switch down (`sent` tells how much did).
                 target = len(names) * (len(names) - 1) * size // 8
                 with contextlib.ExitStack() as stack:
-                    clients = [stack.enter_context(Client(str(s))) for s in socks]
+                    clients = [stack.enter_context(Client(str(socks[h]))) for h in names]
                     while _sent_bytes(clients) < target and time.monotonic() - start < timeout:
                         if all(r.poll() is not None for r in ranks):
                             break
                         time.sleep(0.02)
                     sent["at_fault"] = _sent_bytes(clients)
-                    _inject(name)
+                    _inject(bed.name)
                     fault_at = round(time.monotonic() - start, 3)
                     mid_run = any(r.poll() is None for r in ranks)
                     sent["fault_done"] = _sent_bytes(clients)
@@ -208,18 +107,14 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
                                     "error": err.decode(errors="replace").strip()[-300:]
                                     or f"exited {proc.returncode} without a result"})
             daemon_status = []
-            for sock in socks:
-                with contextlib.suppress(ClientError), Client(str(sock)) as c:
+            for host in names:
+                with contextlib.suppress(ClientError), Client(str(socks[host])) as c:
                     daemon_status.append(c.status())
             sent["total"] = sum(int(p.get("bytes_sent") or 0) for d in daemon_status
                                 for p in d.get("planes") or [])
-        exits = [d.returncode for d in daemons]
-    finally:
-        testbed("fault", "--name", name, "clear", check=False)
-        if own:
-            testbed("down", name, check=False)
+        testbed_name = bed.name
     return {
-        "testbed": name,
+        "testbed": testbed_name,
         "hosts": names,
         "size": size,
         "fault": {"switch": FAULT_SWITCH, "links": list(FAULT_LINKS), "at_seconds": fault_at,
@@ -228,7 +123,7 @@ def run(name: str | None, size: int, piece: int, fault: bool, work: Path,
         "bytes_sent_total": sent.get("total"),
         "verified": all(r.get("verified") for r in results) and len(results) == len(names),
         "ranks": results,
-        "daemon_exits": exits,
+        "daemon_exits": [exits.get(h) for h in names],
         "daemons": [{"host": s.get("host"), "planes": s.get("planes")} for s in daemon_status],
     }
 
@@ -254,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         try:
             doc = run(ns.name, ns.size, ns.write, not ns.no_fault, work, ns.timeout)
-        except HarnessError as exc:
+        except (HarnessError, JobError) as exc:
             sys.stderr.write(f"allgather_testbed: {exc}\n")
             return 1
     if ns.json:

@@ -2,7 +2,7 @@
 
 `Bed` is one running `clos` testbed (SRv6, or `--ecmp 1`) as the job uses it: its hosts'
 namespaces and plane addresses (from `status -J`), the SRv6 path table, a daemon per host
-(`daemons`: a config as tools/examples/allgather_testbed writes one, the host's planes, the
+(`daemons`, which tools/examples/allgather_testbed uses too: the host's planes, the
 other hosts as peers, the path table on SRv6, `security = "none"`: the job measures the fabric,
 not the handshake), the in-kernel MPTCP path manager set up in every host (one `signal`
 endpoint per extra plane, so each connection gets one subflow per plane), and the bytes each
@@ -119,25 +119,31 @@ class Bed:
         return self.work / f"{self.name}-{host}.sock"
 
     @contextlib.contextmanager
-    def daemons(self, hosts: list[str], timeout: float = 30.0) -> Iterator[dict[str, Path]]:
-        """A daemon per host, answering on its socket; SIGTERM (then SIGKILL) at the end."""
-        with processes() as procs:
-            started = []
-            for host in hosts:
-                sock = self.socket(host)
-                conf = self.work / f"{self.name}-{host}.toml"
-                conf.write_text(self.daemon_config(host, sock))
-                log = self.work / f"{self.name}-{host}.daemon.log"
-                with log.open("wb") as fh:
-                    proc = subprocess.Popen(
-                        self.in_ns(host, sys.executable, "-m", "mrc", "daemon", "--config",
-                                   str(conf)),
-                        stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env())
-                procs.append(proc)
-                started.append((host, sock, proc, log))
-            for host, sock, proc, log in started:
-                _wait_socket(host, sock, proc, log, timeout)
-            yield {host: sock for host, sock, _, _ in started}
+    def daemons(self, hosts: list[str], timeout: float = 30.0,
+                exits: dict[str, int | None] | None = None) -> Iterator[dict[str, Path]]:
+        """A daemon per host, answering on its socket; SIGTERM (then SIGKILL) at the end, after
+        which `exits` (when given) holds each host's daemon exit status."""
+        started: list[tuple[str, Path, subprocess.Popen[bytes], Path]] = []
+        try:
+            with processes() as procs:
+                for host in hosts:
+                    sock = self.socket(host)
+                    conf = self.work / f"{self.name}-{host}.toml"
+                    conf.write_text(self.daemon_config(host, sock))
+                    log = self.work / f"{self.name}-{host}.daemon.log"
+                    with log.open("wb") as fh:
+                        proc = subprocess.Popen(
+                            self.in_ns(host, sys.executable, "-m", "mrc", "daemon", "--config",
+                                       str(conf)),
+                            stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env())
+                    procs.append(proc)
+                    started.append((host, sock, proc, log))
+                for host, sock, proc, log in started:
+                    _wait_socket(host, sock, proc, log, timeout)
+                yield {host: sock for host, sock, _, _ in started}
+        finally:
+            if exits is not None:
+                exits.update({host: proc.returncode for host, _, proc, _ in started})
 
     def clear_faults(self) -> None:
         """Every fault of the testbed undone (links up, routes back)."""
