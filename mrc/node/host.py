@@ -164,6 +164,7 @@ class Node:
         rng: random.Random | None = None,
         endpoint: Endpoint | None = None,
         on_event: EventHandler | None = None,
+        on_events: EventsHandler | None = None,
         on_error: Callable[[str], None] | None = None,
         interfaces: Sequence[str | None] = (),
         secured: bool = False,
@@ -179,7 +180,7 @@ class Node:
         self.secured = secured
         self.on_event = on_event
         #: When set, takes the events instead of `on_event`, a flush's worth per call.
-        self.on_events: EventsHandler | None = None
+        self.on_events = on_events
         self.on_error = on_error
         #: Paths of each plane this node's listener spreads its EVs over (1 = direct).
         self.plane_paths: dict[int, int] = {}

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable
 
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
 from mrc.core.session import Session
 from mrc.core.trace import TraceCollector
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name
-from mrc.io.planes import SockAddr
-from mrc.node import Node
+from mrc.node import EventsHandler
 
 from . import runner
-from .host import client_node, on_signals
+from .host import ClientNode, client_node, on_signals
 from .options import BenchOptions
 from .proto import BenchProtocolError, BenchReply, BenchRequest, RegionRef, slot_count
 from .report import (
@@ -52,24 +52,21 @@ class BenchClient:
         opts: BenchOptions,
         state: RunState,
         out: Output,
-        node: Node,
-        peers: dict[int, SockAddr],
+        open_node: Callable[[EventsHandler], ClientNode],
         *,
         demo_fault: tuple[int, float] | None = None,
-        plane_paths: Mapping[int, int] | None = None,
     ) -> None:
         self.loop = loop
         self.opts = opts
         self.state = state
         self.out = out
-        self.peers = peers
+        node, self.peers, plane_paths = open_node(self._on_events)
         self.node = node
         self.rng = node.rng
         self.core = node.endpoint
         self.io: IoEndpoint[Session] = node.io
-        node.on_events = self._on_events
         #: --paths: paths per plane (1 = direct) and the lines that describe them.
-        self.plane_paths: dict[int, int] = dict(plane_paths or {})
+        self.plane_paths: dict[int, int] = dict(plane_paths)
         self.path_lines = list(node.path_lines)
         self.demo_fault = demo_fault
         self.test: BenchTest | None = None
@@ -295,9 +292,12 @@ class BenchClient:
 
 async def _client(opts: BenchOptions, state: RunState) -> int:
     loop = asyncio.get_running_loop()
-    node, peers, counts = client_node(loop, opts, state)
     client = BenchClient(
-        loop, opts, state, Output(json_mode=opts.json), node, peers, plane_paths=counts
+        loop,
+        opts,
+        state,
+        Output(json_mode=opts.json),
+        functools.partial(client_node, loop, opts, state),
     )
     on_signals(loop, client.interrupt)
     try:

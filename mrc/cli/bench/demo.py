@@ -13,14 +13,15 @@ import dataclasses
 import os
 import random
 import sys
+from collections.abc import Callable
 
 from mrc.core.secure.handshake import Identity, public_key
-from mrc.node import Node, NodeError
+from mrc.node import EventsHandler, Node, NodeError
 
 from ...units import fmt_bytes
 from . import runner
 from .client import BenchClient
-from .host import endpoint
+from .host import ClientNode, endpoint
 from .options import BenchOptions
 from .report import Output, implementation
 from .server import BenchServer
@@ -49,24 +50,29 @@ def _identities(opts: BenchOptions) -> tuple[Identity | None, Identity | None]:
 async def _demo(opts: BenchOptions, state: RunState) -> int:
     loop = asyncio.get_running_loop()
     server_id, client_id = _identities(opts)
-    node: Node | None = None
-    port = 0
-    for _ in range(50):
-        port = random.randrange(20000, 60000)
-        ep = endpoint(server_id)
-        try:
-            node = Node(loop, DEMO_SERVER, port, serve=True, rng=ep.rng, endpoint=ep)
-            break
-        except NodeError:
-            continue
-    if node is None:
+
+    def server_node(on_events: EventsHandler, on_error: Callable[[str], None]) -> Node:
+        """The demo server's node, on the first free port of a few random ones."""
+        for _ in range(50):
+            ep = endpoint(server_id)
+            try:
+                return Node(
+                    loop, DEMO_SERVER, random.randrange(20000, 60000), serve=True, rng=ep.rng,
+                    endpoint=ep, on_events=on_events, on_error=on_error,
+                )  # fmt: skip
+            except NodeError:
+                continue
         raise BenchError("no free UDP port on 127.0.0.2-5 for the demo server")
+
     server_opts = dataclasses.replace(
-        opts, role="server", server=(), bind=DEMO_SERVER, port=port, one_off=True, verify=False,
+        opts, role="server", server=(), bind=DEMO_SERVER, one_off=True, verify=False,
         duration=0.0, total_bytes=0, json=False, trace=None, injects=(), ev_encoding="evxh",
     )  # fmt: skip
     server_state = RunState(identity=server_id)
-    server = BenchServer(loop, server_opts, server_state, Output(json_mode=False, quiet=True), node)
+    server = BenchServer(
+        loop, server_opts, server_state, Output(json_mode=False, quiet=True), server_node
+    )
+    port = server.node.port
     server.start()
     client_opts = dataclasses.replace(
         opts, role="client", server=DEMO_SERVER, bind=DEMO_CLIENT, port=port
@@ -81,12 +87,12 @@ async def _demo(opts: BenchOptions, state: RunState) -> int:
         f"--verify, plane {plane} blackholed once {share:.0%} of the bytes are through "
         f"({implementation()})"
     )
-    ep = endpoint(client_id)
-    client_node = Node(loop, DEMO_CLIENT, 0, rng=ep.rng, endpoint=ep)
-    peers = {i: (h, port) for i, h in enumerate(DEMO_SERVER)}
-    client = BenchClient(
-        loop, client_opts, client_state, out, client_node, dict(peers), demo_fault=FAULT
-    )
+    def client_node(on_events: EventsHandler) -> ClientNode:
+        ep = endpoint(client_id)
+        node = Node(loop, DEMO_CLIENT, 0, rng=ep.rng, endpoint=ep, on_events=on_events)
+        return ClientNode(node, {i: (h, port) for i, h in enumerate(DEMO_SERVER)}, {})
+
+    client = BenchClient(loop, client_opts, client_state, out, client_node, demo_fault=FAULT)
     try:
         rc = await client.run()
     finally:

@@ -14,17 +14,27 @@ import random
 import signal
 import socket
 from collections.abc import Callable
+from typing import NamedTuple
 
 from mrc.core.endpoint import Endpoint
 from mrc.core.secure.handshake import Identity
 from mrc.io.planes import SockAddr, resolve_addr
-from mrc.node import Node, client_binds
+from mrc.node import EventHandler, EventsHandler, Node, client_binds
 
 from .options import BenchOptions
 from .setup import BenchError
 from .state import RunState
 
-__all__ = ["client_node", "endpoint", "on_signals", "server_node"]
+__all__ = ["ClientNode", "client_node", "endpoint", "on_signals", "server_node"]
+
+
+class ClientNode(NamedTuple):
+    """What `client_node` opens: the node, the server's address on each plane, and the SRv6
+    paths per plane (--paths; empty without)."""
+
+    node: Node
+    peers: dict[int, SockAddr]
+    plane_paths: dict[int, int]
 
 
 def endpoint(identity: Identity | None) -> Endpoint:
@@ -38,8 +48,15 @@ def on_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> 
             loop.add_signal_handler(sig, handler)
 
 
-def server_node(loop: asyncio.AbstractEventLoop, opts: BenchOptions, state: RunState) -> Node:
-    """`mrc bench -s`: a node serving on the -B addresses and -p port."""
+def server_node(
+    loop: asyncio.AbstractEventLoop,
+    opts: BenchOptions,
+    state: RunState,
+    on_events: EventsHandler,
+    on_error: Callable[[str], None],
+) -> Node:
+    """`mrc bench -s`: a node serving on the -B addresses and -p port, its events and transport
+    errors going to the server that asked for it."""
     assert opts.bind is not None
     ep = endpoint(state.identity)
     return Node(
@@ -53,6 +70,8 @@ def server_node(loop: asyncio.AbstractEventLoop, opts: BenchOptions, state: RunS
         endpoint=ep,
         secured=opts.security != "none",
         ev_encoding=opts.ev_encoding,
+        on_events=on_events,
+        on_error=on_error,
     )
 
 
@@ -72,10 +91,16 @@ def _resolve_peers(opts: BenchOptions) -> tuple[dict[int, SockAddr], list[str]]:
 
 
 def client_node(
-    loop: asyncio.AbstractEventLoop, opts: BenchOptions, state: RunState
-) -> tuple[Node, dict[int, SockAddr], dict[int, int]]:
-    """A client's node on fresh sockets, the server's address on each plane, and the SRv6
-    paths per plane (--paths; empty without). The caller closes the node."""
+    loop: asyncio.AbstractEventLoop,
+    opts: BenchOptions,
+    state: RunState,
+    on_events: EventsHandler | None = None,
+    *,
+    on_event: EventHandler | None = None,
+) -> ClientNode:
+    """A client's node on fresh sockets, its events going to `on_event` (one at a time) or
+    `on_events` (a flush's worth), with the server's address on each plane and the SRv6 paths
+    per plane (--paths; empty without). The caller closes the node."""
     peers, binds = _resolve_peers(opts)
     table = opts.path_table
     if table is not None and opts.bind is None:
@@ -84,10 +109,11 @@ def client_node(
     node = Node(
         loop, binds, 0, table=table, payload_mtu=opts.payload_mtu, rng=ep.rng,
         endpoint=ep, secured=opts.security != "none", ev_encoding=opts.ev_encoding,
+        on_event=on_event, on_events=on_events,
     )  # fmt: skip
     try:
         counts = node.open_paths(peers) if table is not None else {}
     except BaseException:
         node.close()
         raise
-    return node, peers, counts
+    return ClientNode(node, peers, counts)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 from mrc.core.events import ConnectionClosed, ConnectionEstablished, Event
 from mrc.core.session import Session
 from mrc.core.trace import TraceLog
 from mrc.io.endpoint import IoEndpoint
 from mrc.io.loop import loop_name
-from mrc.node import Node
+from mrc.node import EventsHandler, Node
 
 from . import runner
 from .echo import LatencyEcho
@@ -55,7 +56,7 @@ class BenchServer:
         opts: BenchOptions,
         state: RunState,
         out: Output,
-        node: Node,
+        open_node: Callable[[EventsHandler, Callable[[str], None]], Node],
         *,
         max_tests: int = 8,
         start_timeout: float = 5.0,
@@ -64,12 +65,11 @@ class BenchServer:
         self.opts = opts
         self.state = state
         self.out = out
+        node = open_node(self._on_events, self._on_error)
         self.node = node
         self.rng = node.rng
         self.core = node.endpoint
         self.io: IoEndpoint[Session] = node.io
-        node.on_events = self._on_events
-        node.on_error = self._on_error
         #: --paths: lines that describe them for the banner.
         self.path_lines = list(node.path_lines)
         self.config = opts.config(len(node.planes))
@@ -351,8 +351,13 @@ class BenchServer:
 
 async def _serve(opts: BenchOptions, state: RunState) -> int:
     loop = asyncio.get_running_loop()
-    node = server_node(loop, opts, state)
-    server = BenchServer(loop, opts, state, Output(json_mode=opts.json), node)
+    server = BenchServer(
+        loop,
+        opts,
+        state,
+        Output(json_mode=opts.json),
+        lambda on_events, on_error: server_node(loop, opts, state, on_events, on_error),
+    )
     on_signals(loop, server.stop)
     try:
         server.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -133,9 +134,9 @@ async def _client(opts: BenchOptions, state: RunState) -> int:
         for size in opts.sweep_sizes:
             # Interval lines make no sense inside a table; each size reports one row.
             size_opts = dataclasses.replace(opts, msg_size=size, interval=0.0, json=False)
-            node, peers, counts = client_node(loop, size_opts, state)
             quiet = Output(json_mode=False, quiet=True)
-            current = BenchClient(loop, size_opts, state, quiet, node, peers, plane_paths=counts)
+            opened = functools.partial(client_node, loop, size_opts, state)
+            current = BenchClient(loop, size_opts, state, quiet, opened)
             try:
                 rc = await current.run()
                 test = current.test
