@@ -26,6 +26,7 @@ TOO_MANY_OUTSTANDING = -32006
 NOT_CONNECTED = -32007
 SHUTTING_DOWN = -32008
 RESOURCE_LIMIT = -32009
+PERMISSION_DENIED = -32010
 
 #: Largest unsigned value a JSON integer of the protocol may carry (ids, VAs, lengths).
 U64_MAX = (1 << 64) - 1

@@ -267,8 +267,13 @@ class AsyncClient:
     async def status(self) -> dict[str, Any]:
         return await self._run(self._core.status())
 
-    async def register_region(self, size: int, name: str | None = None) -> AsyncRegion:
-        region_id, handle, memory = await self._run(self._core.register_region(size, name))
+    async def register_region(
+        self, size: int, name: str | None = None, *, peers: Sequence[str] | None = None
+    ) -> AsyncRegion:
+        """As `Client.register_region`: `peers` names the peers that may write it."""
+        region_id, handle, memory = await self._run(
+            self._core.register_region(size, name, peers)
+        )
         region = AsyncRegion(self, region_id, handle, memory, name)
         self._core.adopt_region(region)
         return region
@@ -306,4 +311,5 @@ class AsyncClient:
         )
 
     async def regions(self) -> list[dict[str, Any]]:
+        """As `Client.regions`: this client's own unless it runs as the daemon's uid or root."""
         return await self._run(self._core.view("regions"))

@@ -87,15 +87,24 @@ class ClientCore:
 
     # ---- regions -------------------------------------------------------------------------
 
-    def register_region(self, size: int, name: str | None) -> Op[tuple[int, RegionHandle,
-                                                                       SharedMemory]]:
+    def register_region(
+        self, size: int, name: str | None, peers: Sequence[str] | None = None
+    ) -> Op[tuple[int, RegionHandle, SharedMemory]]:
         if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 64):
             raise ClientError(INVALID_PARAMS, f"region name must be 1..64 characters: {name!r}")
+        if peers is not None and (
+            isinstance(peers, str)
+            or not isinstance(peers, Sequence)
+            or not all(isinstance(p, str) and p for p in peers)
+        ):
+            raise ClientError(INVALID_PARAMS, f"peers must be a list of peer names: {peers!r}")
         memory = SharedMemory(size, name or "region")
         try:
             params: dict[str, Any] = {"size": size}
             if name is not None:
                 params["name"] = name
+            if peers is not None:
+                params["peers"] = list(peers)
             result = yield Call("register_region", params, fd=memory.fd)
             if not isinstance(result, dict) or type(result.get("region")) is not int:
                 raise ClientError(BAD_ANSWER, "register_region: answer without a region id")

@@ -24,6 +24,7 @@ from mrc.control import (
     NOT_CONNECTED,
     OUT_OF_BOUNDS,
     PARSE_ERROR,
+    PERMISSION_DENIED,
     RESOURCE_LIMIT,
     SHUTTING_DOWN,
     TOO_MANY_OUTSTANDING,
@@ -44,6 +45,7 @@ __all__ = [
     "NOT_CONNECTED",
     "OUT_OF_BOUNDS",
     "PARSE_ERROR",
+    "PERMISSION_DENIED",
     "RESOURCE_LIMIT",
     "SHUTTING_DOWN",
     "TIMEOUT",
@@ -81,6 +83,7 @@ _NAMES = {
     NOT_CONNECTED: "not connected",
     SHUTTING_DOWN: "shutting down",
     RESOURCE_LIMIT: "resource limit",
+    PERMISSION_DENIED: "permission denied",
     UNREACHABLE: "daemon unreachable",
     CLOSED: "connection to the daemon closed",
     BAD_ANSWER: "bad answer from the daemon",
@@ -178,6 +181,8 @@ def decode_response(line: bytes) -> Response:
         msg = json.loads(line)
     except ValueError as exc:
         raise ClientError(BAD_ANSWER, f"the daemon sent a line that is not JSON: {exc}") from None
+    except RecursionError:
+        raise ClientError(BAD_ANSWER, "the daemon sent a line nested too deep to read") from None
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
         raise ClientError(BAD_ANSWER, "the daemon sent something that is not a JSON-RPC answer")
     req_id = msg.get("id")

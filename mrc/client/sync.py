@@ -270,9 +270,13 @@ class Client:
     def status(self) -> dict[str, Any]:
         return self._run(self._core.status())
 
-    def register_region(self, size: int, name: str | None = None) -> Region:
-        """A new region of `size` bytes in shared memory, registered with the daemon."""
-        region_id, handle, memory = self._run(self._core.register_region(size, name))
+    def register_region(
+        self, size: int, name: str | None = None, *, peers: Sequence[str] | None = None
+    ) -> Region:
+        """A new region of `size` bytes in shared memory, registered with the daemon. `peers`:
+        the names of the configured peers that may write it (default: any of them); a WRITE
+        from another fails at its writer with remote_access_error."""
+        region_id, handle, memory = self._run(self._core.register_region(size, name, peers))
         region = Region(self, region_id, handle, memory, name)
         self._core.adopt_region(region)
         return region
@@ -312,4 +316,6 @@ class Client:
         )
 
     def regions(self) -> list[dict[str, Any]]:
+        """This client's regions (every one on the host when it runs as the daemon's uid or
+        root; `connections` and `evs` likewise)."""
         return self._run(self._core.view("regions"))

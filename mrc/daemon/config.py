@@ -112,6 +112,9 @@ class ControlConfig:
     socket: str = DEFAULT_SOCKET
     mode: int = 0o600
     group: str | None = None
+    #: The uids whose processes may use the socket (the daemon's own and root always may);
+    #: None: any the socket's mode and group let in.
+    allowed_uids: frozenset[int] | None = None
 
 
 _CORE = SessionConfig()
@@ -140,6 +143,18 @@ class Limits:
     #: The largest region one application may register, and all regions together.
     max_region_bytes: int = 1 << 36
     max_total_region_bytes: int = 1 << 38
+    #: What one control client may hold (docs/DAEMON.md, "Configuration").
+    max_regions_per_client: int = 1024
+    max_region_bytes_per_client: int = 1 << 36
+    max_connections_per_client: int = 256
+    max_endpoints_per_client: int = 64
+    #: What the clients of one uid may hold together (from SO_PEERCRED); the admin uids (the
+    #: daemon's own and root) are held only to the per-client and global limits.
+    max_clients_per_uid: int = 128
+    max_regions_per_uid: int = 2048
+    max_region_bytes_per_uid: int = 1 << 37
+    max_connections_per_uid: int = 512
+    max_endpoints_per_uid: int = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +378,7 @@ def _peers(value: Any, planes: int, port: int, host: str) -> tuple[PeerConfig, .
 
 
 def _control(doc: dict[str, Any], base: str) -> ControlConfig:
-    _no_unknown(doc, {"socket", "mode", "group"}, "control")
+    _no_unknown(doc, {"socket", "mode", "group", "allowed_uids"}, "control")
     path = _file(doc, "socket", base, "control.socket") or DEFAULT_SOCKET
     if len(path.encode()) > MAX_SOCKET_PATH:
         raise ConfigError(
@@ -382,7 +397,17 @@ def _control(doc: dict[str, Any], base: str) -> ControlConfig:
             grp.getgrnam(group)
         except KeyError:
             raise ConfigError("control.group", f"no group named {group!r}") from None
-    return ControlConfig(path, int(mode_text, 8), group)
+    uids = doc.get("allowed_uids")
+    allowed = None
+    if uids is not None:
+        if not isinstance(uids, list) or not all(
+            type(u) is int and 0 <= u < 1 << 32 for u in uids
+        ):
+            raise ConfigError(
+                "control.allowed_uids", f"must be a list of uids (integers 0..2^32-1), got {uids!r}"
+            )
+        allowed = frozenset(uids)
+    return ControlConfig(path, int(mode_text, 8), group, allowed)
 
 
 def _protocol(doc: dict[str, Any]) -> ProtocolConfig:
@@ -426,7 +451,23 @@ def _limits(doc: dict[str, Any]) -> Limits:
             doc, "max_total_region_bytes", "limits.max_total_region_bytes", 1, 1 << 44,
             d.max_total_region_bytes,
         ),
+        **{key: _int(doc, key, f"limits.{key}", 1, hi, getattr(d, key))
+           for key, hi in _QUOTAS.items()},
     )
+
+
+#: The per-client and per-uid quotas and the largest value each takes.
+_QUOTAS = {
+    "max_regions_per_client": 1 << 20,
+    "max_region_bytes_per_client": 1 << 44,
+    "max_connections_per_client": 1 << 16,
+    "max_endpoints_per_client": 1 << 16,
+    "max_clients_per_uid": 65536,
+    "max_regions_per_uid": 1 << 20,
+    "max_region_bytes_per_uid": 1 << 44,
+    "max_connections_per_uid": 1 << 16,
+    "max_endpoints_per_uid": 1 << 16,
+}
 
 
 # -- value checks -------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The control socket: a Unix stream socket speaking newline-delimited JSON-RPC 2.0 with fds.
 
 Holds `ControlServer` (binding the socket path with its mode and group, refusing to start when
-another daemon answers there and replacing a stale file, accepting up to `max_clients` clients
-and refusing the rest with a counted error line, removing the file at the end) and
+another daemon answers there and replacing a stale file, following no symlink while setting
+it up, accepting up to `max_clients` clients, `max_clients_per_uid` of a uid other than the
+admin ones (the daemon's own and root), only those and the `allowed_uids` when given (the uid
+is the kernel's, SO_PEERCRED), and refusing the rest with a counted error line, removing the
+file at the end) and
 `ControlClient` (one application's connection: reading lines with the fds that came with them,
 answering in order or, for a long-poll, when it is over, and a bounded output buffer).
 
@@ -85,11 +88,18 @@ class _Pending:
 class ControlClient:
     """One connected application."""
 
-    def __init__(self, server: ControlServer, sock: socket.socket, client_id: int) -> None:
+    def __init__(
+        self,
+        server: ControlServer,
+        sock: socket.socket,
+        client_id: int,
+        credentials: tuple[int, int, int],
+    ) -> None:
+        """`credentials`: the process's (pid, uid, gid) from SO_PEERCRED at connect time."""
         self.server = server
         self.sock = sock
         self.id = client_id
-        self.pid, self.uid, self.gid = _peer_credentials(sock)
+        self.pid, self.uid, self.gid = credentials
         self.closed = False
         self._buf = bytearray()
         #: Buffer offset of a line start → the fds that came with that line.
@@ -351,16 +361,25 @@ class ControlServer:
         mode: int = 0o600,
         group: str | None = None,
         max_clients: int = 256,
+        max_clients_per_uid: int = 128,
+        allowed_uids: frozenset[int] | None = None,
+        admin_uids: frozenset[int] = frozenset(),
         counters: Counter[str] | None = None,
     ) -> None:
         """`counters`: where to count refused clients, errors by code and the like (the
-        daemon hands in the service's, which its views show); a new one if None."""
+        daemon hands in the service's, which its views show); a new one if None.
+        `allowed_uids`: who may connect besides the `admin_uids` (the daemon's own and root;
+        None: anyone the socket's mode lets in); `max_clients_per_uid` does not hold for an
+        admin uid."""
         self.loop = loop
         self.path = path
         self.dispatcher = dispatcher
         self.mode = mode
         self.group = group
         self.max_clients = max_clients
+        self.max_clients_per_uid = max_clients_per_uid
+        self.allowed_uids = allowed_uids
+        self.admin_uids = admin_uids
         self.clients: dict[int, ControlClient] = {}
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self._sock: socket.socket | None = None
@@ -383,13 +402,19 @@ class ControlServer:
         finally:
             os.umask(old)
         try:
-            os.chmod(path, self.mode)
+            # The umask above gave the socket its mode. Nothing here follows a symlink: whoever
+            # can write the directory could have swapped the file for one to theirs since bind.
+            st = os.lstat(path)
+            if not stat.S_ISSOCK(st.st_mode) or stat.S_IMODE(st.st_mode) != self.mode:
+                raise ControlError(f"{path} was replaced while binding; not serving it")
             if self.group is not None:
-                os.chown(path, -1, grp.getgrnam(self.group).gr_gid)
-            st = os.stat(path)
+                os.chown(path, -1, grp.getgrnam(self.group).gr_gid, follow_symlinks=False)
             self._inode = (st.st_dev, st.st_ino)
             sock.listen(min(4096, max(128, self.max_clients)))
             sock.setblocking(False)
+        except ControlError:
+            sock.close()
+            raise
         except (OSError, KeyError) as exc:
             sock.close()
             with contextlib.suppress(OSError):
@@ -433,20 +458,39 @@ class ControlServer:
                 self.counters[f"accept_error_{exc.errno}"] += 1
                 return
             conn.setblocking(False)
-            if len(self.clients) >= self.max_clients:
-                self.counters["refused_clients"] += 1
-                err = RpcError(
-                    rpc.RESOURCE_LIMIT, f"too many clients (max_clients = {self.max_clients})"
-                )
+            credentials = _peer_credentials(conn)
+            refusal = self._refusal(credentials[1])
+            if refusal is not None:
                 with contextlib.suppress(OSError):
-                    conn.send(rpc.encode(rpc.failure(None, err)))
+                    conn.send(rpc.encode(rpc.failure(None, refusal)))
                 conn.close()
                 continue
-            client = ControlClient(self, conn, self._next_id)
+            client = ControlClient(self, conn, self._next_id, credentials)
             self._next_id += 1
             self.clients[client.id] = client
             self.counters["accepted_clients"] += 1
             self.loop.add_reader(conn.fileno(), client._on_readable)
+
+    def _refusal(self, uid: int) -> RpcError | None:
+        """Why a process of `uid` may not become a client now (counted), or None."""
+        admin = uid in self.admin_uids
+        if not admin and self.allowed_uids is not None and uid not in self.allowed_uids:
+            self.counters["refused_uid"] += 1
+            return RpcError(rpc.PERMISSION_DENIED, f"uid {uid} is not in control.allowed_uids")
+        if len(self.clients) >= self.max_clients:
+            self.counters["refused_clients"] += 1
+            return RpcError(
+                rpc.RESOURCE_LIMIT, f"too many clients (max_clients = {self.max_clients})"
+            )
+        if not admin:
+            cap = self.max_clients_per_uid
+            if sum(1 for c in self.clients.values() if c.uid == uid) >= cap:
+                self.counters["refused_clients_uid"] += 1
+                return RpcError(
+                    rpc.RESOURCE_LIMIT,
+                    f"too many clients of uid {uid} (max_clients_per_uid = {cap})",
+                )
+        return None
 
     def _gone(self, client: ControlClient) -> None:
         if self.clients.pop(client.id, None) is not None:

@@ -107,6 +107,9 @@ class Daemon:
             mode=config.control.mode,
             group=config.control.group,
             max_clients=config.limits.max_clients,
+            max_clients_per_uid=config.limits.max_clients_per_uid,
+            allowed_uids=config.control.allowed_uids,
+            admin_uids=service.admin_uids,
             counters=service.control_counters,
         )
         try:

@@ -13,7 +13,8 @@ after the receiver raised its immediate, so a slot is never overwritten before i
 Slot layout: name length (1 byte) | endpoint name | data length (2 bytes, big-endian) | data.
 
 Holds `Mailbox`: endpoint bindings, the bounded queues of received messages (messages to an
-endpoint nobody bound yet wait, a bounded few, so a reply can race its receiver's bind), the
+endpoint nobody bound yet wait, a bounded few per endpoint and MAX_UNBOUND in all, so a reply
+can race its receiver's bind), the
 outgoing links per peer, and the incoming mailboxes. What it leaves to `service`: opening and
 posting on connections, routing session events here, and waking long-polls.
 """
@@ -46,6 +47,10 @@ MAILBOX_BYTES = SLOTS * SLOT_BYTES
 #: Messages kept per endpoint until its client takes them, and endpoints with a queue.
 MAX_QUEUED = 256
 MAX_ENDPOINTS = 1024
+#: Messages waiting, all endpoints together, for an endpoint nobody bound yet (past it the new
+#: ones are dropped, counted): without it, peers could park MAX_ENDPOINTS × MAX_QUEUED messages
+#: (a GiB) in the daemon for names nobody will ever bind.
+MAX_UNBOUND = 1024
 #: How long a sender waits for a free slot before giving up.
 SLOT_WAIT = 10.0
 _LEN = struct.Struct(">H")
@@ -83,6 +88,8 @@ class Mailbox:
         #: endpoint name → the client that bound it.
         self.bound: dict[str, int] = {}
         self.queues: dict[str, deque[tuple[str, bytes]]] = {}
+        #: Messages queued for endpoints nobody bound (at most MAX_UNBOUND).
+        self.unbound_messages = 0
         self.counters: Counter[str] = Counter()
         self._links: dict[str, _Link] = {}
         self._opening: dict[str, asyncio.Future[_Link]] = {}
@@ -97,6 +104,9 @@ class Mailbox:
             raise p.bad("endpoint", f"{name!r} is bound by another client")
         if owner is None and len(self.bound) >= MAX_ENDPOINTS:
             raise RpcError(RESOURCE_LIMIT, f"bind: more than {MAX_ENDPOINTS} endpoints")
+        if owner is None:
+            # What waited here unbound is this client's from now on.
+            self.unbound_messages -= len(self.queues.get(name, ()))
         self.bound[name] = client
         self.queues.setdefault(name, deque())
         return {}
@@ -241,8 +251,11 @@ class Mailbox:
 
     # -- receiving ------------------------------------------------------------------------------
 
-    def new_mailbox(self, peer: str) -> DaemonRegion:
-        return self.regions.register_local(bytearray(MAILBOX_BYTES), f"mailbox:{peer}", self.now())
+    def new_mailbox(self, peer: str, keys: frozenset[bytes] | None = None) -> DaemonRegion:
+        """A mailbox for `peer`'s MAIL connection, writable by the peers of `keys` (None: any)."""
+        return self.regions.register_local(
+            bytearray(MAILBOX_BYTES), f"mailbox:{peer}", self.now(), keys
+        )
 
     def deliver(self, conn: Connection, region: DaemonRegion, event: ImmediateReceived) -> None:
         """A message landed in `region` (this connection's mailbox), slot = its immediate."""
@@ -265,7 +278,13 @@ class Mailbox:
             self.counters["malformed"] += 1
             return
         data = bytes(view[3 + n : 3 + n + size])
+        client = self.bound.get(name)
         queue = self.queues.get(name)
+        if client is None and self.unbound_messages >= MAX_UNBOUND and (
+            queue is None or len(queue) < MAX_QUEUED
+        ):
+            self.counters["dropped_unbound_full"] += 1
+            return
         if queue is None:
             if len(self.queues) >= MAX_ENDPOINTS:
                 self.counters["dropped_no_endpoint"] += 1
@@ -274,9 +293,10 @@ class Mailbox:
         if len(queue) >= MAX_QUEUED:
             queue.popleft()
             self.counters["dropped_queue_full"] += 1
+        elif client is None:
+            self.unbound_messages += 1
         queue.append((conn.peer, data))
         self.counters["received"] += 1
-        client = self.bound.get(name)
         if client is not None:
             self.host.wake(client)
 

@@ -48,10 +48,11 @@ METHODS: dict[str, Method] = {
     "send_message": Service.send_message,
     "recv_message": Service.recv_message,
     "peers": _view(views.peers),
-    "connections": _view(views.connections),
+    # These three show the calling client only its own rows (views.visible).
+    "connections": views.connections,
     "planes": _view(views.planes),
-    "evs": _view(views.evs),
-    "regions": _view(views.regions),
+    "evs": views.evs,
+    "regions": views.regions,
 }
 
 

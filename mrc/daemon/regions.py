@@ -3,7 +3,9 @@
 Holds `DaemonRegion` (one region: its id, owner, the shared mapping behind it and the core
 `Region` registered in the node's `RegionTable` under a random R_Key) and `Regions`, which
 registers an application's memfd (`register_shared`, through `shm.SharedMapping`) or a
-daemon-owned buffer (`register_local`: mailboxes), checks the count and size limits, finds a
+daemon-owned buffer (`register_local`: mailboxes), each for the peers that may write it (their
+static keys; None: any peer the daemon accepts), checks the count and size limits (global, per
+client and per uid, the admin uids held only to the first two), finds a
 region by id or by R_Key (an immediate names the R_Key it landed under), and deregisters:
 the R_Key leaves the table at once, so a later WRITE into it is refused at the receiver
 (BAD_RKEY, reported to the writer as remote_access_error), while the mapping is unmapped only
@@ -32,6 +34,8 @@ class DaemonRegion:
     id: int
     #: The control client that registered it; None for the daemon's own (mailboxes).
     owner: int | None
+    #: The uid of the owner's process (SO_PEERCRED); None for the daemon's own.
+    uid: int | None
     name: str
     core: Region
     created: float
@@ -54,22 +58,31 @@ class DaemonRegion:
 
 
 class Regions:
-    def __init__(self, table: RegionTable, limits: Limits) -> None:
+    def __init__(self, table: RegionTable, limits: Limits, admin_uids: frozenset[int]) -> None:
+        """`admin_uids`: the uids held to no per-uid quota (the daemon's own and root)."""
         self.table = table
         self.limits = limits
+        self.admin_uids = admin_uids
         self.by_id: dict[int, DaemonRegion] = {}
         self._by_rkey: dict[int, DaemonRegion] = {}
         self.unmapper = Unmapper()
         self.shared_bytes = 0
         self._next_id = 1
 
-    def _check(self, size: int) -> None:
+    def _check(self, owner: int, uid: int, size: int) -> None:
         limits = self.limits
         shared = sum(1 for r in self.by_id.values() if r.owner is not None)
         if shared >= limits.max_regions:
             raise RpcError(
                 RESOURCE_LIMIT, f"register_region: max_regions ({limits.max_regions}) reached"
             )
+        mine = [r for r in self.by_id.values() if r.owner == owner]
+        self._quota("client", len(mine), sum(r.size for r in mine), size,
+                    limits.max_regions_per_client, limits.max_region_bytes_per_client)
+        if uid not in self.admin_uids:
+            ours = [r for r in self.by_id.values() if r.owner is not None and r.uid == uid]
+            self._quota("uid", len(ours), sum(r.size for r in ours), size,
+                        limits.max_regions_per_uid, limits.max_region_bytes_per_uid)
         if size > limits.max_region_bytes:
             raise RpcError(
                 RESOURCE_LIMIT,
@@ -83,27 +96,59 @@ class Regions:
                 f"({limits.max_total_region_bytes})",
             )
 
+    @staticmethod
+    def _quota(who: str, count: int, held: int, size: int, max_count: int, max_bytes: int) -> None:
+        if count >= max_count:
+            raise RpcError(
+                RESOURCE_LIMIT,
+                f"register_region: this {who} holds {count} regions (max_regions_per_{who} = "
+                f"{max_count})",
+            )
+        if held + size > max_bytes:
+            raise RpcError(
+                RESOURCE_LIMIT,
+                f"register_region: this {who} holds {held} bytes of regions; {size} more would "
+                f"exceed max_region_bytes_per_{who} ({max_bytes})",
+            )
+
     def register_shared(
-        self, owner: int, fd: int, size: int, name: str, now: float
+        self,
+        owner: int,
+        uid: int,
+        fd: int,
+        size: int,
+        name: str,
+        now: float,
+        peers: frozenset[bytes] | None = None,
     ) -> DaemonRegion:
-        """Map an application's memfd and register it (RpcError when refused)."""
-        self._check(size)
+        """Map an application's memfd and register it for `peers` (their static keys; None:
+        any), or RpcError when refused."""
+        self._check(owner, uid, size)
         mapping = SharedMapping.open(fd, size, name)
-        # Pre-faulted by MAP_POPULATE already: the core's own pre-fault writes each page's
-        # byte back, which could undo an application's write racing with it.
-        core = self.table.register(mapping.view, prefault_pages=False)
-        region = self._add(owner, name, core, now, mapping)
+        # Not pre-faulted: the core's pre-fault would allocate a sparse memfd's every page in
+        # the daemon (shm), and it writes each page's byte back, which could undo an
+        # application's write racing with it.
+        core = self.table.register(mapping.view, prefault_pages=False, peers=peers)
+        region = self._add(owner, uid, name, core, now, mapping)
         self.shared_bytes += size
         return region
 
-    def register_local(self, buffer: bytearray, name: str, now: float) -> DaemonRegion:
-        """A daemon-owned buffer peers may write into (a mailbox)."""
-        return self._add(None, name, self.table.register(buffer), now, None)
+    def register_local(
+        self, buffer: bytearray, name: str, now: float, peers: frozenset[bytes] | None = None
+    ) -> DaemonRegion:
+        """A daemon-owned buffer `peers` may write into (a mailbox)."""
+        return self._add(None, None, name, self.table.register(buffer, peers=peers), now, None)
 
     def _add(
-        self, owner: int | None, name: str, core: Region, now: float, mapping: SharedMapping | None
+        self,
+        owner: int | None,
+        uid: int | None,
+        name: str,
+        core: Region,
+        now: float,
+        mapping: SharedMapping | None,
     ) -> DaemonRegion:
-        region = DaemonRegion(self._next_id, owner, name, core, now, mapping)
+        region = DaemonRegion(self._next_id, owner, uid, name, core, now, mapping)
         self._next_id += 1
         self.by_id[region.id] = region
         self._by_rkey[core.rkey] = region

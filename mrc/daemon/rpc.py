@@ -25,6 +25,7 @@ from mrc.control import (
     NOT_CONNECTED,
     OUT_OF_BOUNDS,
     PARSE_ERROR,
+    PERMISSION_DENIED,
     RESOURCE_LIMIT,
     SHUTTING_DOWN,
     TOO_MANY_OUTSTANDING,
@@ -43,6 +44,7 @@ __all__ = [
     "NOT_CONNECTED",
     "OUT_OF_BOUNDS",
     "PARSE_ERROR",
+    "PERMISSION_DENIED",
     "RESOURCE_LIMIT",
     "SHUTTING_DOWN",
     "TOO_MANY_OUTSTANDING",
@@ -92,6 +94,10 @@ def parse_line(line: bytes) -> tuple[list[Request | dict[str, Any]], bool] | dic
         return failure(None, RpcError(PARSE_ERROR, "the line is not UTF-8"))
     except ValueError as exc:
         return failure(None, RpcError(PARSE_ERROR, f"not JSON: {exc}"))
+    except RecursionError:
+        # json's C decoder recurses once per nesting level: a line nested deeper than the
+        # interpreter's limit (100,000 `[`s fit well under MAX_LINE) ends up here.
+        return failure(None, RpcError(PARSE_ERROR, "not JSON this server reads: nested too deep"))
     if isinstance(doc, list):
         if not doc:
             return failure(None, RpcError(INVALID_REQUEST, "an empty batch"))

@@ -7,6 +7,10 @@ they arrive, and routes every session event: a requester's handshake result to t
 for it, a `WriteCompleted` to the write's owner, an `ImmediateReceived` to the owner of the region
 its R_Key names (or to the mailbox), a `ConnectionClosed` into failed completions.
 
+Quotas: each client, and the clients of one uid together (but not the admin uids: the daemon's
+own and root), are held to the `[limits]` of connections and endpoints here, of regions in
+`regions`.
+
 Ownership: regions and APP connections belong to the control connection that made them. When
 it closes, its connections are closed (DISCONNECT to the peer) and its regions deregistered;
 WRITEs from peers into them then fail at the writer with remote_access_error. A region
@@ -24,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import random
 from collections import Counter, deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from mrc.core.errors import LocalProtocolError
@@ -47,7 +52,7 @@ from .clients import MAX_IMMEDIATES, ClientState, check_write, long_poll
 from .config import DaemonConfig, PeerConfig
 from .conns import APP, MAIL, Connection, Hello, PeerTotals, WriteRecord, write_status
 from .control import ControlClient
-from .mailbox import Mailbox
+from .mailbox import MAX_NAME, Mailbox
 from .regions import DaemonRegion, Regions
 from .rpc import (
     BAD_MEMORY,
@@ -62,6 +67,7 @@ from .rpc import (
     Params,
     RpcError,
 )
+from .shm import SharedMapping
 
 __all__ = ["Service"]
 
@@ -83,7 +89,10 @@ class Service:
         self.host = config.host
         self.started = started
         self.session_config = config.session_config()
-        self.regions = Regions(node.regions, config.limits)
+        #: The daemon's own uid and root's, who administer it: their clients see every region
+        #: and connection in the views and are held only to the per-client and global limits.
+        self.admin_uids = frozenset({os.geteuid(), 0})
+        self.regions = Regions(node.regions, config.limits, self.admin_uids)
         self.mailbox = Mailbox(self, self.regions, node.now)
         self.clients: dict[int, ClientState] = {}
         self.conns: dict[int, Connection] = {}
@@ -155,11 +164,55 @@ class Service:
     def register_region(self, cs: ClientState, p: Params, fd: int) -> dict[str, Any]:
         size = p.integer("size", 1, 1 << 40)
         name = p.opt_text("name", max_len=128) or "region"
+        peers = self._region_peers(p)
         p.done()
         self._not_stopping("register_region")
-        region = self.regions.register_shared(cs.id, fd, size, name, self.now())
+        region = self.regions.register_shared(
+            cs.id, cs.uid, fd, size, name, self.now(), self._keys(peers)
+        )
+        if region.mapping is not None:
+            self._prefault(region.mapping)
         log.debug("client %d registered region %d (%d bytes)", cs.id, region.id, size)
         return {"region": region.id, "handle": region.handle(self.host)}
+
+    def _prefault(self, mapping: SharedMapping) -> None:
+        """Map the application's pages into the daemon a step per turn of the event loop, so
+        a large region never holds up the other clients and the data path."""
+        if mapping.prefault():
+            self.loop.call_soon(self._prefault, mapping)
+
+    def _region_peers(self, p: Params) -> list[str] | None:
+        """register_region's `peers`: the configured peers that may write the region (None:
+        any). Only with security, where a connection's peer proved its key."""
+        raw = p.raw("peers")
+        if raw is None:
+            return None
+        if not isinstance(raw, list) or len(raw) > len(self.peers) or not all(
+            isinstance(n, str) for n in raw
+        ):
+            raise p.bad("peers", "must be a list of the names of configured peers")
+        unknown = [n for n in raw if n not in self.peers]
+        if unknown:
+            raise RpcError(
+                UNKNOWN_PEER, f"register_region: no peer named {unknown[0]!r}", {"key": "peers"}
+            )
+        if self.config.security == "none":
+            raise p.bad(
+                "peers",
+                'needs security "auth" or "encrypt": with security = "none" no peer proves '
+                "who it is",
+            )
+        return raw
+
+    def _keys(self, names: list[str] | None) -> frozenset[bytes] | None:
+        """The static public keys listed for these peers (None: any peer)."""
+        if names is None:
+            return None
+        return frozenset(
+            base64.b64decode(key)
+            for key in (self.peers[n].public_key for n in names)
+            if key is not None
+        )
 
     def _own_region(self, cs: ClientState, region_id: int, where: str) -> DaemonRegion:
         region = self.regions.get(region_id)
@@ -190,9 +243,15 @@ class Service:
         if peer is None:
             raise RpcError(UNKNOWN_PEER, f"no peer named {name!r}", {"key": "peer"})
         self._not_stopping("connect")
-        limit = self.config.limits.max_connections
-        if len(self.conns) >= limit:
-            raise RpcError(RESOURCE_LIMIT, f"connect: max_connections ({limit}) reached")
+        limits = self.config.limits
+        if len(self.conns) >= limits.max_connections:
+            raise RpcError(
+                RESOURCE_LIMIT, f"connect: max_connections ({limits.max_connections}) reached"
+            )
+        if owner is not None:
+            cs = self.clients[owner]
+            self._quota(cs, "connect", "connections", lambda c: len(c.connections),
+                        limits.max_connections_per_client, limits.max_connections_per_uid)
         token = self._rng.getrandbits(64)
         hello = Hello(kind, self.host, token)
         try:
@@ -347,7 +406,41 @@ class Service:
         return cs.immediates_when(region_id, limit, timeout)
 
     def bind(self, cs: ClientState, p: Params) -> Any:
+        name = p.text("endpoint", max_len=MAX_NAME)  # checked before any quota
+        if self.mailbox.bound.get(name) != cs.id:  # a new one
+            limits = self.config.limits
+            held: dict[int, int] = {}
+            for client in self.mailbox.bound.values():
+                held[client] = held.get(client, 0) + 1
+            self._quota(cs, "bind", "endpoints", lambda c: held.get(c.id, 0),
+                        limits.max_endpoints_per_client, limits.max_endpoints_per_uid)
         return self.mailbox.bind(cs.id, p)
+
+    def _quota(
+        self,
+        cs: ClientState,
+        method: str,
+        what: str,
+        count: Callable[[ClientState], int],
+        per_client: int,
+        per_uid: int,
+    ) -> None:
+        """RESOURCE_LIMIT when `cs` holds `per_client` of `what` already, or the clients of its
+        uid `per_uid` together (not for an admin uid)."""
+        if count(cs) >= per_client:
+            raise RpcError(
+                RESOURCE_LIMIT,
+                f"{method}: this client holds {count(cs)} {what} "
+                f"(max_{what}_per_client = {per_client})",
+            )
+        if cs.uid not in self.admin_uids:
+            total = sum(count(c) for c in self.clients.values() if c.uid == cs.uid)
+            if total >= per_uid:
+                raise RpcError(
+                    RESOURCE_LIMIT,
+                    f"{method}: the clients of uid {cs.uid} hold {total} {what} "
+                    f"(max_{what}_per_uid = {per_uid})",
+                )
 
     def send_message(self, cs: ClientState, p: Params) -> Any:
         name = p.text("peer")
@@ -422,7 +515,9 @@ class Service:
                 region = self.regions.get(stale)
                 if region is not None:
                     self.regions.deregister(region)
-            region = self.mailbox.new_mailbox(hello.host)
+            # Only that peer may write its mailbox (with security; any peer without).
+            keys = self._keys([hello.host]) if self.config.security != "none" else None
+            region = self.mailbox.new_mailbox(hello.host, keys)
             self._pending_mailboxes[hello.token] = region.id
             mailbox = (region.core.base_va, region.core.rkey, region.size)
         return Hello(hello.kind, self.host, hello.token, mailbox).encode()

@@ -7,6 +7,11 @@ sessions') that both the views and the Prometheus endpoint read. Everything is c
 asked, from plain integers the data path keeps anyway: nothing here runs per packet. What the
 numbers mean is the core's (`mrc.core.stats`); changing state is `service`'s, and which method
 name calls which view is `methods`'.
+
+Who sees what: `connections`, `evs` and `regions` show a client only its own rows (a region's
+R_Key and VA are what a peer needs to write it), unless the client runs as an admin uid (the
+daemon's own or root, who can read the daemon's memory anyway), which sees every row, the
+daemon's own (mailboxes, connections peers opened) included.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ __all__ = [
     "planes",
     "regions",
     "status",
+    "visible",
 ]
 
 
@@ -67,6 +73,8 @@ class ServiceState(Protocol):
     def shutting_down(self) -> bool: ...
     @property
     def control_counters(self) -> Mapping[str, int]: ...
+    @property
+    def admin_uids(self) -> frozenset[int]: ...
 
     def now(self) -> float: ...
 
@@ -218,30 +226,41 @@ def _conn_row(svc: ServiceState, conn: Connection) -> dict[str, Any]:
     return row
 
 
-def connections(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
+def visible(svc: ServiceState, cs: ClientState, owner: int | None) -> bool:
+    """Whether `cs` may see a row owned by control client `owner` (None: the daemon's)."""
+    return owner == cs.id or cs.uid in svc.admin_uids
+
+
+def connections(svc: ServiceState, cs: ClientState, p: Params) -> list[dict[str, Any]]:
     p.done()
-    return [_conn_row(svc, c) for _, c in sorted(svc.conns.items())]
+    return [_conn_row(svc, c) for _, c in sorted(svc.conns.items()) if visible(svc, cs, c.owner)]
 
 
-def evs(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
+def evs(svc: ServiceState, cs: ClientState, p: Params) -> list[dict[str, Any]]:
     conn_id = p.opt_integer("connection")
     p.done()
-    if conn_id is not None and conn_id not in svc.conns:
+    if conn_id is not None and (
+        conn_id not in svc.conns or not visible(svc, cs, svc.conns[conn_id].owner)
+    ):
         raise RpcError(UNKNOWN_CONNECTION, f"evs: no connection {conn_id}", {"key": "connection"})
     now = svc.now()
     rows = []
     for cid, conn in sorted(svc.conns.items()):
         if (conn_id is not None and cid != conn_id) or conn.session is None:
             continue
+        if not visible(svc, cs, conn.owner):
+            continue
         for row in conn.session.ev_stats(now):
             rows.append({"connection": cid, "peer": conn.peer, **row})
     return rows
 
 
-def regions(svc: ServiceState, p: Params) -> list[dict[str, Any]]:
+def regions(svc: ServiceState, cs: ClientState, p: Params) -> list[dict[str, Any]]:
     p.done()
     rows = []
     for rid, region in sorted(svc.regions.by_id.items()):
+        if not visible(svc, cs, region.owner):
+            continue
         owner = svc.clients.get(region.owner) if region.owner is not None else None
         rows.append(
             {

@@ -1,8 +1,9 @@
 """Key files for secured connections (docs/DESIGN.md §8), WireGuard style.
 
 A private key file holds one X25519 private key as base64 on one line and must be readable by
-its owner only: `load_private_key` refuses a file that grants any permission to group or
-others, with one line naming the fix. `create_private_key` writes a new one with mode 0600 (and
+its owner only: `load_private_key` refuses a file owned by another user than the one running
+(who else owns it could replace the key) or that grants any permission to group or others,
+with one line naming the fix. `create_private_key` writes a new one with mode 0600 (and
 never overwrites), `load_or_create_private_key` is the daemon's "create on first start". Peer
 public keys come from a file (one base64 key a line; `#` starts a comment) or from a base64
 string given directly; a pre-shared key file is held to the private key's rules. Every problem
@@ -61,6 +62,11 @@ def _check_private(path: str, what: str) -> None:
         st = os.stat(path)
     except OSError as exc:
         raise NodeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if st.st_uid != os.geteuid():
+        raise NodeError(
+            f"{what} {path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}); "
+            f"run: chown {os.geteuid()} {path}"
+        )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         raise NodeError(

@@ -84,3 +84,11 @@ async def test_errors_are_one_line_and_the_client_stays_usable(
         with pytest.raises(ClientError) as err:
             await client.status()
         assert err.value.code == rpc.CLOSED
+
+
+async def test_register_region_names_the_peers_that_may_write_it(daemon: FakeDaemon) -> None:
+    async with AsyncClient(daemon.path) as client:
+        await client.register_region(4096, peers=["b"])
+        assert daemon.requests[-1] == ("register_region", {"size": 4096, "peers": ["b"]})
+        with pytest.raises(ClientError, match="peers must be a list"):
+            await client.register_region(4096, peers="b")

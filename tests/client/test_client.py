@@ -348,3 +348,27 @@ def test_bad_sizes_and_timeouts_are_refused_before_sending(
     with pytest.raises(ClientError, match="timeout must be"):
         client.recv_message("x", timeout=-1)
     assert sent(daemon, "register_region") == 0 and sent(daemon, "immediates") == 0
+
+
+def test_register_region_names_the_peers_that_may_write_it(
+    client: Client, daemon: FakeDaemon
+) -> None:
+    region = client.register_region(4096, name="inbox", peers=["b", "c"])
+    assert daemon.requests[-1] == (
+        "register_region", {"size": 4096, "name": "inbox", "peers": ["b", "c"]}
+    )
+    region.close()
+    client.register_region(4096)  # default: any configured peer, nothing sent for it
+    assert daemon.requests[-1] == ("register_region", {"size": 4096})
+    before = len(daemon.requests)
+    for bad in ("b", [""], [3], 7):
+        with pytest.raises(ClientError, match="peers must be a list") as err:
+            client.register_region(4096, peers=bad)  # type: ignore[arg-type]
+        assert err.value.code == rpc.INVALID_PARAMS
+    assert len(daemon.requests) == before  # checked here: nothing reached the socket
+
+
+def test_an_answer_nested_too_deep_is_a_bad_answer_not_a_recursion_error() -> None:
+    with pytest.raises(ClientError) as err:
+        rpc.decode_response(b"[" * 100_000)
+    assert err.value.code == rpc.BAD_ANSWER and "nested too deep" in str(err.value)

@@ -102,12 +102,15 @@ class DaemonProc:
         *,
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        socket_path: Path | None = None,
     ) -> None:
+        """`socket_path`: where the configuration puts the control socket (default: TMP/HOST.sock,
+        as `toml_config` is usually given)."""
         self.tmp = tmp
         self.host = host
         self.config_path = tmp / f"{host}.toml"
         self.config_path.write_text(config)
-        self.socket_path = tmp / f"{host}.sock"
+        self.socket_path = socket_path or tmp / f"{host}.sock"
         self.notify = Notify(host)
         self.log_path = tmp / f"{host}.log"
         environ = dict(os.environ, NOTIFY_SOCKET=self.notify.name, PYTHONPATH=str(ROOT))

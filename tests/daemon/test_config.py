@@ -35,6 +35,7 @@ port = 4900
 
 [control]
 socket = "/tmp/mrc-test.sock"
+allowed_uids = [1000, 1001]
 
 [metrics]
 listen = "[::1]:9464"
@@ -53,6 +54,9 @@ max_clients = 10
 max_regions = 20
 max_outstanding_writes = 30
 drain_seconds = 1.5
+max_regions_per_client = 5
+max_region_bytes_per_uid = 1048576
+max_clients_per_uid = 2
 """.replace("{key}", base64.b64encode(bytes(range(32))).decode())
 
 
@@ -70,6 +74,7 @@ def test_a_good_file_reads_back_every_value(tmp_path: Path) -> None:
     assert c.peers[0].public_key is not None and c.peers[1].public_key is None
     control = (c.control.socket, c.control.mode, c.control.group)
     assert control == ("/tmp/mrc-test.sock", 0o600, None)
+    assert c.control.allowed_uids == frozenset({1000, 1001})
     assert c.metrics == ("::1", 9464)
     s = c.session_config()
     assert (s.cc, s.spray, s.plane_balance, s.payload_mtu, s.ev_per_plane, s.mpr, s.flowcell) == (
@@ -80,6 +85,10 @@ def test_a_good_file_reads_back_every_value(tmp_path: Path) -> None:
     assert (lim.max_clients, lim.max_regions, lim.max_outstanding_writes, lim.drain_seconds) == (
         10, 20, 30, 1.5
     )
+    quotas = (lim.max_regions_per_client, lim.max_region_bytes_per_uid, lim.max_clients_per_uid)
+    assert quotas == (5, 1 << 20, 2)
+    assert lim.max_connections_per_client == 256  # the defaults DAEMON.md gives
+    assert (lim.max_endpoints_per_client, lim.max_endpoints_per_uid) == (64, 512)
 
 
 def test_defaults_secure_by_default() -> None:
@@ -87,6 +96,7 @@ def test_defaults_secure_by_default() -> None:
     assert c.security == "encrypt" and not c.security_written
     assert c.port == 4791 and c.control.socket == "/run/mrc/mrc.sock" and c.control.mode == 0o600
     assert c.metrics is None and c.peers == ()
+    assert c.control.allowed_uids is None
 
 
 def base() -> dict[str, Any]:
@@ -160,6 +170,14 @@ MISTAKES = [
     ("limits.max_outstanding_writes", 1 << 16, "limits.max_outstanding_writes", "1..32768"),
     ("limits.drain_seconds", 61, "limits.drain_seconds", "0..60"),
     ("limits.drain_seconds", "2", "limits.drain_seconds", "number"),
+    ("limits.max_regions_per_uid", 0, "limits.max_regions_per_uid", "1..1048576"),
+    ("limits.max_endpoints_per_client", "8", "limits.max_endpoints_per_client", "integer"),
+    ("limits.max_region_bytes_per_client", 1 << 45, "limits.max_region_bytes_per_client",
+     "1..17592186044416"),
+    ("limits.max_clients_per_user", 4, "limits.max_clients_per_user", "unknown key"),
+    ("control.allowed_uids", 1000, "control.allowed_uids", "list of uids"),
+    ("control.allowed_uids", [1000, -1], "control.allowed_uids", "list of uids"),
+    ("control.allowed_uids", ["root"], "control.allowed_uids", "list of uids"),
     ("security", "tls", "security", "encrypt, auth, none"),
     ("security", "encrypt", "peers[0].public_key", "missing: security = \"encrypt\""),
     ("security", ..., "peers[0].public_key", "accepts only peers whose key is listed"),

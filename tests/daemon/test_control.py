@@ -60,6 +60,18 @@ def test_a_line_that_is_not_json_is_a_parse_error(client: RawClient) -> None:
     still_serves(client)
 
 
+@pytest.mark.parametrize("opening", [b"[", b'{"a":'])
+def test_a_line_nested_100000_deep_is_a_parse_error_and_the_next_is_answered(
+    client: RawClient, opening: bytes
+) -> None:
+    # 100,000 levels fit in one line (under 1 MiB) and pass any recursion limit of the parser.
+    client.send_raw(opening * 100_000 + b"\n")
+    answer = client.line()
+    assert answer["id"] is None and answer["error"]["code"] == PARSE
+    assert "nested too deep" in answer["error"]["message"]
+    still_serves(client)
+
+
 @pytest.mark.parametrize(
     ("request_doc", "code", "words"),
     [

@@ -1,6 +1,7 @@
 """Secured daemons (docs/DESIGN.md §8): each host's key file (created on first start, mode
-0600, refused when others may read it), an allowlist of the peers' public keys, WRITEs and
-messages over encrypted connections, and a peer that shows another peer's key refused."""
+0600, refused when others may read it or another uid owns it), an allowlist of the peers'
+public keys, WRITEs and messages over encrypted connections, and a peer that shows another
+peer's key refused."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import base64
 import os
 import time
 from pathlib import Path
+
+import pytest
 
 from mrc.node.keys import create_private_key, public_key_text
 
@@ -129,5 +132,22 @@ def test_key_files_created_at_first_start_and_refused_when_readable(tmp_path: Pa
         last = d.log().splitlines()[-1]
         assert last.startswith("mrc daemon: ") and str(tmp_path / "a.key") in last
         assert "group" in last or "others" in last, last
+    finally:
+        d.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_a_key_file_owned_by_another_uid_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    config = secured_config("a", PLANES_A, port, tmp_path, {})
+    key = tmp_path / "a.key"
+    create_private_key(str(key))
+    os.chown(key, 65534, -1)  # mode 0600 still: only who owns it decides
+    d = DaemonProc(tmp_path, "a", config)
+    try:
+        assert d.wait(15) == 1
+        last = d.log().splitlines()[-1]
+        assert last.startswith("mrc daemon: ") and str(key) in last
+        assert "owned by uid 65534" in last, last
     finally:
         d.stop()

@@ -119,3 +119,170 @@ def test_a_mapping_is_unmapped_only_when_no_view_is_left() -> None:
             assert unmapper.sweep() == 0 and m.closed
     finally:
         os.close(fd)
+
+
+def test_a_memfd_shrunk_while_being_sealed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size is looked at again once the seal holds: a memfd shrunk between the first look
+    and the seal would have the daemon map pages past its end (SIGBUS at the first packet)."""
+    import fcntl
+
+    from mrc.daemon import shm
+
+    real_fcntl = fcntl.fcntl
+
+    class RacingFcntl:
+        """The application's other thread: shrinks the file just before the seal lands."""
+
+        @staticmethod
+        def fcntl(fd: int, cmd: int, arg: int = 0) -> Any:
+            os.ftruncate(fd, 4096)
+            return real_fcntl(fd, cmd, arg)
+
+    monkeypatch.setattr(shm, "fcntl", RacingFcntl)
+    fd = os.memfd_create("unit", os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, 1 << 20)
+        with pytest.raises(RpcError) as err:
+            SharedMapping.open(fd, 1 << 20, "unit")
+        assert err.value.code == rpc.BAD_MEMORY
+        assert "shrank to 4096 bytes" in err.value.message
+    finally:
+        os.close(fd)
+
+
+def test_the_control_socket_set_up_follows_no_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever can write the socket's directory swaps the fresh socket for a symlink to a file
+    of theirs between bind and the mode/group set-up: the file must stay as it was."""
+    import asyncio
+    import grp
+
+    from mrc.daemon.control import ControlError, ControlServer
+
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    victim.chmod(0o644)
+    path = tmp_path / "ctl.sock"
+    real_bind = socket.socket.bind
+
+    def bind_then_swap(sock: socket.socket, addr: Any) -> None:
+        real_bind(sock, addr)
+        if addr == str(path):
+            os.rename(path, tmp_path / "moved.sock")
+            os.symlink(victim, path)
+
+    monkeypatch.setattr(socket.socket, "bind", bind_then_swap)
+
+    class NoMethods:
+        def dispatch(self, client: Any, method: str, params: dict[str, Any], fd: int | None) -> Any:
+            raise AssertionError("no client connects in this test")
+
+        def client_gone(self, client: Any) -> None:
+            pass
+
+    loop = asyncio.new_event_loop()
+    try:
+        group = grp.getgrgid(os.getegid()).gr_name
+        server = ControlServer(loop, str(path), NoMethods(), mode=0o660, group=group)
+        with pytest.raises(ControlError, match="replaced while binding"):
+            server.start()
+        assert victim.stat().st_mode & 0o777 == 0o644
+        assert path.is_symlink()  # not ours: left alone, not unlinked
+    finally:
+        loop.close()
+
+
+def test_messages_for_endpoints_nobody_bound_are_bounded_in_all() -> None:
+    """A peer sends to names nobody binds: each name keeps at most MAX_QUEUED, and all of them
+    together at most MAX_UNBOUND (the rest dropped, counted); binding one frees its share."""
+    import random
+    import struct
+
+    from mrc.core.events import ImmediateReceived
+    from mrc.core.memory import RegionTable
+    from mrc.daemon.config import Limits
+    from mrc.daemon.conns import MAIL, Connection
+    from mrc.daemon.mailbox import MAX_QUEUED, MAX_UNBOUND, Mailbox
+    from mrc.daemon.regions import Regions
+
+    class Host:
+        def __init__(self) -> None:
+            self.woken: list[int] = []
+
+        async def open_mail(self, peer: str) -> Connection:
+            raise AssertionError("nothing is sent in this test")
+
+        def post(self, *args: Any) -> int:
+            raise AssertionError("nothing is sent in this test")
+
+        def wake(self, client: int) -> None:
+            self.woken.append(client)
+
+    regions = Regions(RegionTable(random.Random(1)), Limits(), frozenset({0}))
+    host = Host()
+    mailbox = Mailbox(host, regions, lambda: 0.0)
+    region = mailbox.new_mailbox("b")
+    conn = Connection(1, "b", MAIL, "responder", None, None, 0.0, mailbox_region=region.id)
+
+    def arrive(endpoint: str) -> None:
+        name = endpoint.encode()
+        slot = bytes([len(name)]) + name + struct.pack(">H", 3) + b"hey"
+        region.core.view[: len(slot)] = slot
+        mailbox.deliver(conn, region, ImmediateReceived(msn=0, imm=0))
+
+    names = [f"e{i}" for i in range(2 * MAX_UNBOUND // MAX_QUEUED)]
+    for name in names:
+        for _ in range(MAX_QUEUED):
+            arrive(name)
+    waiting = sum(len(q) for q in mailbox.queues.values())
+    assert waiting == MAX_UNBOUND == mailbox.unbound_messages
+    assert mailbox.counters["dropped_unbound_full"] == len(names) * MAX_QUEUED - MAX_UNBOUND
+    # A bound endpoint's queue is its client's: it takes what waited there and more arrives.
+    mailbox.bind(7, Params("bind", {"endpoint": names[0]}))
+    assert mailbox.unbound_messages == MAX_UNBOUND - MAX_QUEUED
+    arrive(names[-1])  # an unbound name again has room
+    assert mailbox.unbound_messages == MAX_UNBOUND - MAX_QUEUED + 1
+    arrive(names[0])  # full at MAX_QUEUED: the oldest goes, counted
+    assert len(mailbox.queues[names[0]]) == MAX_QUEUED and host.woken == [7]
+    assert mailbox.counters["dropped_queue_full"] == 1
+
+
+def test_region_quotas_per_client_and_per_uid_and_the_admin_uids() -> None:
+    import random
+
+    from mrc.core.memory import RegionTable
+    from mrc.daemon.config import Limits
+    from mrc.daemon.regions import Regions
+
+    admin = 997  # as the daemon's own uid
+    regions = Regions(
+        RegionTable(random.Random(1)),
+        Limits(max_region_bytes_per_client=8192, max_regions_per_uid=1),
+        frozenset({admin, 0}),
+    )
+    fds = []
+
+    def register(owner: int, uid: int, size: int) -> None:
+        fd = os.memfd_create("unit", os.MFD_ALLOW_SEALING)
+        fds.append(fd)
+        os.ftruncate(fd, size)
+        regions.register_shared(owner, uid, fd, size, "q", 0.0)
+
+    try:
+        register(1, 1000, 8192)
+        with pytest.raises(RpcError, match=r"this client holds 8192 bytes of regions; 4096 more "
+                                           r"would exceed max_region_bytes_per_client \(8192\)"):
+            register(1, 1000, 4096)
+        with pytest.raises(RpcError, match=r"this uid holds 1 regions \(max_regions_per_uid = 1"):
+            register(2, 1000, 4096)
+        register(3, 1001, 4096)  # another uid
+        register(4, admin, 4096)  # an admin uid: held per client only
+        register(4, admin, 4096)
+        register(5, 0, 4096)  # root too
+        register(6, 0, 4096)
+        assert len(regions) == 6
+    finally:
+        regions.close()
+        for fd in fds:
+            os.close(fd)
