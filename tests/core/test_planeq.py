@@ -125,3 +125,20 @@ def test_a_plane_found_silent_restarts_at_the_first_cap_and_grows_again_when_it_
     # Back and answering without a queue of its own: slow start again.
     pq.on_sample(0, 0.5 * MS, 8 * MTU, 0, now=t)
     assert pq.window(0) == INITIAL_CAP + GROW * 8 * MTU
+
+
+def test_planes_never_sampled_do_not_indict_the_live_one() -> None:
+    """Four planes; 1-3 never answered (their caps were asked for, no sample ever came).
+    Plane 0's RTT rises from 1 ms to 3 ms over 200 samples 1 ms apart (a busy host's
+    queues, which the planes would all share if they had samples): with no other plane to
+    compare with it has no delay of its own, and its cap keeps growing as a single plane's
+    does. Before: the zero delay of the dead planes made all of it plane 0's own, and its cap
+    fell to two MTUs (8 KiB), 0.25-0.4x a one-plane run's goodput on loopback."""
+    q = PlaneQueues(MTU, queue_min=0.0005)
+    for p in range(4):
+        q.window(p)
+    for k in range(200):
+        rtt = 0.001 + 0.002 * min(k, 100) / 100
+        q.on_sample(0, rtt, acked=MTU, inflight=int(q.window(0)), now=k * 0.001)
+    assert q.own_delay(0) == 0.0
+    assert q.window(0) > 65536

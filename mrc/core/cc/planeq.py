@@ -113,7 +113,7 @@ class PlaneQueues:
         st.srtt = rtt if not st.srtt else st.srtt + GAIN * (rtt - st.srtt)
         self._measure_rate(st, acked, now)
         shared, threshold, pipe = self._pipe(st)
-        own = st.own = st.excess - shared if len(self._planes) > 1 else 0.0
+        own = st.own = st.excess - shared if shared is not None else 0.0
         if own > threshold:
             if now - st.last_decrease >= st.srtt:
                 target = pipe or max(1 - GAMMA * (own - threshold) / own, MAX_CUT) * inflight
@@ -149,14 +149,16 @@ class PlaneQueues:
         st = self._state(plane)
         st.cap = min(st.cap, self.initial_cap)
 
-    def _pipe(self, st: _Plane) -> tuple[float, float, float]:
+    def _pipe(self, st: _Plane) -> tuple[float | None, float, float]:
         """(the delay the other planes share, the queue threshold, `st`'s pipe): its delivery
         rate × (its base RTT + the shared delay + the threshold); 0 before a rate."""
         planes = self._planes.values()
-        others = [p.excess for p in planes if p is not st]
-        shared = sum(others) / len(others) if others else 0.0
+        # Only planes with RTT samples: one that never answered (dead from the start) has no
+        # delay to compare, and its zero made the one live plane look queued on its own.
+        others = [p.excess for p in planes if p is not st and p.srtt]
+        shared = sum(others) / len(others) if others else None
         threshold = max(self.queue_min, QUEUE_FRACTION * min(p.base for p in planes))
-        pipe = st.rate * (st.base + max(shared, 0.0) + threshold) if st.rate else 0.0
+        pipe = st.rate * (st.base + max(shared or 0.0, 0.0) + threshold) if st.rate else 0.0
         return shared, threshold, pipe
 
     def _measure_rate(self, st: _Plane, acked: int, now: float) -> None:
