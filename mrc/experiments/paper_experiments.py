@@ -289,11 +289,12 @@ def loss1(proto: str, scale: Scale, loss: float = 0.01) -> Metrics:
     rest wait 12-41 µs: tail losses, MRC behaviour. Two things stretch it: (1) a simulator
     artefact, the host's one FIFO for data and SACKs (measured base RTT 40 µs against 21.6,
     RTO 163 µs; with control packets first, as in tools/htsim, 21.4 µs and 87 µs, half the
-    retransmissions, to the last flow 0.24); (2) the bulk itself runs at about 0.45 even
+    retransmissions, to the last flow 0.24); (2) the bulk itself ran at about 0.45 even
     without loss (128 hosts: p50 490 µs lossless), because every connection's 16 active EVs
-    per plane sit on paths 0-15 of the plane's 32 (core/paths/evs.py `_selectors` puts the i-th on
-    path i), so half the tier-1s carry everything; with ev_per_plane=32, 128 hosts: p50 270
-    µs lossless, and at 1 % loss 0.67 per flow."""
+    per plane sat on paths 0-15 of the plane's 32, so half the tier-1s carried everything.
+    Since each connection's active EVs start at its own path offset (docs/DESIGN.md §4),
+    measured 2026-11-28 at 1,024 hosts x 8 planes: to the last flow 0.41 (was 0.20 in the
+    same pair of runs), per flow 0.64 (was 0.40), last flow done at 516 µs (was 1,036)."""
     run = Run(proto, scale, permutation(scale))
     for host in run.hosts:
         for link in host.links.values():

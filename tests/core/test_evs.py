@@ -46,6 +46,25 @@ def test_selectors_are_random_per_connection_but_reproducible_from_the_seed() ->
     assert list(a.by_ev) != list(c.by_ev)
 
 
+def test_each_connections_active_evs_start_at_its_own_path_offset() -> None:
+    """16 active EVs on a plane of 32 paths (docs/DESIGN.md §4): 16 consecutive paths from an
+    offset of the connection's own, so many connections cover every path."""
+    config = SessionConfig(plane_mask=0b1, ev_per_plane=16, plane_paths=(32,))
+
+    def active_paths(seed: int) -> list[int]:
+        t = EvTable(config, random.Random(seed), deque())
+        return [r.path for r in t.planes[0].active]
+
+    runs = {seed: active_paths(seed) for seed in range(40)}
+    assert runs[3] == active_paths(3)
+    starts = Counter(paths[0] for paths in runs.values())
+    # Each table's active EVs run over 16 consecutive paths from its own start ...
+    for paths in runs.values():
+        assert paths == [(paths[0] + i) % 32 for i in range(16)]
+    # ... and the starts of 40 connections are spread over the plane, not all at path 0.
+    assert len(starts) >= 16 and max(starts.values()) <= 5
+
+
 def test_a_loss_retires_the_ev_and_a_backup_on_another_path_takes_its_place() -> None:
     t, events = table()
     pe = t.planes[1]

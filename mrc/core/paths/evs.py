@@ -2,7 +2,8 @@
 
 docs/DESIGN.md §4: every plane has `ev_per_plane` active EVs plus a backup pool. An EV is
 `plane 8 | selector 24` (docs/WIRE.md §3) and its path is `selector mod paths-of-the-plane`;
-selectors are drawn at random (so connections do not synchronise) in equal numbers per path.
+selectors are drawn at random (so connections do not synchronise) in equal numbers per path,
+the active ones starting at a per-connection offset among the paths.
 States follow MRC's table (docs/DESIGN.md §4) kept as data in `TRANSITIONS`: GOOD,
 SKIP (an ECN echo or a TRIMMED NACK, until the rotation has passed it), ASSUMED_BAD (a loss:
 retired at once, replaced by a backup of the same plane, probed back), DENIED (the operator).
@@ -430,16 +431,24 @@ class EvTable:
 
 
 def _selectors(rng: random.Random, npaths: int, count: int, bits: int = 24) -> list[int]:
-    """`count` distinct random selectors of `bits` bits, the i-th on path i mod `npaths`, so
-    every path gets an equal share (docs/DESIGN.md §4). Flow-label selectors (20 bits) are
-    never 0: a label of 0 means "no label"."""
+    """`count` distinct random selectors of `bits` bits, the i-th on path (offset + i) mod
+    `npaths`, so every path gets an equal share and the active set (the first
+    `ev_per_plane`) starts at a per-connection offset (docs/DESIGN.md §4). The offset comes from
+    the first random draw, so it costs no extra draw: a plane with more paths than active EVs
+    has each connection's active EVs on a different run of paths, and over many connections
+    every path carries its share. Flow-label selectors (20 bits) are never 0: a label of 0
+    means "no label"."""
     out: list[int] = []
     seen: set[int] = set()
     top = ((1 << bits) - npaths) // npaths
     low = 0 if bits == 24 else 1
+    offset = 0
     for i in range(count):
         while True:
-            sel = rng.randint(low, top) * npaths + i % npaths
+            draw = rng.randint(low, top)
+            if i == 0:
+                offset = draw % npaths
+            sel = draw * npaths + (offset + i) % npaths
             if sel not in seen:
                 seen.add(sel)
                 out.append(sel)
