@@ -21,6 +21,7 @@ import asyncio
 import json
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,8 @@ def rows_of(cfg: BenchConfig, outs: list[list[dict[str, Any]]]) -> list[dict[str
                      "redop": first["redop"], "root": first["root"],
                      "time_us": round(t * 1e6, 2),
                      "time_min_us": round(min(slowest) * 1e6, 2) if slowest else 0.0,
+                     "time_p50_us": round(statistics.median(slowest) * 1e6, 2)
+                     if slowest else 0.0,
                      "algbw_GBps": round(algbw, 4),
                      "busbw_GBps": round(algbw * bus_factor(cfg.op, n), 4),
                      "wrong": sum(int(o["wrong"]) for o in per_rank)})

@@ -35,8 +35,9 @@ The factories, each returning a blocking `Communicator` (every rank calls its ow
   and differ between communicators that run at once on the same daemons. `timeout` bounds the
   bootstrap and is the collectives' default.
 - `mrc.collective.open_tcp(rank, world, addresses, *, mptcp=False, timeout=30.0,
-  chunk_bytes=..., slots=...)`: the same ring over one TCP (or MPTCP) connection per ring
-  neighbour; `addresses[i]` is the (host, port) rank i listens on.
+  chunk_bytes=..., slots=...)`: the same ring and one-shot calls over TCP (or MPTCP), a
+  connection to every other rank (ring neighbours only above 64 ranks, docs/COLLECTIVE.md §2);
+  `addresses[i]` is the (host, port) rank i listens on.
 
 `open_mrc_async` and `open_tcp_async` return the coroutine twin (`AsyncCommunicator`: the
 same methods as coroutines, `await comm.close()`), for code already running an event loop;

@@ -1,24 +1,27 @@
 """The ring over the MRC daemons: an `engine.Link` made of `mrc.client` regions and connections.
 
-Each rank registers three regions with its daemon: the receive slots (`slots` × `chunk_bytes`,
+Each rank registers five regions with its daemon: the receive slots (`slots` × `chunk_bytes`,
 the previous rank WRITEs chunks there), a credit page (the next rank WRITEs its credits there;
-it is also the source of this rank's one-byte credit WRITEs) and the local buffer (the header
+it is also the source of this rank's one-byte credit WRITEs), the local buffer (the header
 staging area and the work buffer, grown when a collective needs more; only this rank knows
-it). A chunk is a WRITE_WITH_IMM into the next rank's slot `counter mod slots`, its immediate
-the item counter (mod 2^32); a credit is a one-byte WRITE_WITH_IMM into the previous rank's
-credit page, its immediate the count of items applied. An immediate is raised only once every
-byte of its WRITE is placed, so an arrived counter means the slot is whole.
+it), and the one-shot receive and staging areas (every other rank WRITEs its small calls
+straight into the first, docs/COLLECTIVE.md §6). A chunk is a WRITE_WITH_IMM into the next
+rank's slot `counter mod slots`, its immediate the item counter (mod 2^32); a credit is a
+one-byte WRITE_WITH_IMM into the previous rank's credit page, its immediate the count of
+items applied. An immediate is raised only once every byte of its WRITE is placed, so an
+arrived counter means the slot is whole.
 
 Bootstrap uses the daemons' message service only: every rank binds the endpoint
-`<group>.<rank>` and sends its ring neighbours a hello (its region handles, world, slots,
-chunk size) until each acknowledges; then it connects to the next rank (and the previous one,
-for credits, when they differ). The same endpoint carries aborts afterwards: a rank that fails
+`<group>.<rank>` and sends every other rank (its ring neighbours only when ranks share a
+daemon) a hello (its region handles, world, slots, chunk size) until each acknowledges; then
+it connects to each of them. The same endpoint carries aborts afterwards: a rank that fails
 tells every other rank why, so they fail at once instead of at their timeouts.
 
 Three long-polls run while the link lives (`AsyncClient` answers them concurrently):
-immediates (chunks and credits), completions of each connection (a failed WRITE is a
-failure), and messages (aborts, late hellos). The engine that uses them is `engine`; the
-communicator `ring`.
+immediates (chunks, credits and one-shot messages), completions of each connection (a failed
+WRITE is a failure), and messages (aborts, late hellos). Credits are posted without waiting
+for the daemon's answer (a refused one fails the link when it is answered). The engine that
+uses them is `engine`; the communicator `ring`.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from mrc.client import (
 )
 
 from .comm import CollectiveError
-from .engine import WORK_OFFSET, await_change
+from .engine import MESH_SLOT, WORK_OFFSET, await_change
 from .ring import AsyncRing, Ring, run_blocking, stop_loop
 
 __all__ = ["DEFAULT_CHUNK", "DEFAULT_SLOTS", "MrcLink", "open_mrc", "open_mrc_async"]
@@ -57,6 +60,12 @@ _U32 = 0xFFFFFFFF
 #: Where in the credit page the previous rank's credits land, and our credits are sent from.
 _CREDIT_IN, _CREDIT_OUT = 0, 64
 _HELLO_EVERY = 0.25
+#: The most ranks a one-shot call takes (the sender's rank rides in the immediate's low byte),
+#: and the one-shot call counter's bits in the rest of it.
+MESH_MAX_WORLD = 64
+_SEQ24 = 0xFFFFFF
+#: Completions kept whose post was not answered yet (credits' too: they are never asked for).
+_EARLY_MAX = 4096
 
 
 def _catch_up(last: int, imm: int) -> int:
@@ -71,7 +80,9 @@ class MrcLink:
                  endpoint_of: Callable[[int], str], slots: int, chunk_bytes: int,
                  regions: tuple[AsyncRegion, AsyncRegion, AsyncRegion],
                  to_next: AsyncConnection, to_prev: AsyncConnection,
-                 next_slots: RegionHandle, prev_credit: RegionHandle) -> None:
+                 next_slots: RegionHandle, prev_credit: RegionHandle,
+                 mesh: tuple[AsyncRegion, AsyncRegion, dict[int, AsyncConnection],
+                             dict[int, RegionHandle]]) -> None:
         self.client = client
         self.rank = rank
         self.world = world
@@ -84,6 +95,20 @@ class MrcLink:
         self.to_prev = to_prev
         self.next_slots = next_slots
         self.prev_credit = prev_credit
+        #: The one-shot side (docs/COLLECTIVE.md §6): our receive area (a slot per rank and
+        #: half), our staging area (a half per call parity), a connection to and the receive
+        #: area of every other rank.
+        self._mesh_in, self._mesh_out, self._conns, self._mesh_handles = mesh
+        #: Whether one-shot calls can run (a connection to every other rank).
+        self.mesh = len(self._conns) == world - 1
+        self.mesh_arrived = [0] * world
+        #: Ids of our one-shot WRITEs not completed yet, by staging half.
+        self._mesh_pending: tuple[set[int], set[int]] = (set(), set())
+        #: Our one-shot posts the daemon has not answered yet, by staging half.
+        self._mesh_posting: tuple[set[asyncio.Task[None]], set[asyncio.Task[None]]] = (
+            set(), set())
+        #: Completions whose id was not known yet (the answer to its post still on its way).
+        self._early: dict[int, bool] = {}
         self.arrived = 0
         self.credit = 0
         self.completed = 0
@@ -100,10 +125,12 @@ class MrcLink:
         #: Set while the engine waits for completions of data WRITEs.
         self._want = asyncio.Event()
         self._pumps: list[asyncio.Task[None]] = []
+        #: Credit WRITEs whose post the daemon has not answered yet.
+        self._credits_posting: set[asyncio.Task[list[int]]] = set()
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        conns = {id(self.to_next): self.to_next, id(self.to_prev): self.to_prev}
+        conns = {id(c): c for c in (self.to_next, self.to_prev, *self._conns.values())}
         self._pumps = [loop.create_task(self._immediates()), loop.create_task(self._messages())]
         self._pumps += [loop.create_task(self._completions(c)) for c in conns.values()]
 
@@ -142,10 +169,71 @@ class MrcLink:
         at = (counter % self.slots) * self.chunk_bytes
         return self.recv.buf[at:at + self.chunk_bytes]
 
+    async def mesh_send(self, seq: int, payload: bytes, deadline: float,
+                        waiting: Callable[[], str]) -> None:
+        """Write `payload` (at most MESH_SLOT bytes) into every other rank's slot for us in
+        the half of one-shot call `seq`, from our staging half of that parity, which call
+        `seq` - 2 used: its WRITEs must have completed first. The posts are not waited for
+        (pipelined requests: the call reads what arrives meanwhile); a refused one fails the
+        link when it is answered."""
+        half = seq % 2
+        pending, posting = self._mesh_pending[half], self._mesh_posting[half]
+        while pending or posting:
+            await self.wait(deadline, waiting, completions=True)
+        at = half * MESH_SLOT
+        self._mesh_out.buf[at:at + len(payload)] = payload
+        imm = ((seq & _SEQ24) << 8) | self.rank
+
+        async def one(r: int) -> None:
+            conn = self._conns[r]
+            try:
+                ids = await conn.write_many([Write(
+                    self._mesh_out, at, len(payload), self._mesh_handles[r],
+                    (self.rank * 2 + half) * MESH_SLOT, imm)])
+            except ClientError as exc:
+                self._fail(f"a one-shot WRITE to {conn.peer}: {exc}")
+                return
+            finally:
+                posting.discard(asyncio.current_task())
+            for i in ids:
+                ok = self._early.pop(i, None)
+                if ok is None:
+                    pending.add(i)
+                elif not ok:
+                    self._fail(f"a one-shot WRITE to {conn.peer} failed (the rank there or "
+                               "its daemon is gone)")
+            if pending:
+                self._want.set()
+            self._changed.set()
+
+        loop = asyncio.get_running_loop()
+        for r in self._conns:  # tasks start in this order: each peer sees our calls in order
+            posting.add(loop.create_task(one(r)))
+
+    def mesh_unfinished(self) -> int:
+        return sum(len(s) for s in (*self._mesh_pending, *self._mesh_posting))
+
+    def mesh_slot(self, sender: int, seq: int) -> memoryview:
+        at = (sender * 2 + seq % 2) * MESH_SLOT
+        return self._mesh_in.buf[at:at + MESH_SLOT]
+
     async def give_credit(self, applied: int) -> None:
+        """Post the credit WRITE without waiting for the daemon's answer (a pipelined
+        request): the engine goes on, and a refused post fails the link when it answers."""
         self.credited = applied
-        await self.to_prev.write_many([Write(self.credits, _CREDIT_OUT, 1, self.prev_credit,
-                                             _CREDIT_IN, applied & _U32)])
+        task = asyncio.get_running_loop().create_task(self.to_prev.write_many(
+            [Write(self.credits, _CREDIT_OUT, 1, self.prev_credit, _CREDIT_IN,
+                   applied & _U32)]))
+        self._credits_posting.add(task)
+        task.add_done_callback(self._credit_posted)
+
+    def _credit_posted(self, task: asyncio.Task[list[int]]) -> None:
+        self._credits_posting.discard(task)
+        if task.cancelled() or self._closing:
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._fail(f"a credit to rank {self._prev()} ({self.to_prev.peer}): {exc}")
 
     async def wait(self, deadline: float, waiting: Callable[[], str], *, chunks: bool = False,
                    credit: bool = False, completions: bool = False) -> None:
@@ -207,6 +295,8 @@ class MrcLink:
         """Close the control connection (the daemon drops our regions, connections and
         endpoint; the pumps' long-polls fail with it and they end), then reap the pumps."""
         self._closing = True
+        if self._credits_posting:  # let the last credits reach the daemon (bounded)
+            await asyncio.wait(self._credits_posting, timeout=1.0)
         await self.client.close()
         for task in self._pumps:
             task.cancel()
@@ -235,6 +325,14 @@ class MrcLink:
                         self.arrived += 1
                     elif imm.region == self.credits.id:
                         self.credit = max(self.credit, _catch_up(self.credit, imm.imm))
+                    elif imm.region == self._mesh_in.id:
+                        sender, seq = imm.imm & 0xFF, imm.imm >> 8
+                        if (sender >= self.world or sender == self.rank
+                                or seq != self.mesh_arrived[sender] & _SEQ24):
+                            self._fail(f"one-shot message {seq} from rank {sender} arrived "
+                                       "out of turn")
+                            continue
+                        self.mesh_arrived[sender] += 1
                 if got:
                     self._changed.set()
         except ClientError as exc:
@@ -243,31 +341,42 @@ class MrcLink:
     async def _completions(self, conn: AsyncConnection) -> None:
         """Completions are fetched when the engine waits for them (a long-poll), else swept
         every SWEEP seconds: a failed WRITE is still seen, and a small collective does not
-        pay a control round trip per WRITE for completions nobody is waiting for."""
-        data = conn is self.to_next
+        pay a control round trip per WRITE for completions nobody is waiting for. Every
+        connection may carry WRITEs waited for (chunks to the next rank, one-shot WRITEs to
+        any rank)."""
         try:
             while not self._closing:
-                if data and self._want.is_set():
+                if self._want.is_set():
                     got = await conn.poll(timeout=POLL)
                 else:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._want.wait() if data else
-                                               asyncio.sleep(SWEEP), SWEEP)
-                    if data and self._want.is_set():
+                        await asyncio.wait_for(self._want.wait(), SWEEP)
+                    if self._want.is_set():
                         continue
                     got = await conn.poll(timeout=0)
                 for c in got:
                     # A failed chunk is a failure; a failed credit only means the previous
                     # rank went (it may have finished and closed): if a chunk of it is still
                     # due, that shows as its absence.
-                    if not c.ok and c.id in self._data_ids:
-                        self._fail(f"a WRITE to {conn.peer} ended {c.status} (the rank there "
-                                   "or its daemon is gone)")
                     if c.id in self._data_ids:
+                        if not c.ok:
+                            self._fail(f"a WRITE to {conn.peer} ended {c.status} (the rank "
+                                       "there or its daemon is gone)")
                         self._data_ids.discard(c.id)
                         self.completed += 1
                         self._streamed += self._sizes.pop(c.id, 0)
-                if data and self.completed >= self._posted:
+                    elif c.id in self._mesh_pending[0] or c.id in self._mesh_pending[1]:
+                        if not c.ok:
+                            self._fail(f"a one-shot WRITE to {conn.peer} ended {c.status} "
+                                       "(the rank there or its daemon is gone)")
+                        self._mesh_pending[0].discard(c.id)
+                        self._mesh_pending[1].discard(c.id)
+                    else:  # a credit's, or one whose post is still being answered
+                        self._early[c.id] = c.ok
+                        if len(self._early) > _EARLY_MAX:
+                            del self._early[next(iter(self._early))]
+                if (self.completed >= self._posted and not self._mesh_pending[0]
+                        and not self._mesh_pending[1]):
                     self._want.clear()
                 if got:
                     self._changed.set()
@@ -380,11 +489,17 @@ async def _bootstrap(client: AsyncClient, rank: int, world: int, peers: list[str
     credits = await client.register_region(4096, f"coll-credit-{rank}")
     local = await client.register_region(WORK_OFFSET + (1 << 20), f"coll-local-{rank}")
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    neighbours = sorted({nxt, prv} - {rank})
+    # One-shot calls write to every other rank (docs/COLLECTIVE.md §6): only when every rank
+    # has a daemon of its own (a connection goes to another daemon).
+    mesh = len(set(peers)) == world and world <= MESH_MAX_WORLD
+    neighbours = [r for r in range(world) if r != rank] if mesh else sorted({nxt, prv} - {rank})
+    mesh_in = await client.register_region((world if mesh else 1) * 2 * MESH_SLOT,
+                                           f"coll-mesh-in-{rank}")
+    mesh_out = await client.register_region(2 * MESH_SLOT, f"coll-mesh-out-{rank}")
     token = secrets.token_hex(8)
     hello = {"op": "hello", "rank": rank, "world": world, "slots": slots, "chunk": chunk_bytes,
              "token": token, "slots_handle": recv.handle.to_dict(),
-             "credit_handle": credits.handle.to_dict()}
+             "credit_handle": credits.handle.to_dict(), "mesh_handle": mesh_in.handle.to_dict()}
     got: dict[int, dict[str, Any]] = {}
     acked: set[int] = set()
     next_hello = 0.0
@@ -420,17 +535,20 @@ async def _bootstrap(client: AsyncClient, rank: int, world: int, peers: list[str
                                           f"{obj.get(key)}, this rank {mine}")
             try:
                 got[sender] = {"slots": RegionHandle.from_dict(obj.get("slots_handle")),
-                               "credit": RegionHandle.from_dict(obj.get("credit_handle"))}
+                               "credit": RegionHandle.from_dict(obj.get("credit_handle")),
+                               "mesh": RegionHandle.from_dict(obj.get("mesh_handle"))}
             except ClientError as exc:
                 raise CollectiveError(f"rank {rank}: bad hello from rank {sender}: {exc}") \
                     from None
             await _send(client, msg.peer, endpoint_of(sender),
                         {"op": "ack", "rank": rank, "token": obj.get("token")})
-    to_next = await client.connect(peers[nxt])
-    to_prev = to_next if prv == nxt else await client.connect(peers[prv])
+    conns = dict(zip(neighbours, await asyncio.gather(
+        *(client.connect(peers[r]) for r in neighbours)), strict=True))
     return MrcLink(client, rank, world, peers, endpoint_of, slots, chunk_bytes,
-                   (recv, credits, local), to_next, to_prev, got[nxt]["slots"],
-                   got[prv]["credit"])
+                   (recv, credits, local), conns[nxt], conns[prv], got[nxt]["slots"],
+                   got[prv]["credit"],
+                   (mesh_in, mesh_out, conns if mesh else {},
+                    {r: got[r]["mesh"] for r in neighbours} if mesh else {}))
 
 
 def open_mrc(socket_path: str, rank: int, world: int, peers: Sequence[str], *,

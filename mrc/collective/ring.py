@@ -1,4 +1,5 @@
-"""The communicators: argument checks, plans run by the engine, results copied out.
+"""The communicators: argument checks, plans run by the engine (or one-shot calls, when the
+link has them), results copied out.
 
 `AsyncRing` is the coroutine communicator over any `engine.Link` (`comm.AsyncCommunicator`);
 `Ring` is the blocking one (`comm.Communicator`): it runs an `AsyncRing` on an event loop of
@@ -23,7 +24,7 @@ import numpy as np
 from mrc.io.loop import new_event_loop
 
 from .comm import DTYPES, OPS, CollectiveError
-from .engine import Engine, Link, check_deadline
+from .engine import ONE_SHOT_MAX, Engine, Link, check_deadline
 from .schedule import (
     Header,
     Plan,
@@ -158,8 +159,14 @@ class AsyncRing:
             plan = plan_reduce_scatter(count, world, rank, chunk)
         else:
             plan = plan_broadcast(count, world, rank, root, chunk)
-        await self._engine.drain(deadline)
-        await self.link.reserve(plan.work_elems * dtype.itemsize)
+        if (gather and self._engine.mesh is not None
+                and count * dtype.itemsize <= ONE_SHOT_MAX):
+            # One hop instead of W - 1 (docs/COLLECTIVE.md §6).
+            rows = await self._engine.one_shot(header, flat, deadline, what)
+            if kind == "all_reduce":
+                return reduce_rows(op, rows).astype(dtype, copy=False).reshape(arr.shape)
+            return rows.reshape((world, *arr.shape))
+        await self._engine.begin(plan.work_elems * dtype.itemsize, deadline)
         work = self._engine.work_view(dtype, plan.work_elems)
         if gather:
             work[rank * count:(rank + 1) * count] = flat

@@ -75,6 +75,15 @@ class Header:
                             OPS.index(self.op), DTYPES.index(self.dtype), 0, self.root,
                             self.world, self.count, _shape_crc(self.shape), self.rank)
 
+    def same_call(self, data: bytes | memoryview) -> bool:
+        """Whether `data` is a header of this very call (its sequence number): another rank's
+        header of a later call is not a disagreement."""
+        try:
+            magic, seq = _HEADER.unpack(bytes(data[:HEADER]))[:2]
+        except struct.error:
+            return False
+        return bool(magic == _MAGIC and seq == self.seq & 0xFFFFFFFF)
+
     def check(self, data: bytes | memoryview, what: str) -> None:
         """Raise a CollectiveError naming the first field `data` (the previous rank's header)
         disagrees on."""

@@ -1,18 +1,23 @@
-"""The same ring over TCP (or MPTCP): an `engine.Link` made of one socket per ring neighbour.
+"""The same collectives over TCP (or MPTCP): an `engine.Link` made of sockets between ranks.
 
 The comparison baseline of `mrc collective-bench --transport tcp|mptcp`: the plans, chunk
-size, slot count and credits are the engine's, exactly as over the daemons; only the moving
-of bytes differs. Each rank listens on its own address, connects to the next rank and accepts
-the previous one. On the socket to the next rank it sends chunks and reads credits; on the
-socket from the previous rank it reads chunks straight into the receive slots and sends
-credits. A frame is `type 8 | pad 24 | a 32 | b 32`, big-endian: `D` (a chunk: counter, bytes,
-then the bytes), `C` (a credit: items applied), `H` (hello: rank, world, then a JSON body
-with slots and chunk size), `A` (abort: rank, reason length, then the reason). A send is
-complete once the kernel took its bytes. A neighbour whose socket closes or resets is a
-failure at once; an abort is forwarded to the other neighbour, so it goes round the ring.
+size, slot count, credits and one-shot calls are the engine's, exactly as over the daemons;
+only the moving of bytes differs. Each rank listens on its own address, connects to every
+other rank (to the next one only when the world is larger than MESH_MAX_WORLD) and accepts
+a connection from each of them: the connection to rank j carries what this rank sends j,
+the one from j what j sends. Frames are `type 8 | pad 24 | a 32 | b 32`, big-endian: `D` (a
+chunk, to the next rank: counter, bytes, then the bytes, read straight into the receive
+slot), `C` (a credit, back to the previous rank on the connection it opened: items applied),
+`M` (a one-shot message, to every other rank: the one-shot call counter, bytes, then the
+bytes, read straight into the sender's slot of that call's parity), `H` (hello: rank, world,
+then a JSON body with slots and chunk size) and `A` (abort: rank, reason length, then the
+reason). A send is complete once the kernel took its bytes. A rank whose connection closes or
+resets is a failure as soon as something is still wanted from it; an abort goes to every
+rank at once.
 
 MPTCP is the same with `IPPROTO_MPTCP` sockets (the kernel's path manager adds subflows as
 its endpoints allow); when the kernel refuses them, opening fails with one line saying so.
+What the frames mean (which item, which call) is the engine's (docs/COLLECTIVE.md §2, §6).
 """
 
 from __future__ import annotations
@@ -26,17 +31,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .comm import CollectiveError
-from .engine import WORK_OFFSET, await_change
+from .engine import MESH_SLOT, WORK_OFFSET, await_change
 from .ring import AsyncRing, Ring, run_blocking, stop_loop
 
-__all__ = ["TcpLink", "mptcp_available", "open_tcp", "open_tcp_async"]
+__all__ = ["MESH_MAX_WORLD", "TcpLink", "mptcp_available", "open_tcp", "open_tcp_async"]
 
 DEFAULT_CHUNK = 1 << 20
 DEFAULT_SLOTS = 8
-#: How long `close` reads what the neighbours still send before it closes.
+#: Up to this many ranks every rank connects to every other one (one-shot calls); above it
+#: to its ring neighbours only (as over MRC: docs/COLLECTIVE.md §3).
+MESH_MAX_WORLD = 64
+#: How long `close` reads what the other ranks still send before it closes.
 CLOSE_LINGER = 1.0
 _FRAME = struct.Struct("!B3xII")
-_D, _C, _H, _A = b"DCHA"
+_D, _C, _M, _H, _A = b"DCMHA"
 _U32 = 0xFFFFFFFF
 
 
@@ -60,34 +68,50 @@ def mptcp_available() -> str | None:
         return f"MPTCP: the kernel refuses MPTCP sockets: {exc.strerror or exc}"
 
 
+def _peers(rank: int, world: int) -> list[int]:
+    """The ranks this rank has connections with: all others, or its ring neighbours."""
+    if world <= MESH_MAX_WORLD:
+        return [r for r in range(world) if r != rank]
+    return sorted({(rank + 1) % world, (rank - 1) % world})
+
+
 class TcpLink:
-    """One rank's two sockets, buffers and reader tasks."""
+    """One rank's sockets (`out[j]` to rank j, `into[j]` from it), buffers and readers."""
 
     def __init__(self, rank: int, world: int, slots: int, chunk_bytes: int,
-                 to_next: socket.socket, from_prev: socket.socket) -> None:
+                 out: dict[int, socket.socket], into: dict[int, socket.socket]) -> None:
         self.rank = rank
         self.world = world
         self.slots = slots
         self.chunk_bytes = chunk_bytes
-        self.to_next = to_next
-        self.from_prev = from_prev
+        self.out = out
+        self.into = into
+        self.to_next = out[self._next()]
+        self.from_prev = into[self._prev()]
+        #: Whether one-shot calls can run (a connection to every other rank).
+        self.mesh = len(out) == world - 1 and len(into) == world - 1
+        self.mesh_arrived = [0] * world
         self._recv = memoryview(bytearray(slots * chunk_bytes))
+        self._mesh_in = memoryview(bytearray((world if self.mesh else 1) * 2 * MESH_SLOT))
         self._local = memoryview(bytearray(WORK_OFFSET + (1 << 20)))
         self.arrived = 0
         self.credit = 0
         self.completed = 0
         self.credited = 0
+        #: One-shot calls this rank has sent (so it wants call `_mesh_sent - 1` of each rank).
+        self._mesh_sent = 0
         self._failure: CollectiveError | None = None
         self._aborted = False
-        #: Why the previous / next rank's socket ended, once it did.
-        self._gone_prev: str | None = None
+        #: Why the connection from rank j, or the next rank's (credits), ended, once it did.
+        self._gone: dict[int, str] = {}
         self._gone_next: str | None = None
         self._changed = asyncio.Event()
         self._readers: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._readers = [loop.create_task(self._read_prev()), loop.create_task(self._read_next())]
+        self._readers = [loop.create_task(self._read_from(j)) for j in self.into]
+        self._readers.append(loop.create_task(self._read_next()))
 
     def local(self) -> memoryview:
         return self._local
@@ -113,6 +137,39 @@ class TcpLink:
         at = (counter % self.slots) * self.chunk_bytes
         return self._recv[at:at + self.chunk_bytes]
 
+    async def mesh_send(self, seq: int, payload: bytes, deadline: float,
+                        waiting: Callable[[], str]) -> None:
+        """Send one-shot call `seq` (at most MESH_SLOT bytes) to every other rank at once;
+        returns when the kernel took all of it (nothing stays in flight: `mesh_unfinished`
+        is 0), or raises a CollectiveError (a rank gone, the deadline)."""
+        if len(payload) > MESH_SLOT:
+            raise CollectiveError(f"a one-shot message of {len(payload)} bytes is larger "
+                                  f"than {MESH_SLOT}")
+        self._mesh_sent = seq + 1
+        frame = _FRAME.pack(_M, seq & _U32, len(payload)) + payload
+        loop = asyncio.get_running_loop()
+
+        async def one(j: int) -> None:
+            try:
+                await loop.sock_sendall(self.out[j], frame)
+            except OSError as exc:
+                self._fail(f"sending a one-shot message to rank {j}: {exc.strerror or exc}")
+
+        left = deadline - loop.time()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(one(j) for j in self.out)), max(left, 0))
+        except TimeoutError:
+            self._fail(f"timed out sending one-shot call {seq} (the other ranks do not read)")
+        if self._failure is not None:
+            raise self._failure
+
+    def mesh_slot(self, sender: int, seq: int) -> memoryview:
+        at = (sender * 2 + seq % 2) * MESH_SLOT
+        return self._mesh_in[at:at + MESH_SLOT]
+
+    def mesh_unfinished(self) -> int:
+        return 0
+
     async def give_credit(self, applied: int) -> None:
         self.credited = applied
         try:
@@ -125,14 +182,28 @@ class TcpLink:
                    credit: bool = False, completions: bool = False) -> None:
         if self._failure is not None:
             raise self._failure
-        gone = (self._gone_prev if chunks else None) or (self._gone_next if credit else None)
-        if gone is not None and not self._changed.is_set():
-            # The neighbour we wait for closed and nothing moved since: it will not come.
-            raise CollectiveError(gone)
+        if not self._changed.is_set():
+            # A rank we wait for closed and nothing moved since: it will not come.
+            gone = self._awaited_gone(chunks, credit)
+            if gone is not None:
+                raise CollectiveError(gone)
         await await_change(self._changed, deadline, waiting, lambda: self._failure)
 
+    def _awaited_gone(self, chunks: bool, credit: bool) -> str | None:
+        if credit and self._gone_next is not None:
+            return self._gone_next
+        if not chunks:
+            return None
+        prev = self._gone.get(self._prev())
+        if prev is not None:
+            return prev
+        for j, why in self._gone.items():
+            if self.mesh_arrived[j] < self._mesh_sent:  # its one-shot message is still due
+                return why
+        return None
+
     async def abort(self, reason: str) -> None:
-        """Tell both neighbours once (each forwards it once), then stop reading."""
+        """Tell every rank we have a connection to once (bounded), then stop reading."""
         if self._failure is None:
             self._failure = CollectiveError(reason)
         if self._aborted:
@@ -141,21 +212,25 @@ class TcpLink:
         body = reason.encode()[:3000]
         frame = _FRAME.pack(_A, self.rank, len(body)) + body
         loop = asyncio.get_running_loop()
-        for sock in {id(s): s for s in (self.to_next, self.from_prev)}.values():
+        socks = [*self.out.values(), self.from_prev]
+
+        async def one(sock: socket.socket) -> None:
             with contextlib.suppress(OSError, TimeoutError):
                 await asyncio.wait_for(loop.sock_sendall(sock, frame), 1.0)
 
+        await asyncio.gather(*(one(s) for s in socks))
+
     async def close(self) -> None:
         """Stop reading, then close gracefully: FIN after what is still queued, and read
-        (and drop) what the neighbours still send until theirs, at most CLOSE_LINGER
-        seconds. Closing with unread bytes would reset the connection, and a neighbour
+        (and drop) what the other ranks still send until theirs, at most CLOSE_LINGER
+        seconds. Closing with unread bytes would reset the connection, and a rank
         finishing its last collective could lose our last chunks with it."""
         for task in self._readers:
             task.cancel()
         if self._readers:
             await asyncio.wait(self._readers, timeout=2.0)
         self._readers = []
-        socks = list({id(s): s for s in (self.to_next, self.from_prev)}.values())
+        socks = [*self.out.values(), *self.into.values()]
         for sock in socks:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_WR)
@@ -187,28 +262,43 @@ class TcpLink:
             raise _Abort(a, reason)
         return kind, a, b
 
-    async def _read_prev(self) -> None:
-        who = f"rank {self._prev()}"
+    async def _read_from(self, j: int) -> None:
+        """What rank j sends this rank: chunks (when j is the previous rank), one-shot
+        messages, an abort. Every frame is checked here, in the order j sent them."""
+        who = f"rank {j}"
+        sock = self.into[j]
         try:
             while True:
-                kind, counter, nbytes = await self._frame(self.from_prev, who)
-                if kind != _D or counter != self.arrived & _U32 or nbytes > self.chunk_bytes:
+                kind, a, nbytes = await self._frame(sock, who)
+                if kind == _D and j == self._prev():
+                    if a != self.arrived & _U32 or nbytes > self.chunk_bytes:
+                        raise CollectiveError(f"{who} sent chunk {a} of {nbytes} bytes where "
+                                              f"chunk {self.arrived & _U32} was due")
+                    if nbytes:
+                        await _read_into(sock, self.slot(self.arrived)[:nbytes], who)
+                    self.arrived += 1
+                elif kind == _M and self.mesh:
+                    if a != self.mesh_arrived[j] & _U32 or nbytes > MESH_SLOT:
+                        raise CollectiveError(f"{who} sent one-shot message {a} of {nbytes} "
+                                              f"bytes where {self.mesh_arrived[j] & _U32} was "
+                                              "due (out of turn)")
+                    await _read_into(sock, self.mesh_slot(j, a)[:nbytes], who)
+                    self.mesh_arrived[j] += 1
+                else:
                     raise CollectiveError(f"{who} sent an unexpected frame {kind!r} "
-                                          f"(chunk {counter}, {nbytes} bytes)")
-                if nbytes:
-                    await _read_into(self.from_prev, self.slot(self.arrived)[:nbytes], who)
-                self.arrived += 1
+                                          f"({a}, {nbytes} bytes)")
                 self._changed.set()
         except _Abort as ab:
             self._remote_abort(ab)
         except _Gone as exc:
-            # Not a failure yet: a neighbour that finished closes; `wait` decides.
-            self._gone_prev = self._gone_prev or str(exc)
+            # Not a failure yet: a rank that finished closes; `wait` decides.
+            self._gone.setdefault(j, str(exc))
             self._changed.set()
         except CollectiveError as exc:
             self._fail(str(exc))
 
     async def _read_next(self) -> None:
+        """Credits from the next rank, on the connection to it (and an abort)."""
         who = f"rank {self._next()}"
         try:
             while True:
@@ -231,7 +321,7 @@ class TcpLink:
 
 
 class _Gone(CollectiveError):
-    """A neighbour's socket closed or reset."""
+    """A rank's connection closed or reset."""
 
 
 class _Abort(Exception):
@@ -292,8 +382,11 @@ async def open_tcp_async(rank: int, world: int, addresses: Sequence[tuple[str, i
     proto = _proto(mptcp)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    peers = _peers(rank, world)
     listener = socket.socket(_family(addresses[rank][0]), socket.SOCK_STREAM, proto)
-    to_next = from_prev = None
+    out: dict[int, socket.socket] = {}
+    into: dict[int, socket.socket] = {}
+    tasks: list[asyncio.Task[None]] = []
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -301,29 +394,36 @@ async def open_tcp_async(rank: int, world: int, addresses: Sequence[tuple[str, i
         except OSError as exc:
             raise CollectiveError(f"rank {rank}: cannot listen on {addresses[rank]}: "
                                   f"{exc.strerror or exc}") from None
-        listener.listen(8)
+        listener.listen(max(8, len(peers)))
         listener.setblocking(False)
         hello = json.dumps({"slots": slots, "chunk": chunk_bytes}).encode()
-        accept = loop.create_task(_accept(listener, rank, world, hello, deadline))
-        try:
-            to_next = await _connect(addresses[(rank + 1) % world], proto, rank, world, hello,
-                                     deadline)
-            from_prev = await accept
-        finally:
-            if not accept.done():
-                accept.cancel()
-                with contextlib.suppress(BaseException):
-                    await accept
+        tasks = [loop.create_task(_accept(listener, rank, world, peers, into, hello, deadline))]
+        tasks += [loop.create_task(_connect(addresses[j], j, proto, rank, world, hello, out,
+                                            deadline)) for j in peers]
+        await _all_or_none(tasks)
     except BaseException:
-        for s in (to_next, from_prev):
-            if s is not None:
-                s.close()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for s in (*out.values(), *into.values()):
+            s.close()
         raise
     finally:
         listener.close()
-    link = TcpLink(rank, world, slots, chunk_bytes, to_next, from_prev)
+    link = TcpLink(rank, world, slots, chunk_bytes, out, into)
     link.start()
     return AsyncRing(link, timeout)
+
+
+async def _all_or_none(tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for every task; the first that fails raises its error here (the caller cancels
+    the rest)."""
+    pending = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -336,8 +436,9 @@ def _tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-async def _connect(addr: tuple[str, int], proto: int, rank: int, world: int, hello: bytes,
-                   deadline: float) -> socket.socket:
+async def _connect(addr: tuple[str, int], peer: int, proto: int, rank: int, world: int,
+                   hello: bytes, out: dict[int, socket.socket], deadline: float) -> None:
+    """Connect to rank `peer` and say hello, retrying until `deadline`; into `out[peer]`."""
     loop = asyncio.get_running_loop()
     last = "no attempt"
     while loop.time() < deadline:
@@ -348,23 +449,29 @@ async def _connect(addr: tuple[str, int], proto: int, rank: int, world: int, hel
                                    max(0.05, deadline - loop.time()))
             await loop.sock_sendall(sock, _FRAME.pack(_H, rank, world) + struct.pack(
                 "!I", len(hello)) + hello)
-            return sock
+            out[peer] = sock
+            return
         except (OSError, TimeoutError) as exc:
             sock.close()
             last = str(getattr(exc, "strerror", None) or exc or "timed out")
             await asyncio.sleep(0.05)
-    raise CollectiveError(f"rank {rank}: cannot connect to the next rank at {addr[0]}:{addr[1]} "
+        except BaseException:
+            sock.close()
+            raise
+    raise CollectiveError(f"rank {rank}: cannot connect to rank {peer} at {addr[0]}:{addr[1]} "
                           f"({last})")
 
 
-async def _accept(listener: socket.socket, rank: int, world: int, hello: bytes,
-                  deadline: float) -> socket.socket:
+async def _accept(listener: socket.socket, rank: int, world: int, peers: list[int],
+                  into: dict[int, socket.socket], hello: bytes, deadline: float) -> None:
+    """Accept one connection from each rank of `peers` (a stray or duplicate one is closed),
+    into `into`; ranks whose world, slots or chunk size differ fail here, naming them."""
     loop = asyncio.get_running_loop()
-    prev = (rank - 1) % world
-    while True:
+    while len(into) < len(peers):
         left = deadline - loop.time()
         if left <= 0:
-            raise CollectiveError(f"rank {rank}: rank {prev} did not connect in time")
+            missing = ", ".join(str(j) for j in peers if j not in into)
+            raise CollectiveError(f"rank {rank}: no connection from rank {missing} in time")
         try:
             sock, _ = await asyncio.wait_for(loop.sock_accept(listener), left)
         except TimeoutError:
@@ -378,15 +485,15 @@ async def _accept(listener: socket.socket, rank: int, world: int, hello: bytes,
         except (CollectiveError, TimeoutError):
             sock.close()
             continue
-        if kind != _H or their_rank != prev:
+        if kind != _H or their_rank not in peers or their_rank in into:
             sock.close()
             continue
         if their_world != world or body != hello:
             sock.close()
-            raise CollectiveError(f"rank {rank}: rank {prev} has world {their_world} and "
+            raise CollectiveError(f"rank {rank}: rank {their_rank} has world {their_world} and "
                                   f"{body.decode(errors='replace')}, this rank world {world} "
                                   f"and {hello.decode()}")
-        return sock
+        into[their_rank] = sock
 
 
 def open_tcp(rank: int, world: int, addresses: Sequence[tuple[str, int]], *,

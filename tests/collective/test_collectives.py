@@ -1,7 +1,8 @@
 """`mrc.collective` on real daemons on loopback planes (2, 3 and 4 of them, started once per
 world size) and over TCP: every collective, op and dtype against numpy, sizes that do not
-divide by the rank count and arrays of many chunks; ranks that disagree, bad arguments, a
-rank killed mid-collective: one clear CollectiveError on every rank, within its timeout."""
+divide by the rank count and arrays of many chunks; small calls one-shot over either; ranks
+that disagree, bad arguments, a rank killed mid-collective: one clear CollectiveError on every
+rank, within its timeout."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ import pytest
 np = pytest.importorskip("numpy", reason="mrc.collective needs numpy (the collective extra)")
 
 from mrc.collective import CollectiveError, open_mrc, open_mrc_async, open_tcp  # noqa: E402
+from mrc.collective.engine import ONE_SHOT_MAX  # noqa: E402
 from mrc.collective.launch import DaemonSpec, environ, loopback_daemons  # noqa: E402
-from mrc.collective.ring import Ring  # noqa: E402
+from mrc.collective.ring import Ring, stop_loop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small chunks and few slots, so a few thousand elements already take many pipelined chunks
@@ -134,6 +136,33 @@ def test_every_collective_against_numpy(daemons: Ring3) -> None:
     comms = daemons.open()
     try:
         check_everything(comms, daemons.world)
+    finally:
+        close_all(comms)
+
+
+def test_small_calls_take_one_hop(daemons: Ring3) -> None:
+    """An all-reduce within a chunk, an all-gather and a barrier of at most 64 KiB per rank:
+    every rank writes every other rank directly (docs/COLLECTIVE.md §6), nothing goes round
+    the ring, and the results are numpy's, at a size that does not divide by the ranks."""
+    world = daemons.world
+    comms = daemons.open()
+    count = 2 * world + 1
+
+    def body(r: int) -> None:
+        comm = comms[r]
+        parts = [data_of(k, count, "float32") for k in range(world)]
+        for _ in range(3):  # both halves of the slots, then the first again
+            got = comm.all_reduce(parts[r], "sum", timeout=20)
+            assert np.array_equal(got, np.sum(np.stack(parts), axis=0).astype("float32"))
+        assert np.array_equal(comm.all_gather(parts[r], timeout=20), np.stack(parts))
+        comm.barrier(timeout=20)
+
+    try:
+        ok(parallel(world, body))
+        for r, comm in enumerate(comms):
+            link: Any = comm.link
+            assert link.arrived == 0 and link.credit == 0
+            assert link.mesh_arrived == [0 if k == r else 5 for k in range(world)]
     finally:
         close_all(comms)
 
@@ -342,3 +371,184 @@ def test_collective_bench_command(tmp_path: Path) -> None:
     assert doc["rows"][-1]["busbw_GBps"] == pytest.approx(doc["rows"][-1]["algbw_GBps"], 0.01)
     assert doc["ring_write"]["mean_link_GBps"] > 0
     assert doc["goals"]["busbw_vs_ring_write"]["ratio"] > 0
+
+
+def test_ranks_that_share_daemons_go_round_the_ring(tmp_path: Path) -> None:
+    """Four ranks on two daemons (neighbours on different ones): no connection to a rank of
+    the same daemon, so no one-shot calls; small calls go round the ring and are right."""
+    with loopback_daemons(2, tmp_path, secure=False) as specs:
+        peers = [specs[r % 2].host for r in range(4)]
+        comms = ok(parallel(4, lambda r: open_mrc(specs[r % 2].socket, r, 4, peers,
+                                                  timeout=20, group="shared",
+                                                  chunk_bytes=CHUNK, slots=SLOTS)))
+        parts = [data_of(k, 9, "float32") for k in range(4)]
+        try:
+            got = ok(parallel(4, lambda r: comms[r].all_reduce(parts[r], timeout=20)))
+            for g in got:
+                assert np.array_equal(g, np.sum(np.stack(parts), axis=0).astype("float32"))
+            for comm in comms:
+                link: Any = comm.link
+                assert link.mesh is False and link.arrived == 4  # a header and 3 chunks
+        finally:
+            close_all(comms)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_small_tcp_calls_take_one_hop(world: int) -> None:
+    """All-reduces within a chunk (every op, float32 and float64), an all-gather of exactly
+    ONE_SHOT_MAX bytes per rank and a barrier: nothing goes round the ring (no chunk arrives,
+    no credit comes back), one message from every other rank per call, numpy's results."""
+    addrs = _tcp_addresses(world)
+    comms = ok(parallel(world, lambda r: open_tcp(r, world, addrs, timeout=20,
+                                                  chunk_bytes=CHUNK, slots=SLOTS)))
+    count = 2 * world + 1  # not divisible by the rank count
+    big = ONE_SHOT_MAX // 4  # float32 elements: the largest one-shot all-gather
+
+    def body(r: int) -> None:
+        comm = comms[r]
+        for dtype in ("float32", "float64"):
+            parts = [data_of(k, count, dtype) for k in range(world)]
+            stack = np.stack(parts)
+            for op, fn in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+                got = comm.all_reduce(parts[r], op, timeout=20)
+                assert got.dtype == parts[r].dtype
+                assert np.array_equal(got, fn(stack, axis=0).astype(dtype)), (dtype, op)
+        parts = [data_of(k, big, "float32") for k in range(world)]
+        assert np.array_equal(comm.all_gather(parts[r], timeout=20), np.stack(parts))
+        comm.barrier(timeout=20)
+
+    try:
+        ok(parallel(world, body))
+        for r, comm in enumerate(comms):
+            link: Any = comm.link
+            assert (link.arrived, link.credit, link.completed) == (0, 0, 0)
+            assert link.mesh_arrived == [0 if k == r else 8 for k in range(world)]
+    finally:
+        close_all(comms)
+
+
+def test_a_larger_all_gather_still_goes_round_the_tcp_ring() -> None:
+    """One element more than a one-shot call carries: the ring (W - 1 hops), right too."""
+    world = 3
+    addrs = _tcp_addresses(world)
+    comms = ok(parallel(world, lambda r: open_tcp(r, world, addrs, timeout=20,
+                                                  chunk_bytes=CHUNK, slots=SLOTS)))
+    count = ONE_SHOT_MAX // 4 + 1
+    parts = [data_of(k, count, "float32") for k in range(world)]
+    try:
+        got = ok(parallel(world, lambda r: comms[r].all_gather(parts[r], timeout=20)))
+        for g in got:
+            assert np.array_equal(g, np.stack(parts))
+        for comm in comms:
+            link: Any = comm.link
+            assert link.mesh_arrived == [0] * world
+            assert link.arrived > world - 1  # a header and the chunks of W - 1 steps
+    finally:
+        close_all(comms)
+
+
+def test_a_killed_tcp_rank_fails_every_other_rank_at_once() -> None:
+    """Four ranks over TCP, the last one a process looping barrier + 8-byte all-reduce (all
+    one-shot); it is killed after a few calls. Every other rank raises one CollectiveError
+    naming it, well within the call's timeout: the one-shot call waits for every rank, and a
+    rank whose connection closed while its message is due is gone, not late."""
+    world, last, timeout = 4, 3, 8.0
+    addrs = _tcp_addresses(world)
+    args = ["--transport", "tcp", "--rank", str(last), "--world", str(world), "--addresses",
+            ",".join(f"{h}:{p}" for h, p in addrs), "--chunk", str(CHUNK), "--slots",
+            str(SLOTS), "-o", "all_reduce", "-b", "8", "-e", "8", "-n", "100000", "-w", "0",
+            "--timeout", str(timeout)]
+    proc = subprocess.Popen([sys.executable, "-m", "mrc.collective.rank", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=environ(), cwd=ROOT)
+    comms: list[Any] = []
+    try:
+        comms = ok(parallel(last, lambda r: open_tcp(r, world, addrs, timeout=20,
+                                                     chunk_bytes=CHUNK, slots=SLOTS)))
+        killed_at: list[float] = []
+
+        def body(r: int) -> tuple[float, Any, int]:
+            # The rank process's sequence: barrier, then the timed all-reduce, repeated.
+            from mrc.collective.rank import inputs
+            it = 0
+            try:
+                while True:
+                    comms[r].barrier(timeout=timeout)
+                    comms[r].all_reduce(inputs(r, 2, "float32", it), timeout=timeout)
+                    it += 1
+                    if it == 5 and r == 0:
+                        proc.send_signal(signal.SIGKILL)
+                        killed_at.append(time.monotonic())
+            except CollectiveError as exc:
+                return time.monotonic(), exc, it
+
+        out = parallel(last, body, timeout=30)
+        for when, exc, it in out:
+            assert isinstance(exc, CollectiveError)
+            assert "\n" not in str(exc) and "rank 3" in str(exc), exc
+            assert it >= 4
+            assert when - killed_at[0] < timeout / 2, exc
+        for comm in comms:
+            link: Any = comm.link
+            assert link.arrived == 0  # every call before the kill was one-shot
+            assert link.mesh_arrived[last] >= 8
+    finally:
+        close_all(comms)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_a_tcp_rank_that_never_comes_fails_the_bootstrap_in_time() -> None:
+    """Ranks 0 and 1 of 3 open; rank 2 never does. Both fail within their timeout naming
+    rank 2, and close every socket (and loop) they opened."""
+    world, timeout = 3, 2.0
+    addrs = _tcp_addresses(world)
+    stop_loop(*Ring.start_loop())  # what the event loop library opens once per process
+    fds = len(os.listdir("/proc/self/fd"))
+    t0 = time.monotonic()
+    out = parallel(2, lambda r: open_tcp(r, world, addrs, timeout=timeout, chunk_bytes=CHUNK,
+                                         slots=SLOTS))
+    assert time.monotonic() - t0 < timeout + 3.0
+    for r, exc in enumerate(out):
+        assert isinstance(exc, CollectiveError), exc
+        assert str(exc).startswith(f"rank {r}: ") and "rank 2" in str(exc), exc
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+
+@pytest.mark.parametrize("odd, field", [("dtype", "with dtype float"),
+                                         ("broadcast", "with collective ")])
+def test_tcp_ranks_that_disagree_in_a_one_shot_call_all_fail(odd: str, field: str) -> None:
+    """Three ranks over TCP gather 7 floats (a one-shot call) after a barrier; the last rank
+    gathers float64 instead, or broadcasts (round the ring). Every rank raises one
+    CollectiveError, the field they disagree on named, well within the timeout."""
+    world = 3
+    addrs = _tcp_addresses(world)
+    comms = ok(parallel(world, lambda r: open_tcp(r, world, addrs, timeout=20,
+                                                  chunk_bytes=CHUNK, slots=SLOTS)))
+
+    def body(r: int) -> Any:
+        comm = comms[r]
+        comm.barrier(timeout=10)
+        if r < world - 1:
+            return comm.all_gather(np.ones(7, np.float32), timeout=10)
+        if odd == "dtype":
+            return comm.all_gather(np.ones(7, np.float64), timeout=10)
+        return comm.broadcast(np.ones(7, np.float32), timeout=10)
+
+    try:
+        t0 = time.monotonic()
+        out = parallel(world, body)
+        assert time.monotonic() - t0 < 8
+        for exc in out:
+            assert isinstance(exc, CollectiveError), exc
+        msgs = " | ".join(str(e) for e in out)
+        assert field in msgs, msgs
+        for r, comm in enumerate(comms):
+            link: Any = comm.link
+            # The barrier went one-shot: a message from every other rank.
+            assert link.mesh_arrived[r] == 0 and min(
+                n for k, n in enumerate(link.mesh_arrived) if k != r) >= 1
+    finally:
+        close_all(comms)
