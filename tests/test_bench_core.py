@@ -47,3 +47,17 @@ def test_bad_arguments_are_one_line_and_exit_2(
     assert bench_core.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("bench_core: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("security", ["auth", "encrypt"])
+def test_a_secured_transfer_runs_through_the_cipher_on_both_sides(
+    security: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["-l", "64K", "-n", "512K", "--planes", "2", "--repeat", "1", "--security", security]
+    assert bench_core.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (run,) = doc["runs"]
+    assert doc["security"] == security and run["secured"] is True
+    assert run["messages"] == 8 and run["data_packets_received"] == 128
+    assert run["retransmits"] == 0
+    assert run["sender_us_per_packet"] > 0 and run["receiver_us_per_packet"] > 0

@@ -1,13 +1,16 @@
 """The sans-I/O core on its own: two sessions wired back to back in one process, no sockets.
 
     python -m tools.bench_core [-l 1M] [-n 256M] [--planes 4] [--imm] [--repeat 5]
+                               [--security none|auth|encrypt]
 
 The writer posts `-l`-byte WRITEs (with an immediate each under `--imm`, as `mrc bench --verify`
 sends them) until `-n` bytes are acknowledged; every transmit goes to the other side's core
 endpoint at once, as io reads it: one read, a GRO batch whole with its segment size. The clock is
 virtual (it advances 20 µs a round), so no timer fires early and nothing is lost. As under
 io, a side pulls its transmits 64 packets at a time, a receive call gets about 64 datagrams,
-and the heap is frozen (`mrc.io.loop.freeze_heap`) once the connection is up.
+and the heap is frozen (`mrc.io.loop.freeze_heap`) once the connection is up. With `--security
+auth` or `encrypt` the two sides hold fixed static keys and the connection is secured as the
+daemon's are (docs/WIRE.md §7): the figures then include the cipher's calls on each side.
 
 What it measures is the CPU time each side spends inside the core (posting, framing,
 receiving, acknowledging, completing), timed around each call with `perf_counter`: the part of
@@ -24,13 +27,14 @@ import json
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 import mrc
 from mrc.core.config import DEFAULT_FLOWCELL, SessionConfig
 from mrc.core.endpoint import Endpoint
 from mrc.core.events import ImmediateReceived, WriteCompleted
 from mrc.core.memory import RegionTable
+from mrc.core.secure.handshake import Identity
 from mrc.core.transmit import Transmit
 from mrc.io.loop import freeze_heap
 
@@ -42,9 +46,9 @@ MAX_ROUNDS = 10_000_000
 class _Side:
     """One endpoint and the CPU seconds spent in its calls."""
 
-    def __init__(self, name: str, seed: int) -> None:
+    def __init__(self, name: str, seed: int, identity: Identity | None = None) -> None:
         rng = random.Random(seed)
-        self.endpoint = Endpoint(rng=rng, regions=RegionTable(rng))
+        self.endpoint = Endpoint(rng=rng, regions=RegionTable(rng), identity=identity)
         self.name = name
         self.seconds = 0.0
         self.addr = {p: (name, p) for p in range(64)}
@@ -59,7 +63,9 @@ class _Side:
         counts: dict[int, int] = {}
         data_packets = 0
         for tx in txs:
-            data = memoryview(tx.data)
+            # Into a buffer of the receiver's own, as io's `recvmsg_into` reads: writable, so an
+            # encrypted payload is decrypted where it lies (aead.py), not staged (not timed).
+            data = memoryview(bytearray(tx.data))
             seg = tx.segment_size or 0
             held = -(-len(data) // seg) if seg else 1
             calls = batches.setdefault(tx.plane, [[]])
@@ -78,13 +84,27 @@ class _Side:
         return data_packets
 
 
+#: The two sides' static keys under `--security` (fixed: the bench measures, it protects nothing).
+_KEYS: Final = (b"\x0a" * 32, b"\x0b" * 32)
+
+
+def _identities(security: str) -> tuple[Identity | None, Identity | None]:
+    if security == "none":
+        return None, None
+    pa, pb = (Identity(k).public_key for k in _KEYS)
+    rnd = random.Random(3).randbytes
+    return Identity(_KEYS[0], [pb], entropy=rnd), Identity(_KEYS[1], [pa], entropy=rnd)
+
+
 def run(
-    msg_size: int, total: int, planes: int, imm: bool, mtu: int, flowcell: int
-) -> dict[str, Any]:
+    msg_size: int, total: int, planes: int, imm: bool, mtu: int, flowcell: int,
+    security: str = "none",
+) -> dict[str, Any]:  # fmt: skip
     """One transfer; returns its figures."""
-    a, b = _Side("a", 1), _Side("b", 2)
+    ida, idb = _identities(security)
+    a, b = _Side("a", 1, ida), _Side("b", 2, idb)
     config = SessionConfig(
-        plane_mask=(1 << planes) - 1, payload_mtu=mtu, flowcell=flowcell
+        plane_mask=(1 << planes) - 1, payload_mtu=mtu, flowcell=flowcell, security=security
     ).validate()
     slots = max(2, -(-4 * mtu * config.window // msg_size))
     # Written once before they are registered, as the bench pre-faults its regions.
@@ -157,6 +177,8 @@ def run(
         "immediates": immediates,
         "data_packets_received": packets,
         "retransmits": stats.retransmits,
+        # The writer's connection as it ran: secured (a SecureChannel) or not.
+        "secured": sa.channel is not None,
         "transmits": a.transmits,
         "sender_seconds": round(a.seconds, 6),
         "receiver_seconds": round(b.seconds, 6),
@@ -183,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--imm", action="store_true", help="an immediate on every WRITE (as --verify)")
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is reported (5)")
+    p.add_argument(
+        "--security",
+        choices=("none", "auth", "encrypt"),
+        default="none",
+        help="packet protection (none; auth and encrypt as the daemon's connections)",
+    )
     args = p.parse_args(argv)
     try:
         size, total = _size(args.length), _size(args.bytes)
@@ -193,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_core: need 1 <= -l <= -n, --repeat >= 1, 1..8 planes", file=sys.stderr)
         return 2
     runs = [
-        run(size, total, args.planes, args.imm, args.payload_mtu, args.flowcell)
+        run(size, total, args.planes, args.imm, args.payload_mtu, args.flowcell, args.security)
         for _ in range(args.repeat)
     ]
     best = min(runs, key=lambda r: r["sender_seconds"] + r["receiver_seconds"])
@@ -203,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "bytes": total,
         "planes": args.planes,
         "imm": args.imm,
+        "security": args.security,
         "best": best,
         "runs": runs,
     }

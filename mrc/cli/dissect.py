@@ -31,9 +31,11 @@ from mrc.wire import (
     Opcode,
     decode_packet,
 )
+from mrc.wire.cm import split_request
 
 _NEEDS_SCAPY = "mrc dissect: needs scapy (pip install 'mrc[dissect]')"
 _TRAILER = 24  # docs/WIRE.md §7: a secured connection's packets end with it
+_REQUEST = bytes([Opcode.CM_REQUEST.value])
 _MRC_OPCODES = frozenset(op.value for op in Opcode)
 _DATA = frozenset(op.value for op in DATA_OPCODES)
 _CM = frozenset(op.value for op in CM_OPCODES)
@@ -271,7 +273,7 @@ def mrc_fields(data: bytes, text: bool = False, secured: set[int] | None = None)
         out["trailer"] = _TRAILER
     record: Any = None
     try:
-        record = decode_packet(body)
+        record = _request(body, out) if body[:1] == _REQUEST else decode_packet(body)
     except DecodeError as exc:
         record = _with_trailer(body, exc) if body is data else None
         if record is None:
@@ -292,6 +294,17 @@ def mrc_fields(data: bytes, text: bool = False, secured: set[int] | None = None)
     out["headers"] = [{"name": n, "fields": f} for n, f in layer_fields(layers, text)] if (
         layers is not None) else []  # fmt: skip
     return out
+
+
+def _request(data: bytes, out: dict[str, Any]) -> CmPacket:
+    """A CM_REQUEST as `mrc.wire.cm.split_request` cuts it: a sealed secured REQUEST's
+    timestamp and private data are ciphertext (docs/WIRE.md §7), shown as `sealed` (bytes);
+    the open and unsecured forms carry the private data in clear."""
+    parts = split_request(data)
+    if parts.is_sealed:
+        out["sealed"] = len(parts.rest)
+    return CmPacket(Opcode.CM_REQUEST, 1, parts.cmh, parts.key_block,
+                    b"" if parts.is_sealed else parts.rest, parts.p_key)  # fmt: skip
 
 
 def _with_trailer(data: bytes, exc: DecodeError) -> Any:

@@ -3,11 +3,12 @@ dissecting.
 
 Holds one `Packet` class per header (`MRC_BTH`, `MRC_EVXH`, `MRC_METH`, `MRC_TSETH`, `MRC_RETH`,
 `MRC_ImmDt`, `MRC_SETH`, `MRC_CCState`, `MRC_PortState`, `MRC_NETH`, `MRC_PETH`, `MRC_AETH`,
-`MRC_ERTH`, `MRC_EETH`, `MRC_CMH`, `MRC_KeyBlock`, and `MRC_Trailer`, which dissection picks
-only when exactly 24 bytes follow a control packet's last header: nothing in a packet says it
-is secured), the chaining of docs/WIRE.md §2 (by opcode and the BTH's EVX and TS bits, SETH's
-PS bit and CMH's security), the binding to UDP port 4791, and `layer_fields`, the flat view
-`mrc dissect` prints. It checks nothing: strict decoding (`DecodeError`) stays with
+`MRC_ERTH`, `MRC_EETH`, `MRC_CMH`, `MRC_KeyBlock`, `MRC_SealedRequest` (a secured REQUEST's
+sealed timestamp and private data and its tag, revision 1.2), and `MRC_Trailer`, which
+dissection picks only when exactly 24 bytes follow a control packet's last header: nothing in a
+packet says it is secured), the chaining of docs/WIRE.md §2 (by opcode and the BTH's EVX and TS
+bits, SETH's PS bit and CMH's security), the binding to UDP port 4791, and `layer_fields`, the
+flat view `mrc dissect` prints. It checks nothing: strict decoding (`DecodeError`) stays with
 `mrc.wire.decode_packet`, and a malformed packet dissects as far as its bytes go, the rest
 `Raw`. This is the only module of `mrc` that imports scapy.
 
@@ -41,6 +42,7 @@ from scapy.fields import (
     ShortField,
     SignedShortField,
     StrFixedLenField,
+    StrLenField,
     XBitField,
     XByteField,
     XIntField,
@@ -82,6 +84,7 @@ __all__ = [
     "MRC_ImmDt",
     "MRC_KeyBlock",
     "MRC_PortState",
+    "MRC_SealedRequest",
     "MRC_Trailer",
     "bind_port",
     "layer_fields",
@@ -484,9 +487,36 @@ class MRC_KeyBlock(Packet):
 
     def guess_payload_class(self, payload: bytes) -> Any:
         cmh = self.underlayer
-        if isinstance(cmh, MRC_CMH) and cmh.private_data_len:
-            return Raw  # private data (and a trailer, if any, after it)
+        if isinstance(cmh, MRC_CMH):
+            bth = cmh.underlayer
+            sealed = MRC_SealedRequest.SEALED_EXTRA + cmh.private_data_len
+            if (
+                isinstance(bth, MRC_BTH)
+                and bth.opcode == Opcode.CM_REQUEST.value
+                and len(payload) == sealed
+            ):
+                return MRC_SealedRequest  # docs/WIRE.md §7, revision 1.2
+            if cmh.private_data_len:
+                return Raw  # private data (and a trailer, if any, after it)
         return _trailer_or_raw(payload)
+
+
+class MRC_SealedRequest(Packet):
+    """What follows a sealed REQUEST's key block (docs/WIRE.md §7, revision 1.2): AES-GCM
+    ciphertext of the TAI64N timestamp (12 bytes) and the private data, then the 16-byte tag.
+    Dissection picks it when exactly 12 + private_data_len + 16 bytes follow the key block."""
+
+    #: Bytes a sealed REQUEST holds after its key block beyond its private data.
+    SEALED_EXTRA = 12 + 16
+    name = "MRC sealed request"
+    fields_desc = [  # noqa: RUF012
+        StrLenField(
+            "sealed",
+            b"\0" * 12,
+            length_from=lambda pkt: len(pkt.original) - 16 if pkt.original else 12,
+        ),
+        StrFixedLenField("tag", b"\0" * 16, 16),
+    ]
 
 
 class MRC_Trailer(Packet):
@@ -527,7 +557,7 @@ _IMPLIED_OPCODE: tuple[tuple[Any, Opcode], ...] = (
 LAYERS: tuple[Any, ...] = (
     MRC_BTH, MRC_EVXH, MRC_METH, MRC_TSETH, MRC_RETH, MRC_ImmDt, MRC_SETH, MRC_CCState,
     MRC_PortState, MRC_NETH, MRC_PETH, MRC_AETH, MRC_ERTH, MRC_EETH, MRC_CMH, MRC_KeyBlock,
-    MRC_Trailer,
+    MRC_SealedRequest, MRC_Trailer,
 )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ which planes a copy arrived on) lives in the session and the endpoint; on a secu
 the key block's keys and the REPLY's sealing come from handshake.py and aead.py
 (docs/WIRE.md §7). A REQUEST and a REPLY carry the connection's security level and their key
 block; a REJECT and a DISCONNECT carry level 0 and no key block (a DISCONNECT is authenticated
-by its trailer instead).
+by its trailer instead). A sealed REQUEST (revision 1.2) is `request_head` followed by what
+handshake.py seals; `with_plane` makes each plane's copy of it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final, Protocol
 
-from ..wire.bth import CM_LISTEN_QPN, Opcode
+from ..wire.bth import BTH_STRUCT, CM_LISTEN_QPN, Opcode
 from ..wire.cm import (
     CM_FLAG_EV_FLOWLABEL,
     CM_FLAG_EV_SPORT,
@@ -207,6 +208,38 @@ def build_request(
         private_data=private_data,
         p_key=config.p_key,
     ).encode()
+
+
+def request_head(
+    config: SessionConfig,
+    *,
+    local_qpn: int,
+    initial_psn: int,
+    nonce: bytes,
+    connection_id: int,
+    private_data_len: int,
+    key_block: KeyBlock,
+) -> bytes:
+    """A sealed REQUEST's head, BTH through key block, with `plane` 0 (what k_req's info
+    hashes and the seal authenticates); the sealed timestamp and private data follow it."""
+    cmh = _cmh(
+        config,
+        plane=0,
+        local_qpn=local_qpn,
+        remote_qpn=0,
+        initial_psn=initial_psn,
+        nonce=nonce,
+        connection_id=connection_id,
+        private_data=bytes(private_data_len),
+        secured=True,
+    )
+    bth = BTH_STRUCT.pack(Opcode.CM_REQUEST, 0, config.p_key, CM_LISTEN_QPN, 0)
+    return bth + cmh.encode() + key_block.encode()
+
+
+def with_plane(packet: bytes, plane: int) -> bytes:
+    """A CM packet's copy that names `plane` in its CMH (every other byte the same)."""
+    return packet[:13] + bytes((plane,)) + packet[14:]
 
 
 def build_reply(

@@ -137,6 +137,14 @@ class SessionConfig:
     #: log2 of the packets one AES-GCM key protects before the next epoch's key takes over
     #: (aead.py): 23 = QUIC's AES-GCM limit. Not negotiated: both sides must agree (as p_key).
     rekey_shift: int = 23
+    #: A connection whose peer's WRITEs fail more than this many times with a remote access
+    #: error (unknown R_Key, out of bounds, or a region not registered for that peer) is
+    #: closed: an allowlisted peer cannot search R_Keys (docs/DESIGN.md §6). Counted per message.
+    max_access_errors: int = 16
+    #: NACKs for trimmed packets (docs/WIRE.md §5) go through a token bucket of their own:
+    #: this many a second, bursts of `trim_nack_burst`; the rest are dropped (counted).
+    trim_nack_rate: float = 50_000.0
+    trim_nack_burst: int = 256
 
     def validate(self) -> SessionConfig:
         """Return self, or raise LocalProtocolError naming the first bad field."""
@@ -190,6 +198,10 @@ class SessionConfig:
             )
         if not 8 <= self.rekey_shift <= 48:
             raise LocalProtocolError(f"rekey_shift must be 8..48, got {self.rekey_shift}")
+        if self.max_access_errors < 0:
+            raise LocalProtocolError("max_access_errors must be 0 or more")
+        if not (self.trim_nack_rate > 0 and self.trim_nack_burst >= 1):
+            raise LocalProtocolError("trim_nack_rate must be positive, trim_nack_burst at least 1")
         return self
 
     @property

@@ -7,6 +7,12 @@ cannot take (docs/WIRE.md §6), bounds half-open connections, and counts every d
 cannot route. It never touches a socket: io/ and sim/ feed it and send what
 `datagrams_to_send()` and each session's `datagrams_to_send(now)` return.
 
+Peer addresses (docs/DESIGN.md §8). A responder learns a plane's peer address only from a copy
+of the REQUEST that is byte for byte the one it accepted (the CMH `plane` byte aside), or, on
+a secured connection, from a datagram on that plane whose tag verified; any other datagram,
+whatever QPN it names, moves no address. QPNs, initial PSNs, nonces and connection ids come from
+`ids` (the OS's generator on a real network; a simulation's seeded one in virtual time).
+
 Security (docs/WIRE.md §6-§7, docs/DESIGN.md §8). The API for secured connections:
 
     identity = Identity(private_key, allowed_peers=[peer_public, ...], psk=None)
@@ -16,29 +22,36 @@ Security (docs/WIRE.md §6-§7, docs/DESIGN.md §8). The API for secured connect
     ... s.peer_static_key                                     # the peer's authenticated key
 
 A REQUEST's security level must equal the listening config's (else REJECT security policy).
-Before any X25519 work the requester's static key must be on the identity's allowlist (else
-REJECT unknown peer, which tells nothing else) and the handshake token bucket
-(`handshake_rate` per second, `handshake_burst` at once) must have a token: a refused REQUEST
-is dropped and counted (`handshake_rate_limited`), and the requester's retry comes back later.
-The half-open cap bounds the state a flood can leave behind.
+Nothing is kept before the requester proved its key (docs/WIRE.md §7, revision 1.2): its static
+key must be on the identity's allowlist (else REJECT unknown peer, which tells nothing else),
+the handshake token bucket (`handshake_rate` per second, `handshake_burst` at once) must have a
+token (else a counted `handshake_rate_limited` drop: the requester's retry comes back later),
+the sealed timestamp and private data must open under two X25519 values (else `cm_auth`, no
+answer), and the timestamp must be new for that key (else `cm_replay`, no answer). Only then
+does the application's `accept()` run and the session exist. Half-open sessions are kept per
+requester static key (`MAX_HALF_OPEN_PER_PEER`; a newer one evicts the oldest), so nobody
+without a key can take another's place. A REQUEST that proves nothing (unsecured, or secured in
+the open form, which only a responder with no allowlist takes) is kept per source host under
+the same rule, and all of those under `max_half_open` (else REJECT resources).
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Final
 
 from ..wire.bth import CM_LISTEN_QPN, ENDPOINT_QPN, Opcode
-from ..wire.cm import RejectReason
+from ..wire.cm import CMH, RejectReason, split_request, tai64n_ns
 from ..wire.errors import DecodeError
-from ..wire.packet import CmPacket, decode_packet, peek_dest_qp
+from ..wire.packet import CmPacket, peek_dest_qp
 from .cm import build_reject, negotiate
 from .config import SessionConfig
 from .errors import LocalProtocolError
 from .memory import RegionTable
-from .secure.handshake import Identity, TokenBucket
+from .secure.handshake import Identity, TokenBucket, open_request, plane_zeroed
+from .secure.replay import RequestTimestamps
 from .session import Session
 from .sink import TraceLog, TraceSink
 from .transmit import Addr, Transmit
@@ -46,7 +59,10 @@ from .transmit import Addr, Transmit
 #: accept(request private data) → REPLY private data, or None to refuse (RESOURCES).
 AcceptFn = Callable[[bytes], bytes | None]
 
+#: Half-open connections from REQUESTs that prove nothing (unsecured, open form), in all.
 MAX_HALF_OPEN: Final = 64
+#: Half-open connections per requester static key (proved) or per source host (unproven).
+MAX_HALF_OPEN_PER_PEER: Final = 16
 #: Secured handshakes the responder starts per second, and at once (each costs four X25519
 #: operations, about 0.15 ms of CPU here).
 HANDSHAKE_RATE: Final = 500.0
@@ -63,8 +79,13 @@ class Endpoint:
         identity: Identity | None = None,
         handshake_rate: float = HANDSHAKE_RATE,
         handshake_burst: int = HANDSHAKE_BURST,
+        ids: random.Random | None = None,
     ) -> None:
         self.rng = rng
+        #: QPNs, initial PSNs, nonces and connection ids. Hosts on a real network pass
+        #: `random.SystemRandom()` (node/host.py does); None draws them from `rng`, so a
+        #: simulation's seeded generator keeps its runs reproducible.
+        self.ids = ids if ids is not None else rng
         #: This host's static key, allowlist and PSK: needed by secured connections.
         self.identity = identity
         self.handshakes = TokenBucket(handshake_rate, handshake_burst)
@@ -75,7 +96,14 @@ class Endpoint:
         self._listen_config: SessionConfig | None = None
         self._accept: AcceptFn | None = None
         self._trace_log: TraceLog | None = None
-        self._by_nonce: dict[bytes, Session] = {}
+        #: Responder sessions by their REQUEST's nonce, with that REQUEST (`plane` zeroed).
+        self._by_nonce: dict[bytes, tuple[Session, bytes]] = {}
+        #: Half-open responder sessions, oldest first, per requester key or source host.
+        self._half_open: dict[tuple[bool, Hashable], deque[Session]] = {}
+        #: Timestamps of the sealed REQUESTs accepted, per requester key (replay rule).
+        self._stamps = RequestTimestamps()
+        #: Sessions closed to make room (their owners see them in the next touched list).
+        self._evicted: list[Session] = []
         self._out: list[Transmit] = []
 
     # -- user calls ---------------------------------------------------------------------------
@@ -101,10 +129,13 @@ class Endpoint:
         *,
         peer_key: bytes | None = None,
         trace: TraceSink | None = None,
+        wall: float | None = None,
     ) -> Session:
-        """Start a connection; a secured one accepts only the responder static key
-        `peer_key` (None: any key on this endpoint's identity's allowlist). `trace` receives
-        the session's trace records (sink.py)."""
+        """Start a connection; a secured one seals its REQUEST to and accepts only the
+        responder static key `peer_key` (None: the one key on this endpoint's identity's
+        allowlist, else the open form, docs/WIRE.md §7). `wall` is the wall clock at `now`
+        (seconds since the Unix epoch; io passes it) for the REQUEST's timestamp; None takes
+        `now` itself (virtual time). `trace` receives the session's trace records (sink.py)."""
         session = Session.connect(
             config,
             peer_addrs,
@@ -116,6 +147,8 @@ class Endpoint:
             identity=self.identity,
             peer_key=peer_key,
             trace=trace,
+            ids=self.ids,
+            wall=wall,
         )
         self.sessions[session.qpn] = session
         return session
@@ -123,7 +156,8 @@ class Endpoint:
     def discard(self, session: Session) -> None:
         """Forget a (closed) session; its QPN then counts as unknown."""
         self.sessions.pop(session.qpn, None)
-        if self._by_nonce.get(session.nonce) is session:
+        known = self._by_nonce.get(session.nonce)
+        if known is not None and known[0] is session:
             del self._by_nonce[session.nonce]
 
     # -- inputs -------------------------------------------------------------------------------
@@ -134,9 +168,9 @@ class Endpoint:
         """Route one receive batch; returns the sessions that got input, in first-seen order."""
         batches: dict[int, list[tuple[bytes | memoryview, int]]] = {}
         # The session of the previous datagram and its batch: a run of datagrams for one QP
-        # (the usual case) needs one lookup. Its address is already learned (`learn_addr`
-        # only ever keeps the first address of a plane).
+        # (the usual case) needs one lookup.
         last_qpn = -1
+        touched: dict[int, Session] = {}
         last_batch: list[tuple[bytes | memoryview, int]] = []
         for data, addr, tos in datagrams:
             try:
@@ -152,7 +186,13 @@ class Endpoint:
                 if session.is_closed:
                     self.drops["closed_qp"] += 1
                     continue
-                session.learn_addr(plane, addr, now)
+                if session.wants_addr(plane):
+                    # Only a datagram that authenticates may teach this plane's address: it
+                    # goes in alone, now (docs/DESIGN.md §8).
+                    session.receive_from(plane, data, addr, tos, now)
+                    touched.setdefault(qpn, session)
+                    last_qpn = -1
+                    continue
                 last_qpn = qpn
                 last_batch = batches.setdefault(qpn, [])
                 last_batch.append((data, tos))
@@ -166,13 +206,16 @@ class Endpoint:
                 self._route_connectionless(plane, data, addr, tos, batches)
             else:
                 self.drops["unknown_qp"] += 1
-        touched = []
         for qpn, batch in batches.items():
             session = self.sessions[qpn]
             if batch:
                 session.receive_datagrams(plane, batch, now)
-            touched.append(session)
-        return touched
+            touched.setdefault(qpn, session)
+        out = list(touched.values())
+        if self._evicted:
+            out.extend(s for s in self._evicted if s.qpn not in touched)
+            self._evicted.clear()
+        return out
 
     def receive_reads(
         self, plane: int, reads: Sequence[tuple[memoryview, Addr, int, int]], now: float
@@ -206,8 +249,12 @@ class Endpoint:
                         touched.setdefault(other.qpn, other)
                     at = stop
                     continue
-                session.learn_addr(plane, addr, now)
                 touched.setdefault(qpn, session)
+                if session.wants_addr(plane):
+                    # Only a datagram that authenticates may teach this plane's address.
+                    session.receive_from(plane, buf[at:stop], addr, tos, now)
+                    at = stop
+                    continue
                 at = session.receive_span(plane, buf, at, end, seg, tos, now)
         return list(touched.values())
 
@@ -240,54 +287,81 @@ class Endpoint:
     def _handle_request(
         self, plane: int, data: bytes | memoryview, addr: Addr, now: float
     ) -> Session | None:
+        """A datagram to the listener: a copy of a REQUEST already answered, or a new one,
+        which gets a session only once it has passed every check (docs/WIRE.md §7)."""
+        if not len(data) or data[0] != Opcode.CM_REQUEST.value:
+            self.drops["listen_not_request"] += 1
+            return None
         try:
-            pkt = decode_packet(data)
+            parts = split_request(data)
         except DecodeError as exc:
             self.drops[f"decode_{exc.field}"] += 1
             return None
-        if not isinstance(pkt, CmPacket) or pkt.opcode is not Opcode.CM_REQUEST:
-            self.drops["listen_not_request"] += 1
-            return None
-        cmh = pkt.cmh
-        existing = self._by_nonce.get(cmh.nonce)
-        if existing is not None and not existing.is_closed:
-            # Another plane's copy, or a retry: the session answers with the same REPLY bytes.
-            existing.learn_addr(plane, addr, now)
-            existing.receive_datagrams(plane, [(data, 0)], now)
+        cmh = parts.cmh
+        known = self._by_nonce.get(cmh.nonce)
+        if known is not None and not known[0].is_closed:
+            # Another plane's copy, or a retry: the same bytes get the same REPLY bytes and
+            # teach the plane's address; anything else naming that nonce moves nothing.
+            existing, original = known
+            if plane_zeroed(data) != original:
+                self.drops["cm_copy_mismatch"] += 1
+                return None
+            existing.answer_request_copy(plane, addr, now)
             return existing
         if self._listen_config is None:
-            self._reject(plane, addr, pkt, RejectReason.NO_LISTENER)
+            self._reject(plane, addr, cmh, RejectReason.NO_LISTENER)
             return None
         agreed = negotiate(self._listen_config, cmh)
         if isinstance(agreed, RejectReason):
-            self._reject(plane, addr, pkt, agreed)
+            self._reject(plane, addr, cmh, agreed)
             return None
+        private = parts.rest
+        group: Hashable = addr[0] if isinstance(addr, tuple) else addr
+        proved = False
         if agreed.secured:
             # Cheap checks first: an unlisted key costs a set lookup, never an X25519 operation.
-            assert self.identity is not None and pkt.key_block is not None
-            if not self.identity.allows(pkt.key_block.static):
-                self._reject(plane, addr, pkt, RejectReason.UNKNOWN_PEER)
+            identity, keys = self.identity, parts.key_block
+            assert identity is not None and keys is not None
+            if not identity.allows(keys.static):
+                self._reject(plane, addr, cmh, RejectReason.UNKNOWN_PEER)
+                return None
+            if not parts.is_sealed and identity.allowed_peers is not None:
+                self.drops["cm_unproven"] += 1  # an allowlist takes only sealed REQUESTs
                 return None
             if not self.handshakes.take(now):
                 self.drops["handshake_rate_limited"] += 1
                 return None
-        half_open = sum(1 for s in self.sessions.values() if s.half_open and not s.is_closed)
-        if half_open >= self.max_half_open:
-            self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+            if parts.is_sealed:
+                opened = open_request(identity, data, keys, cmh.nonce, parts.rest)
+                if opened is None:
+                    self.drops["cm_auth"] += 1
+                    return None
+                stamp, private = opened
+                ns = tai64n_ns(stamp)
+                if not self._stamps.fresh(keys.static, ns):
+                    self.drops["cm_replay"] += 1
+                    return None
+                self._stamps.accept(keys.static, ns)
+                group, proved = keys.static, True
+        if not proved and self._unproven_half_open() >= self.max_half_open:
+            self._reject(plane, addr, cmh, RejectReason.RESOURCES)
             return None
         reply_data = b""
         if self._accept is not None:
-            answer = self._accept(bytes(pkt.private_data))
+            answer = self._accept(private)
             if answer is None:
-                self._reject(plane, addr, pkt, RejectReason.RESOURCES)
+                self._reject(plane, addr, cmh, RejectReason.RESOURCES)
                 return None
             reply_data = answer
+        request = CmPacket(
+            Opcode.CM_REQUEST, CM_LISTEN_QPN, cmh, parts.key_block, private, parts.p_key
+        )
         qpn = self._new_qpn()
         log = self._trace_log
         try:
             session = Session.accept(
                 agreed,
-                pkt,
+                request,
                 plane,
                 addr,
                 reply_data,
@@ -298,17 +372,48 @@ class Endpoint:
                 identity=self.identity,
                 request_raw=data,
                 trace=log.start_trace(qpn) if log is not None else None,
+                ids=self.ids,
             )
         except LocalProtocolError:
-            self._reject(plane, addr, pkt, RejectReason.BAD_PARAMETERS)
+            self._reject(plane, addr, cmh, RejectReason.BAD_PARAMETERS)
             return None
+        self._keep_half_open((proved, group), session, now)
         self.sessions[session.qpn] = session
-        self._by_nonce[cmh.nonce] = session
+        self._by_nonce[cmh.nonce] = (session, bytes(plane_zeroed(data)))
         return session
 
-    def _reject(self, plane: int, addr: Addr, pkt: CmPacket, reason: RejectReason) -> None:
+    def _keep_half_open(self, key: tuple[bool, Hashable], session: Session, now: float) -> None:
+        """Count `session` as half-open for its requester key (or source host), closing that
+        group's oldest when it already holds `MAX_HALF_OPEN_PER_PEER`."""
+        self._prune_half_open()
+        held = self._half_open.get(key)
+        if held is None:
+            held = self._half_open[key] = deque()
+        while len(held) >= MAX_HALF_OPEN_PER_PEER:
+            old = held.popleft()
+            old.close(now)
+            self.drops["half_open_evicted"] += 1
+            self._evicted.append(old)
+        held.append(session)
+
+    def _prune_half_open(self) -> None:
+        """Forget the sessions that heard from their requester or closed, and empty groups
+        (the table holds at most 64 unproven sessions and 16 per requester key)."""
+        for key in list(self._half_open):
+            held = self._half_open[key]
+            live = [s for s in held if s.half_open and not s.is_closed]
+            if not live:
+                del self._half_open[key]
+            elif len(live) != len(held):
+                self._half_open[key] = deque(live)
+
+    def _unproven_half_open(self) -> int:
+        self._prune_half_open()
+        return sum(len(held) for (proved, _), held in self._half_open.items() if not proved)
+
+    def _reject(self, plane: int, addr: Addr, request: CMH, reason: RejectReason) -> None:
         self.drops[f"rejected_{reason.name.lower()}"] += 1
-        self._out.append(Transmit(plane=plane, addr=addr, data=build_reject(pkt.cmh, reason)))
+        self._out.append(Transmit(plane=plane, addr=addr, data=build_reject(request, reason)))
 
     # -- outputs ------------------------------------------------------------------------------
 
@@ -319,6 +424,6 @@ class Endpoint:
 
     def _new_qpn(self) -> int:
         while True:
-            qpn = self.rng.randrange(0x10, 1 << 24)
+            qpn = self.ids.randrange(0x10, 1 << 24)
             if qpn not in self.sessions:
                 return qpn

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..wire.ack import NackReason, SackMark
+from ..wire.ack import NackReason
 from ..wire.bth import Opcode
 from ..wire.errors import DecodeError
 from ..wire.packet import (
@@ -52,7 +52,8 @@ from .phase import Lifecycle, Phase, SessionState
 from .recv.receiver import Receiver
 from .secure.aead import PacketProtection
 from .secure.gate import SecureChannel
-from .send.sackpath import take_sack
+from .send.ackpath import take_ack
+from .send.sackpath import on_decoded, take_sack
 from .send.sender import Sender
 from .sink import CcRow, TraceSink
 from .stats import PlaneStats, SessionStats
@@ -89,10 +90,12 @@ class Established(Phase):
         peer_reply: bytes = b"",
         reply: bytes = b"",
         trace: TraceSink | None = None,
+        peer_key: bytes | None = None,
     ) -> None:
         """`reply`: a responder's REPLY, sent again for each copy of the REQUEST (a responder
         starts half-open); `peer_reply`: a secured requester's REPLY, whose copies are no
-        news; `protection`: a secured connection's keys."""
+        news; `protection`: a secured connection's keys; `peer_key`: the peer's authenticated
+        static key (secured only), which regions scoped to peers check."""
         super().__init__(life, qpn=qpn, out=out, peer_addrs=peer_addrs)
         life.establish()
         self.config = config
@@ -122,6 +125,7 @@ class Established(Phase):
         self.receiver = receiver = Receiver(
             config, regions=regions, paths=paths, stats=stats, events=events,
             peer_addrs=peer_addrs, initial_psn=peer_initial_psn, dest_qp=peer_qpn,
+            peer_key=peer_key,
         )  # fmt: skip
         self.monitor = PlaneMonitor(
             config, paths=paths, timers=timers, stats=stats, events=events,
@@ -190,6 +194,10 @@ class Established(Phase):
         if plane in self.paths.planes and not self.life.closed:
             self.monitor.local_status(plane, up, now)
 
+    def unreachable(self, plane: int, addr: Addr, now: float) -> None:
+        if not self.life.closed and self.peer_addrs.get(plane) == addr:
+            self.monitor.unreachable(plane, now)
+
     def transmit_failed(self, tx: Transmit, now: float) -> None:
         if not self.life.closed:
             self.sender.on_transmit_failed(tx, now)
@@ -237,13 +245,22 @@ class Established(Phase):
         if self.life.state is SessionState.CLOSED:
             return end
         ps = self.stats.plane(plane)
-        runs = self.receiver if not self.half_open and not self.config.secured else None
+        runs = self.receiver if not self.half_open else None
+        channel = self.channel
         first = at
         while at < end:
             if runs is not None:
-                k = runs.on_data_span(buf, at, end, seg, self.qpn, plane, tos, ps, now)
+                if channel is None:
+                    k = runs.on_data_span(buf, at, end, seg, self.qpn, plane, tos, ps, now)
+                else:
+                    k = self._secured_run(channel, buf, at, end, seg, plane, tos, ps, now)
+                    if k < 0:
+                        return end  # the session closed
                 self._data_seen = self._data_seen or k > at
                 at = k
+                if runs.fatal:
+                    self._fatal(runs.fatal)
+                    return end
                 if at >= end:
                     break
             stop = min(at + seg, end)
@@ -262,26 +279,66 @@ class Established(Phase):
             self.monitor.traffic_received(now)
         return at
 
+    def _secured_run(
+        self, channel: SecureChannel, buf: memoryview, at: int, end: int, seg: int,
+        plane: int, tos: int, ps: PlaneStats, now: float,
+    ) -> int:  # fmt: skip
+        """`Receiver.on_data_span` for a secured connection: the read's full-size data
+        packets for this QP, one after the other, each through the gate (tag and window,
+        `SecureChannel.open_full`) and then the receiver's one path (`on_data_bytes`), until
+        one that is not such a packet: returns its offset (-1 once the session closed)."""
+        receiver = self.receiver
+        qpn = self.qpn
+        while at < end:
+            size = min(seg, end - at)
+            data = buf[at : at + size]
+            if not channel.full_data(data, qpn):
+                break
+            at += size
+            ps.packets_received += 1
+            ps.bytes_received += size
+            opened = channel.open_full(data)
+            if opened is None:
+                continue
+            self._data_seen = True
+            if not receiver.on_data_bytes(opened, plane, tos, now):
+                if not self._opened(opened, plane, tos, now):
+                    return -1
+            elif receiver.fatal:
+                self._fatal(receiver.fatal)
+                return -1
+        return at
+
     def _receive_one(
         self, data: bytes | memoryview, plane: int, tos: int, ps: PlaneStats, now: float
     ) -> bool:
         """One datagram the byte path did not take; False once the session closed."""
         ps.packets_received += 1
         ps.bytes_received += len(data)
-        receiver, drops = self.receiver, self.stats.drops_by_reason
         channel = self.channel
         if channel is not None:
             # Nothing below sees a packet that did not authenticate (gate.py).
-            opened = channel.open(data, plane, tos)
+            opened = channel.open(data, plane, tos, now)
             if opened is None:
                 return True
             data = opened
+            receiver = self.receiver
             if not self.half_open and receiver.on_data_bytes(data, plane, tos, now):
                 self._data_seen = True
-                return True
+                return self._fatal(receiver.fatal) if receiver.fatal else True
+        return self._opened(data, plane, tos, now)
+
+    def _opened(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
+        """One datagram past the gate (or of an unsecured connection) that is not a data
+        packet of the byte layouts: a SACK or ACK read from its bytes, else decoded and
+        handed to its handler. False once the session closed."""
+        receiver, drops = self.receiver, self.stats.drops_by_reason
         if (
             not self.half_open and not self.noevx
-            and take_sack(data, self.config.p_key, self.sender, self.monitor, now)
+            and (
+                take_sack(data, self.config.p_key, self.sender, self.monitor, now)
+                or take_ack(data, self.config.p_key, self.sender, now)
+            )
         ):  # fmt: skip
             self._heard = True
             return not self.life.closed
@@ -299,14 +356,24 @@ class Established(Phase):
         if type(pkt) is DataPacket and not self.half_open:
             self._data_seen = True
             receiver.on_data(pkt, plane, tos, now)
-            return True
+            return self._fatal(receiver.fatal) if receiver.fatal else True
         if not isinstance(pkt, CmPacket):
             if self.half_open:
                 self.half_open = False
                 self.timers.cancel(Timer.HALF_OPEN)
             self._heard = self._heard or type(pkt) in _ACKNOWLEDGEMENTS
         self._handlers[type(pkt)](pkt, plane, tos, now)
+        if receiver.fatal:
+            return self._fatal(receiver.fatal)
         return not self.life.closed
+
+    def _fatal(self, reason: str) -> bool:
+        """The receiver found the connection must end (too many remote access errors,
+        receiver.py): it is closed (the receiver's UNEXP_EVENT NACK tells the peer, at the
+        next pull). False: the session closed."""
+        if not self.life.closed:
+            self.life.close(reason)
+        return False
 
     def on_timer(self, timer: Timer, plane: int | None, now: float) -> None:
         if timer is Timer.RETRANSMIT and plane is not None:
@@ -316,6 +383,8 @@ class Established(Phase):
             self.sender.on_reorder_timer(now)
         elif timer is Timer.PLANE_PROBE and plane is not None:
             self.monitor.on_timer(plane, now)
+            if self.monitor.gave_up(not self.sender.idle, now):
+                self.life.close("no usable plane")
         elif timer is Timer.EV_PROBE:
             self.monitor.on_ev_timer(now)
         elif timer is Timer.REVERSE_PROBE:
@@ -355,12 +424,7 @@ class Established(Phase):
         self.receiver.on_data(pkt, plane, tos, now)
 
     def _handle_sack(self, pkt: SackPacket, plane: int, tos: int, now: float) -> None:
-        seth = pkt.seth
-        if seth.pr:
-            self.monitor.on_answer(seth.ack_psn_offset & 0xFFFF, seth.m is SackMark.NONE, now)
-        if pkt.port_state is not None:
-            self.monitor.peer_ports(pkt.port_state, now, pkt.cack_psn)
-        self.sender.on_sack(pkt, now)
+        on_decoded(pkt, self.sender, self.monitor, now)
 
     def _handle_nack(self, pkt: NackPacket, plane: int, tos: int, now: float) -> None:
         if pkt.neth.nack_reason is NackReason.UNEXP_EVENT:

@@ -116,14 +116,18 @@ class Flusher(Generic[S]):
     def forget(self, session: S) -> None:
         """Drop what the loop remembers about a session that is gone."""
         key = id(session)
-        self._down = {k for k in self._down if k[0] != key}
+        self._down.difference_update([k for k in self._down if k[0] == key])
 
     def _pass(self, session: S, key: int, refused_once: bool) -> bool:
-        """One pass; True if a transmit was refused in it."""
+        """One pass; True if a transmit was refused in it. A pass that sends without a
+        plane reported down and meets no send error allocates nothing but the core's lists
+        (the common case: one small message's wake-up)."""
         sink = self.sink
-        down: set[int] = set()
-        up: set[int] = set()
+        known = self._down
+        down: set[int] | None = None
+        up: set[int] | None = None
         refused = False
+        news = False  # a plane newly down in this pass
         now = self.clock()
         for _ in range(MAX_ROUNDS):
             txs = session.datagrams_to_send(now, self.pull)
@@ -132,26 +136,33 @@ class Flusher(Generic[S]):
             for tx in txs:
                 result = sink.send(tx, now)
                 if result is SendResult.SENT:
-                    if (key, tx.plane) in self._down:
+                    if known and (key, tx.plane) in known:
+                        if up is None:
+                            up = set()
                         up.add(tx.plane)
                 elif result is SendResult.PLANE_DOWN:
+                    if down is None:
+                        down = set()
                     down.add(tx.plane)
+                    news = news or (key, tx.plane) not in known
                 else:
                     session.transmit_failed(tx, now)
                     refused = True
-            if refused or any((key, plane) not in self._down for plane in down):
+            if refused or news:
                 break  # tell the core first; the next pass pulls the rest
         if refused and not refused_once:
             self._again.add(key)
-        for plane in up - down:
-            self._down.discard((key, plane))
-            session.plane_status(plane, True, now)
-            self._again.add(key)
-        for plane in down:
-            if (key, plane) not in self._down:
-                self._down.add((key, plane))
-                session.plane_status(plane, False, now)
+        if up is not None:
+            for plane in up if down is None else up - down:
+                known.discard((key, plane))
+                session.plane_status(plane, True, now)
                 self._again.add(key)
+        if down is not None:
+            for plane in down:
+                if (key, plane) not in known:
+                    known.add((key, plane))
+                    session.plane_status(plane, False, now)
+                    self._again.add(key)
         sink.arm(session, session.get_timer(), now)
         # Events a handler raises without a flush go out right after the batch it handled.
         while (first := session.next_event()) is not None:

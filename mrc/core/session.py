@@ -84,8 +84,12 @@ class Session:
         reply_private_data: bytes = b"",
         identity: Identity | None = None,
         request_raw: bytes | memoryview = b"",
+        ids: random.Random | None = None,
+        wall: float | None = None,
     ) -> None:
-        """A requester without `request` (`connect`), a responder for `request` (`accept`)."""
+        """A requester without `request` (`connect`), a responder for `request` (`accept`).
+        `ids` gives the initial PSN, nonces and connection id (default: `rng`)."""
+        ids = ids if ids is not None else rng
         self.config = config = config.validate()
         self.qpn = qpn
         self.regions = regions
@@ -99,16 +103,17 @@ class Session:
         self._out: list[Transmit] = []
         self.life = Lifecycle(self._events, self.timers, established=request is not None)
         self.initial_psn = (
-            config.initial_psn if config.initial_psn is not None else rng.getrandbits(24)
+            config.initial_psn if config.initial_psn is not None else ids.getrandbits(24)
         )
         #: The peer's static X25519 public key, authenticated by the handshake (secured only).
         self.peer_static_key: bytes | None = None
         self._phase: Phase
         if request is None:
             handshake = Connecting(
-                self.life, config, qpn=qpn, initial_psn=self.initial_psn, rng=rng,
+                self.life, config, qpn=qpn, initial_psn=self.initial_psn, rng=ids,
                 stats=self.stats, timers=self.timers, out=self._out, peer_addrs=peer_addrs,
                 private_data=private_data, requester=requester, on_reply=self._on_reply,
+                wall=wall,
             )  # fmt: skip
             self.peer_qpn = 0
             self.nonce = handshake.nonce
@@ -123,7 +128,7 @@ class Session:
         self.connection_id = req.connection_id
         reply, protection = reply_for(
             config, request, request_raw, identity, qpn=qpn, initial_psn=self.initial_psn,
-            private_data=check_private_data(reply_private_data), rng=rng,
+            private_data=check_private_data(reply_private_data), rng=ids,
             drops=self.stats.drops_by_reason,
         )  # fmt: skip
         if request.key_block is not None:
@@ -143,7 +148,8 @@ class Session:
         cls, config: SessionConfig, peer_addrs: Mapping[int, Addr], private_data: bytes, *,
         qpn: int, regions: RegionTable, rng: random.Random, now: float,
         identity: Identity | None = None, peer_key: bytes | None = None,
-        trace: TraceSink | None = None,
+        trace: TraceSink | None = None, ids: random.Random | None = None,
+        wall: float | None = None,
     ) -> Session:  # fmt: skip
         """A requester: sends a REQUEST on every plane of `config.plane_mask` it has an address
         for, and repeats them on a backoff until a REPLY or REJECT arrives (docs/WIRE.md §6).
@@ -160,7 +166,7 @@ class Session:
         )
         return cls(
             config, qpn=qpn, regions=regions, rng=rng, peer_addrs=dict(peer_addrs), now=now,
-            trace=trace, private_data=private_data, requester=requester,
+            trace=trace, private_data=private_data, requester=requester, ids=ids, wall=wall,
         )  # fmt: skip
 
     @classmethod
@@ -168,7 +174,7 @@ class Session:
         cls, config: SessionConfig, request: CmPacket, plane: int, addr: Addr,
         reply_private_data: bytes, *, qpn: int, regions: RegionTable, rng: random.Random,
         now: float, identity: Identity | None = None, request_raw: bytes | memoryview = b"",
-        trace: TraceSink | None = None,
+        trace: TraceSink | None = None, ids: random.Random | None = None,
     ) -> Session:  # fmt: skip
         """A responder for a REQUEST, with `config` already negotiated (`cm.negotiate`). A
         secured one does its half of the key agreement with `identity` over the REQUEST's
@@ -176,7 +182,7 @@ class Session:
         return cls(
             config, qpn=qpn, regions=regions, rng=rng, peer_addrs={plane: addr}, now=now,
             trace=trace, request=request, reply_private_data=reply_private_data,
-            identity=identity, request_raw=request_raw,
+            identity=identity, request_raw=request_raw, ids=ids,
         )  # fmt: skip
 
     def _established(
@@ -189,7 +195,7 @@ class Session:
             peer_initial_psn=peer_initial_psn, regions=self.regions, rng=self.rng,
             stats=self.stats, timers=self.timers, events=self._events, out=self._out,
             peer_addrs=self.peer_addrs, now=now, protection=protection, peer_reply=peer_reply,
-            reply=reply, trace=self.trace,
+            reply=reply, trace=self.trace, peer_key=self.peer_static_key,
         )  # fmt: skip
 
     def _on_reply(self, agreed: Agreed, now: float) -> None:
@@ -231,14 +237,50 @@ class Session:
         """io/ or sim/ report a local plane change (a send error such as ENETUNREACH = down)."""
         self._phase.plane_status(plane, up, now)
 
+    def unreachable(self, plane: int, addr: Addr, now: float) -> None:
+        """io/ read a hard ICMP error (port, host or network unreachable) about a datagram
+        sent to `addr` on `plane`: evidence against a plane that never answered
+        (docs/DESIGN.md §4). Ignored during the handshake and for another peer's address."""
+        conn = self.established
+        if conn is not None:
+            conn.unreachable(plane, addr, now)
+
     def transmit_failed(self, tx: Transmit, now: float) -> None:
         """io/ or sim/ report that a local queue refused `tx` whole (ENOBUFS from a full
         qdisc): the sender resends its data packets elsewhere and blames no path."""
         self._phase.transmit_failed(tx, now)
 
     def learn_addr(self, plane: int, addr: Addr, now: float) -> None:
-        """The endpoint saw the peer on `plane` at `addr` (responder: a late REQUEST copy)."""
+        """The peer is on `plane` at `addr` (kept only while the plane has no address)."""
         self._phase.learn_addr(plane, addr, now)
+
+    def answer_request_copy(self, plane: int, addr: Addr, now: float) -> None:
+        """A responder got a copy of its REQUEST (the endpoint checked it is the same bytes):
+        it learns the plane's address from it and sends its REPLY bytes there again."""
+        conn = self.established
+        if conn is not None and conn.reply:
+            conn.learn_addr(plane, addr, now)
+            conn.cm_send(plane, conn.reply)
+
+    def wants_addr(self, plane: int) -> bool:
+        """A secured connection's plane that has no peer address yet: a datagram on it is
+        taken alone (`receive_from`), so that only one that authenticates teaches it."""
+        if plane in self.peer_addrs:
+            return False  # the usual case, on the receive path: one dict lookup
+        conn = self.established
+        return conn is not None and conn.channel is not None and plane in conn.paths.planes
+
+    def receive_from(self, plane: int, data: bytes | memoryview, addr: Addr, tos: int,
+                     now: float) -> None:  # fmt: skip
+        """One datagram from `addr` on a plane that `wants_addr`: processed as usual, and
+        `addr` becomes the plane's peer address if its tag verified (it moved the replay
+        window), never otherwise (docs/DESIGN.md §8)."""
+        conn = self.established
+        channel = conn.channel if conn is not None else None
+        top = channel.protection.replay.top if channel is not None else None
+        self.receive_datagrams(plane, [(data, tos)], now)
+        if conn is not None and channel is not None and channel.protection.replay.top != top:
+            conn.learn_addr(plane, addr, now)
 
     def sample_trace(self, now: float) -> None:
         """Push what the trace samples at `now` (sink.py): the drop counters and, when the

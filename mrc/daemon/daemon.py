@@ -82,7 +82,7 @@ class Daemon:
         # guessed one and an application's memory on an unsecured connection.
         regions = RegionTable(random.SystemRandom())
         try:
-            node = Node(
+            service = Service(config, lambda on_event: Node(
                 self.loop,
                 [p.address for p in config.planes],
                 config.port,
@@ -90,15 +90,18 @@ class Daemon:
                 payload_mtu=config.protocol.payload_mtu,
                 serve=True,
                 rng=rng,
-                endpoint=Endpoint(rng=rng, regions=regions, identity=identity),
+                # QPNs, initial PSNs and nonces from the OS's generator (docs/DESIGN.md §8).
+                endpoint=Endpoint(
+                    rng=rng, regions=regions, identity=identity, ids=random.SystemRandom()
+                ),
+                on_event=on_event,
                 on_error=self._io_error,
                 interfaces=[p.interface for p in config.planes],
                 secured=config.security != "none",
-            )
+            ))
         except NodeError as exc:
             raise DaemonError(str(exc)) from None
-        self.node = node
-        service = Service(config, node, node.now())
+        node = self.node = service.node
         self.service = service
         control = ControlServer(
             self.loop,

@@ -46,7 +46,7 @@ from mrc.core.events import (
 )
 from mrc.core.memory import Region
 from mrc.core.session import Session
-from mrc.node import Node, NodeError, resolve_peer
+from mrc.node import EventHandler, Node, NodeError, resolve_peer
 
 from .clients import MAX_IMMEDIATES, ClientState, check_write, long_poll
 from .config import DaemonConfig, PeerConfig
@@ -82,12 +82,15 @@ MAX_PENDING_MAILBOXES = 64
 
 
 class Service:
-    def __init__(self, config: DaemonConfig, node: Node, started: float) -> None:
+    def __init__(self, config: DaemonConfig, open_node: Callable[[EventHandler], Node]) -> None:
+        """`open_node` binds the daemon's node, its events going to the handler it is given
+        (NodeError when it cannot)."""
         self.config = config
+        node = open_node(self.on_event)
         self.node = node
         self.loop = node.loop
         self.host = config.host
-        self.started = started
+        self.started = node.now()
         self.session_config = config.session_config()
         #: The daemon's own uid and root's, who administer it: their clients see every region
         #: and connection in the views and are held only to the per-client and global limits.
@@ -110,7 +113,6 @@ class Service:
         self._next_write = 1
 
     def start(self) -> None:
-        self.node.on_event = self.on_event
         self.node.listen(self.session_config, self._accept)
 
     # -- the control socket's entry points ------------------------------------------------------
@@ -256,7 +258,9 @@ class Service:
         hello = Hello(kind, self.host, token)
         try:
             addrs = resolve_peer(peer.addresses, peer.port)
-            session = self.node.connect(self.session_config, addrs, hello.encode())
+            # A secured REQUEST is sealed to the responder's static key (docs/WIRE.md §7).
+            key = None if peer.public_key is None else base64.b64decode(peer.public_key)
+            session = self.node.connect(self.session_config, addrs, hello.encode(), peer_key=key)
         except NodeError as exc:
             raise RpcError(NOT_CONNECTED, f"connect to {name}: {exc}") from None
         conn = Connection(

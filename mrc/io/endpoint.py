@@ -3,11 +3,11 @@
 Holds the glue of docs/DESIGN.md §3 on real sockets: a reader per plane socket that drains a
 batch and hands it to the core in one call, the "flush" that pulls a session's outputs after
 every input (transmits, then its ONE timer handle, then its events; the loop itself is
-`mrc.core.flush`), send-error reporting as plane status,
-the lab blackhole fault (`inject_plane_down`), the choice of an SRv6 path socket by a transmit's
-EV when a `PathSockets` is given (`mrc.io.srv6`) and clean shutdown. It decides nothing about the
-protocol (that is `mrc.core`) nor about what an application does with events (the bench, the
-daemon); it only moves bytes, deadlines and events between them.
+`mrc.core.flush`), send-error reporting as plane status, ICMP unreachable errors passed up
+(`on_unreachable`), the lab blackhole fault (`inject_plane_down`), the choice of an SRv6 path
+socket by a transmit's EV when a `PathSockets` is given (`mrc.io.srv6`) and clean shutdown. It
+decides nothing about the protocol (that is `mrc.core`) nor about what an application does with
+events (the bench, the daemon); it only moves bytes, deadlines and events between them.
 
 Time: the core is given `now()` (time.monotonic, high resolution) rather than `loop.time()`,
 because uvloop's loop clock ticks in milliseconds, which is too coarse for RTT samples on
@@ -21,7 +21,7 @@ import logging
 import select
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -80,7 +80,9 @@ class CoreEndpoint(Protocol[S]):
         private_data: bytes,
         now: float,
         *,
+        peer_key: bytes | None = None,
         trace: TraceSink | None = None,
+        wall: float | None = None,
     ) -> S: ...
 
     def discard(self, session: S) -> None: ...
@@ -111,6 +113,7 @@ class IoEndpoint(Generic[S]):
         clock: Callable[[], float] = time.monotonic,
         on_error: Callable[[str], None] | None = None,
         paths: PathSockets | None = None,
+        on_unreachable: Callable[[int, SockAddr, float], Iterable[S]] | None = None,
     ) -> None:
         self.loop = loop
         self.core = core
@@ -123,6 +126,10 @@ class IoEndpoint(Generic[S]):
         self.batch = batch
         self.now = clock
         self.on_error = on_error
+        #: Told (plane, destination, now) of each hard ICMP error (port, host or network
+        #: unreachable) a plane socket read about a datagram of ours; returns the sessions it
+        #: gave the news to, which io flushes (docs/DESIGN.md §4). None: counted only.
+        self.on_unreachable = on_unreachable
         #: SRv6 path sockets (closed with this endpoint); None = every plane is direct.
         self.paths = paths
         if paths is not None and paths.on_error is None:
@@ -210,10 +217,13 @@ class IoEndpoint(Generic[S]):
         private_data: bytes,
         *,
         connect_sockets: bool = False,
+        peer_key: bytes | None = None,
         trace: TraceSink | None = None,
     ) -> S:
         """Start a connection; with `connect_sockets`, fix each plane socket to its peer;
-        `trace` receives the session's trace records (mrc.core.sink).
+        `peer_key` is the responder static key a secured connection seals its REQUEST to and
+        accepts (None: the identity's allowlist decides, mrc.core.endpoint); `trace` receives
+        the session's trace records (mrc.core.sink).
 
         Connecting is faster (no address lookup per send) and lets ICMP errors from the peer show
         up as ECONNREFUSED, but only suits an endpoint that talks to that one peer. A plane that
@@ -230,7 +240,11 @@ class IoEndpoint(Generic[S]):
                     continue  # the peer's pool sends from many ports: do not filter them
                 sock.connect(addr)
         addrs: dict[int, Hashable] = {p: a for p, a in peer_addrs.items()}
-        session = self.core.connect(config, addrs, private_data, self.now(), trace=trace)
+        # The wall clock for a secured REQUEST's timestamp (docs/WIRE.md §7).
+        session = self.core.connect(
+            config, addrs, private_data, self.now(), peer_key=peer_key, trace=trace,
+            wall=time.time(),
+        )  # fmt: skip
         self.flush(session)
         return session
 
@@ -308,9 +322,14 @@ class IoEndpoint(Generic[S]):
         return sock.send(tx.data, addr, tx.segment_size)
 
     def _arm(self, session: S, key: int, deadline: float | None, now: float) -> None:
+        """Arm the loop's one timer of `session` for `deadline`, only when it moved earlier
+        (or nothing is armed; None cancels). A handle that fires before the deadline is
+        kept: its wake-up finds nothing due and re-arms (`_on_timer`). Each message moves
+        the RTO and completion deadlines later, and a cancelled and re-made loop timer per
+        wake-up cost more than one early wake-up per RTO (docs/DESIGN.md §11)."""
         current = self._timers.get(key)
         if current is not None:
-            if current[0] == deadline:
+            if deadline is not None and current[0] <= deadline:
                 return
             current[1].cancel()
             del self._timers[key]
@@ -368,6 +387,29 @@ class IoEndpoint(Generic[S]):
         self.counters["reader_rearmed"] += 1
         self.loop.remove_reader(sock.fileno())
         self.loop.add_reader(sock.fileno(), self._on_readable, plane)
+        if sock.unreachable:
+            touched: dict[int, S] = {}
+            self._report_unreachable(plane, self.now(), touched)
+            try:
+                for session in touched.values():
+                    self.flush(session)
+            except Exception as exc:
+                self._internal_error("flush after an ICMP error", exc)
+
+    def _report_unreachable(self, plane: int, now: float, touched: dict[int, S]) -> None:
+        """Hand the core what plane `plane`'s socket read of ICMP errors saying a destination
+        cannot be reached (`on_unreachable`); the sessions told join `touched`."""
+        addrs = self.planes[plane].take_unreachable()
+        self.counters["icmp_unreachable"] += len(addrs)
+        report = self.on_unreachable
+        if report is None:
+            return
+        try:
+            for addr in addrs:
+                for session in report(plane, addr, now):
+                    touched.setdefault(id(session), session)
+        except Exception as exc:
+            self._internal_error(f"unreachable on plane {plane}", exc)
 
     def _receive_all(self, woken: int | None = None) -> bool:
         """Drain every plane socket (a second pass for what came meanwhile), hand each batch
@@ -414,7 +456,11 @@ class IoEndpoint(Generic[S]):
                 self.planes[plane].check_errors()
             if woken is not None and self._poll is None:
                 self.planes[woken].check_errors()
+                errs = [*errs, woken]
             woken = None
+            for plane in ready if not errs else [*ready, *errs]:
+                if self.planes[plane].unreachable:  # an ICMP error a read or a send found
+                    self._report_unreachable(plane, now, touched)
             if not got:
                 break
         try:

@@ -18,6 +18,10 @@ Socket facts this module relies on (docs/DESIGN.md §11, checked on Linux 6.x):
 - `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE` lift `net.core.rmem_max` for root only.
 - with `reuseport`, other sockets (SRv6 path sockets, `mrc.io.srv6`) may bind the same address
   and port; `send(via=…)` sends on such a socket while the counters stay this plane's.
+- under `IP_RECVERR` / `IPV6_RECVERR` each ICMP error about a datagram of ours waits in the
+  socket's error queue (`MSG_ERRQUEUE`) with the datagram's destination as its address and a
+  `sock_extended_err` (errno, origin ICMP or ICMPv6) as its control message; `unreachable`
+  keeps the destinations of the hard ones for io;
 - with `IPV6_FLOWINFO_SEND` (33) set, the flowinfo of the destination address of `sendto` /
   `sendmsg` sets each datagram's IPv6 flow label, GSO batches included; a kernel that wants the
   label leased first says EINVAL, and `IPV6_FLOWLABEL_MGR` (32) leases it.
@@ -44,6 +48,7 @@ __all__ = [
     "MAX_GSO_SEGMENTS",
     "PLANE_DOWN_ERRNOS",
     "RECV_BUFFER_BYTES",
+    "UNREACHABLE_ERRNOS",
     "PlaneSocket",
     "SockAddr",
     "resolve_addr",
@@ -90,6 +95,16 @@ _ICMP_ERRNOS = PLANE_DOWN_ERRNOS | {errno.ECONNREFUSED}
 #: (it counts UdpSndbufErrors and reports success).
 _IP_RECVERR = 11
 _IPV6_RECVERR = 25
+#: An error queue entry's `struct sock_extended_err` (errno, origin, ICMP type and code, pad,
+#: info, data), and the origins that mean an ICMP / ICMPv6 message from the network.
+_EXT_ERR = struct.Struct("=IBBBBII")
+_ORIGIN_ICMP = 2
+_ORIGIN_ICMP6 = 3
+#: ICMP errors that say the destination cannot be reached at all: port unreachable (nothing
+#: listens there), host and network unreachable (docs/DESIGN.md §4).
+UNREACHABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH})
+#: Destinations kept per plane between two looks of io (`PlaneSocket.unreachable`).
+MAX_UNREACHABLE = 64
 #: IPv6 flow labels set per datagram (`send(label=…)`): the socket option and the lease request.
 IPV6_FLOWINFO = 11
 IPV6_FLOWLABEL_MGR = 32
@@ -151,6 +166,10 @@ class PlaneSocket:
         #: Wake-ups that carried a socket error (an ICMP error pinned on the socket or queued
         #: under IP_RECVERR): each one was an EPOLLERR.
         self.error_events = 0
+        #: Destinations of our datagrams that an ICMP error said cannot be reached (port, host
+        #: or network unreachable), one entry per error, in the order read from the error
+        #: queue; io takes them (`take_unreachable`) and tells the core.
+        self.unreachable: list[SockAddr] = []
         sock = socket.socket(self.family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
@@ -292,9 +311,16 @@ class PlaneSocket:
         report the socket ready until they are read. Counted in `error_events` when it held
         any. A syscall and a raised OSError even when empty (about 1.5 µs), so io asks only on
         its socket's own wake-up, not on every drain."""
-        if _pending_icmp(self.sock):
+        if _pending_icmp(self.sock, self.unreachable):
             self.counters["icmp_errors"] += 1
             self.error_events += 1
+
+    def take_unreachable(self) -> list[SockAddr]:
+        """The destinations reported unreachable since the last call (see `unreachable`)."""
+        found = self.unreachable
+        if found:
+            self.unreachable = []
+        return found
 
     @property
     def recvmmsg(self) -> bool:
@@ -416,14 +442,14 @@ class PlaneSocket:
         returns (which `error_events` counts for io)."""
         self.counters[name] += 1
         self.error_events += 1
-        if _pending_icmp(self.sock):
+        if _pending_icmp(self.sock, self.unreachable):
             self.counters["icmp_errors"] += 1
 
     def take_errors(self) -> None:
         """Clear a pending socket error and empty the error queue (ICMP errors under
         IP_RECVERR), so the socket stops signalling EPOLLERR."""
         self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if _pending_icmp(self.sock):
+        if _pending_icmp(self.sock, self.unreachable):
             self.counters["icmp_errors"] += 1
 
     # -- send -------------------------------------------------------------------------------
@@ -477,7 +503,7 @@ class PlaneSocket:
             # lease this one once and send again.
             if retry and code == errno.EINVAL and len(addr) > 2 and addr[2] and self._lease(addr):
                 return self.send(data, addr, segment_size, via, retry=False)
-            if retry and code in _ICMP_ERRNOS and _pending_icmp(sock):
+            if retry and code in _ICMP_ERRNOS and _pending_icmp(sock, self.unreachable):
                 # An ICMP error from the network (IP_RECVERR queued it, and the kernel fails
                 # the next send with it): news of some path, not of this plane's link, and
                 # this datagram never went. Counted; it goes once more.
@@ -568,16 +594,36 @@ def _pool_socket(family: int, host: str, tos: int) -> socket.socket:
     return sock
 
 
-def _pending_icmp(sock: socket.socket) -> bool:
-    """Empty `sock`'s error queue (IP_RECVERR); True if it held anything."""
+def _pending_icmp(sock: socket.socket, unreachable: list[SockAddr]) -> bool:
+    """Empty `sock`'s error queue (IP_RECVERR); True if it held anything. The destination of
+    each datagram an ICMP error said cannot be reached goes to `unreachable` (at most
+    `MAX_UNREACHABLE` wait there)."""
     found = False
     for _ in range(64):
         try:
-            sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
+            _, anc, _, addr = sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
         except OSError:
             break
         found = True
+        if addr and len(unreachable) < MAX_UNREACHABLE and _unreachable(anc):
+            if len(addr) == 4:
+                addr = (addr[0], addr[1], 0, addr[3])  # as peers are named: no flow label
+            unreachable.append(tuple(addr))
     return found
+
+
+def _unreachable(anc: list[tuple[int, int, bytes]]) -> bool:
+    """An error queue entry's control messages hold an ICMP error from the network that says
+    its destination cannot be reached (`UNREACHABLE_ERRNOS`); a local error (ENOBUFS,
+    EMSGSIZE) or a softer ICMP one does not."""
+    for level, kind, data in anc:
+        if (
+            (level == socket.IPPROTO_IP and kind == _IP_RECVERR)
+            or (level == socket.IPPROTO_IPV6 and kind == _IPV6_RECVERR)
+        ) and len(data) >= _EXT_ERR.size:
+            code, origin = _EXT_ERR.unpack_from(data)[:2]
+            return origin in (_ORIGIN_ICMP, _ORIGIN_ICMP6) and code in UNREACHABLE_ERRNOS
+    return False
 
 
 def set_recverr(sock: socket.socket, family: int) -> None:

@@ -172,7 +172,12 @@ class Node:
     ) -> None:
         self.loop = loop
         self.rng = rng if rng is not None else random.Random()
-        self.endpoint = endpoint if endpoint is not None else Endpoint(rng=self.rng, regions=None)
+        # QPNs, initial PSNs and nonces from the OS's generator (mrc.core.endpoint).
+        self.endpoint = (
+            endpoint
+            if endpoint is not None
+            else Endpoint(rng=self.rng, regions=None, ids=random.SystemRandom())
+        )
         self.regions: RegionTable = self.endpoint.regions
         self.table = table
         self.payload_mtu = payload_mtu
@@ -222,6 +227,7 @@ class Node:
             on_events=self._on_events,
             on_error=self._on_error,
             paths=path_sockets,
+            on_unreachable=self._on_unreachable,
         )
         self.port = planes[0].local_addr[1] if planes else port
 
@@ -280,9 +286,11 @@ class Node:
         private_data: bytes,
         *,
         connect_sockets: bool = False,
+        peer_key: bytes | None = None,
         trace: TraceSink | None = None,
     ) -> Session:
-        """Open paths toward `peers`, then start a connection (see `IoEndpoint.connect`)."""
+        """Open paths toward `peers`, then start a connection (see `IoEndpoint.connect`;
+        `peer_key`: the responder's static key, for a secured connection)."""
         counts = self.open_paths(peers)
         try:
             return self.io.connect(
@@ -290,6 +298,7 @@ class Node:
                 peers,
                 private_data,
                 connect_sockets=connect_sockets,
+                peer_key=peer_key,
                 trace=trace,
             )
         except OSError as exc:
@@ -318,6 +327,14 @@ class Node:
         elif self.on_event is not None:
             for event in events:
                 self.on_event(session, event)
+
+    def _on_unreachable(self, plane: int, addr: SockAddr, now: float) -> list[Session]:
+        """An ICMP error said `addr` cannot be reached on `plane`: news for the sessions
+        whose peer is there on that plane (docs/DESIGN.md §4)."""
+        told = [s for s in self.endpoint.sessions.values() if s.peer_addrs.get(plane) == addr]
+        for session in told:
+            session.unreachable(plane, addr, now)
+        return told
 
     def _on_error(self, message: str) -> None:
         if self.on_error is not None:

@@ -1,8 +1,10 @@
 """Connection-management headers [ours] (docs/WIRE.md §6): CMH and the key block.
 
 Holds `CMH` (64 bytes), `KeyBlock` (two X25519 public keys, 64 bytes), their enums and
-`MAX_PRIVATE_DATA`. The decoder accepts any `version` and `security` value: answering those with a
-REJECT, negotiating parameters and deriving keys (§7) are `mrc.core`'s job.
+`MAX_PRIVATE_DATA`; the TAI64N timestamp of a sealed REQUEST and `split_request`, which cuts a
+REQUEST (any revision-1.2 form, §7) into its head and the rest without opening anything. The
+decoder accepts any `version` and `security` value: answering those with a REJECT, negotiating
+parameters, deriving keys and opening a sealed REQUEST (§7) are `mrc.core`'s job.
 """
 
 from __future__ import annotations
@@ -13,11 +15,18 @@ from enum import IntEnum
 from typing import ClassVar, Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_len, need
+from mrc.wire.bth import BTH_STRUCT, CM_LISTEN_QPN, EVX_BIT, Opcode
 from mrc.wire.errors import DecodeError
 
 MAX_PRIVATE_DATA: Final = 256
 NONCE_SIZE: Final = 16
 KEY_SIZE: Final = 32  # an X25519 public key
+#: A sealed REQUEST's TAI64N timestamp (§7, revision 1.2): seconds 64 (+ 2^62) | nanoseconds 32.
+TIMESTAMP_SIZE: Final = 12
+#: A sealed REQUEST's AES-256-GCM tag.
+REQUEST_TAG_SIZE: Final = 16
+TAI64_BASE: Final = 1 << 62
+_TAI64N: Final = struct.Struct(">QI")
 
 # 0 version | plane | flags, 4 local_qpn 24 | rsvd, 8 remote_qpn 24 | rsvd,
 # 12 initial_psn 24 | mpr, 16 payload_mtu | plane_count | ev_per_plane, 20 plane_mask,
@@ -173,3 +182,67 @@ class KeyBlock(FixedHeader):
         need(buf, offset, 64, "key block")
         ephemeral, static = KEYBLOCK_STRUCT.unpack_from(buf, offset)
         return cls(ephemeral, static)
+
+
+#: BTH + CMH + key block: a secured CM packet's head (what a sealed REQUEST authenticates).
+CM_HEAD: Final = 12 + CMH.SIZE + KeyBlock.SIZE
+
+
+def tai64n(seconds: int, nanoseconds: int) -> bytes:
+    """A TAI64N label: `seconds` since the Unix epoch (+ 2^62) and `nanoseconds`."""
+    if not 0 <= nanoseconds < 1_000_000_000:
+        raise ValueError(f"nanoseconds={nanoseconds} outside 0..999999999")
+    return _TAI64N.pack(TAI64_BASE + seconds, nanoseconds)
+
+
+def tai64n_ns(label: bytes) -> int:
+    """A TAI64N label as nanoseconds since the epoch (comparable; only the order matters)."""
+    sec, nsec = _TAI64N.unpack(check_len("timestamp", label, TIMESTAMP_SIZE))
+    return int((sec - TAI64_BASE) * 1_000_000_000 + nsec)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestParts:
+    """A CM_REQUEST cut at its boundaries (§6-§7). `sealed` is the AES-GCM ciphertext of
+    `timestamp | private data` with its tag (a sealed secured REQUEST), or the private data in
+    clear (an unsecured REQUEST, or a secured one in the open form that names no responder key;
+    `is_sealed` says which)."""
+
+    p_key: int
+    cmh: CMH
+    key_block: KeyBlock | None
+    rest: bytes
+    is_sealed: bool
+
+
+def split_request(buf: Buffer) -> RequestParts:
+    """Cut a REQUEST into its parts; DecodeError when the lengths fit no form of §6-§7. A
+    secured REQUEST is sealed when it holds exactly timestamp + private data + tag after the
+    key block, open when it holds exactly the private data."""
+    mv = memoryview(buf)
+    n = len(mv)
+    need(mv, 0, 12, "BTH")
+    op, _b1, p_key, w4, _w8 = BTH_STRUCT.unpack_from(mv)
+    if op != Opcode.CM_REQUEST.value:
+        raise DecodeError("opcode", f"{op:#x} is not a CM_REQUEST")
+    if w4 & EVX_BIT:
+        raise DecodeError("evx", "CM packets carry no EVXH")
+    if w4 & 0xFFFFFF != CM_LISTEN_QPN:
+        raise DecodeError("dest_qp", "a CM_REQUEST goes to QP 0x1")
+    cmh = CMH.decode(mv, 12)
+    if not cmh.security:
+        if n != 12 + CMH.SIZE + cmh.private_data_len:
+            raise DecodeError("private_data_len", f"{n - 76} bytes after CMH")
+        return RequestParts(p_key, cmh, None, bytes(mv[12 + CMH.SIZE :]), False)
+    need(mv, 0, CM_HEAD, "key block")
+    key_block = KeyBlock.decode(mv, 12 + CMH.SIZE)
+    after = n - CM_HEAD
+    if after == TIMESTAMP_SIZE + cmh.private_data_len + REQUEST_TAG_SIZE:
+        return RequestParts(p_key, cmh, key_block, bytes(mv[CM_HEAD:]), True)
+    if after == cmh.private_data_len:
+        return RequestParts(p_key, cmh, key_block, bytes(mv[CM_HEAD:]), False)
+    raise DecodeError(
+        "private_data_len",
+        f"{after} bytes after the key block fit neither {cmh.private_data_len} of private data"
+        f" nor {TIMESTAMP_SIZE} + {cmh.private_data_len} + {REQUEST_TAG_SIZE} sealed",
+    )

@@ -97,7 +97,8 @@ def test_short_mixed_run_at_an_encrypted_transfer() -> None:
     assert set(by_kind) == {
         "forged_data", "replay", "bitflip", "truncate", "extend", "noise", "forged_sack",
         "forged_nack", "forged_probe", "forged_endpoint", "forged_trim", "forged_cm_request",
-        "forged_cm_disconnect", "forged_cm_reject",
+        "forged_cm_disconnect", "forged_cm_reject", "forged_cm_request_listed",
+        "replayed_cm_request", "junk_to_plane", "forged_cm_reply",
     }  # fmt: skip
     assert min(by_kind.values()) > 1000
     server, client = fig["drops_by_reason"]["server"], fig["drops_by_reason"]["client"]
@@ -107,6 +108,12 @@ def test_short_mixed_run_at_an_encrypted_transfer() -> None:
     assert any(k.startswith(("decode_", "bad_length")) for k in server)  # cut, extended, noise
     assert server["rejected_unknown_peer"] > 0  # forged REQUESTs with unlisted keys
     assert client.get("cm_mismatch", 0) > 0  # forged REJECTs
+    # Forged REQUESTs claiming the client's listed key fail their seal (or wait for a token):
+    # none is answered or kept (docs/WIRE.md §7 revision 1.2).
+    listed = server.get("cm_auth", 0) + server.get("handshake_rate_limited", 0)
+    assert listed >= 0.5 * by_kind["forged_cm_request_listed"], server
+    # Forged REPLYs reach the established client and are never acted on.
+    assert client.get("cm_unexpected_reply", 0) >= 0.5 * by_kind["forged_cm_reply"], client
     assert any(k.startswith("trimmed") for k in server) or fig["accounting"]["server"][
         "trimmed_received"
     ] > 0  # forged trims

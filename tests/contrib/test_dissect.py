@@ -44,6 +44,7 @@ from mrc.wire import (
     ProbePacket,
     SackPacket,
 )
+from mrc.wire.cm import CM_HEAD, REQUEST_TAG_SIZE, TIMESTAMP_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LUA = ROOT / "tools" / "wireshark" / "mrc.lua"
@@ -402,3 +403,22 @@ def test_trailers_of_a_secured_connection(
         )  # fmt: skip
         counter = int.from_bytes(trailer[:8], "big")
         assert proc.stdout.splitlines() == ["\t", f"\t{counter}", f"100\t{counter}", f"\t{counter}"]
+
+
+def test_a_sealed_request_decodes_with_its_sealed_length(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/WIRE.md §7 (revision 1.2): a secured REQUEST ends in `sealed` (timestamp and private
+    # data, encrypted) and its tag, not in clear private data; before, the strict decoder
+    # called every such REQUEST malformed at `private_data_len`.
+    request = dict(RECORDS)["CM_REQUEST-2"]
+    assert isinstance(request, CmPacket) and request.cmh.security
+    head = request.encode()[:CM_HEAD]
+    sealed = bytes(range(TIMESTAMP_SIZE + request.cmh.private_data_len + REQUEST_TAG_SIZE))
+    path = tmp_path / "sealed.pcap"
+    wrpcap(str(path), [frame(head + sealed)])
+    rc, out, _ = run(capsys, "-J", str(path))
+    (packet,) = json.loads(out)["packets"]
+    assert rc == 0 and packet["malformed"] is None and packet["sealed"] == len(sealed)
+    shown = dataclasses.replace(request, dest_qp=1, private_data=b"")
+    assert packet["record"] == dissect._plain(shown)

@@ -20,6 +20,7 @@ from mrc.core.secure.handshake import Identity, TokenBucket
 from mrc.core.secure.replay import ReplayWindow
 from mrc.sim import LinkParams, Network
 from mrc.wire.bth import Opcode
+from mrc.wire.cm import split_request
 from mrc.wire.packet import CmPacket, decode_packet
 
 # -- the anti-replay window --------------------------------------------------------------------
@@ -162,6 +163,29 @@ def test_a_forged_counter_far_ahead_does_not_move_the_window_or_fill_the_key_tab
     assert rx.open(good, 0) is not None
 
 
+def test_the_traffic_secret_is_ratcheted_at_each_epoch_and_the_old_one_overwritten() -> None:
+    """docs/WIRE.md §7: secret(e + 1) = HKDF-Expand(secret(e), "mrc ratchet"), key(e) from
+    secret(e); a side that moved past an epoch no longer holds its secret."""
+    tx, rx, drops = _pair(encrypt=False, shift=2)
+    s0 = bytes(range(32))
+    secret = [s0]
+    for _ in range(3):
+        secret.append(_expand(secret[-1], b"mrc ratchet", 32))
+    for counter in range(12):  # epochs 0, 1, 2 of 4 packets each
+        pkt = tx.seal(b"c%d" % counter)
+        epoch = counter >> 2
+        key = AESGCM(_expand(secret[epoch], b"mrc epoch" + epoch.to_bytes(8, "big"), 32))
+        assert key.decrypt(struct.pack(">IQ", 0, counter), pkt[-16:], pkt[:-24]) == b""
+        assert rx.open(pkt, 0) is not None
+    assert drops == Counter()
+    # Both ends stand at epoch 2 and hold secret(2) only: epochs 0 and 1 cannot be derived
+    # from what is left (the receiver keeps the contexts its window reaches, not secrets).
+    for ratchet in (tx._tx_secret, rx._rx_secret):
+        assert ratchet.epoch == 2 and bytes(ratchet._secret) == secret[2]
+        assert ratchet.key(0) is None and ratchet.key(1) is None
+    assert s0 not in bytes(tx._tx_secret._secret) + bytes(rx._rx_secret._secret)
+
+
 def test_the_reply_is_counter_zero_and_hides_its_private_data() -> None:
     tx, rx, _ = _pair(encrypt=False)
     reply = b"R" * 140 + b"secret rkey"
@@ -227,8 +251,8 @@ def test_the_keys_follow_wire_md_section_7_exactly(psk: bytes | None) -> None:
 
     request = next(d for d in seen if d[0] == Opcode.CM_REQUEST)
     reply = next(d for d in seen if d[0] == Opcode.CM_REPLY)
-    req, rep = decode_packet(request), decode_packet(reply[:-24])
-    assert isinstance(req, CmPacket) and isinstance(rep, CmPacket)
+    req, rep = split_request(request), decode_packet(reply[:-24])
+    assert req.is_sealed and isinstance(rep, CmPacket)
     assert req.key_block is not None and rep.key_block is not None
     assert (req.cmh.security, rep.cmh.security) == (1, 1)
     # The ephemeral keys are the first draws of each side's entropy (the responder's REPLY
@@ -241,7 +265,21 @@ def test_the_keys_follow_wire_md_section_7_exactly(psk: bytes | None) -> None:
     ikm = _x(e_i, rep.key_block.ephemeral) + _x(s_i, rep.key_block.ephemeral)
     ikm += _x(e_i, rep.key_block.static) + (psk or b"")
     assert ikm[:32] == _x(e_r, req.key_block.ephemeral)  # both sides agree on DH(e_i, e_r)
-    info = hashlib.sha256(_head(request) + _head(reply) + b"question").digest()
+    # Revision 1.2: the REQUEST's timestamp and private data are sealed under k_req, from
+    # DH(e_i, s_r) and DH(s_i, s_r), salted with its nonce, bound to its head.
+    k_req = _hkdf(
+        _x(e_i, pub_r) + _x(s_i, pub_r) + (psk or b""),
+        req.cmh.nonce,
+        b"mrc request" + hashlib.sha256(_head(request)).digest(),
+        32,
+    )
+    sealed = AESGCM(k_req).decrypt(bytes(12), request[140:], _head(request))
+    assert sealed[12:] == b"question" and b"question" not in request
+    assert struct.unpack(">QI", sealed[:12])[0] >> 62 == 1  # TAI64N: seconds + 2^62
+    # The session keys' info hashes the whole REQUEST (through its tag) and the REPLY's head.
+    whole = bytearray(request)
+    whole[13] = 0
+    info = hashlib.sha256(bytes(whole) + _head(reply)).digest()
     okm = _hkdf(ikm, req.cmh.nonce + rep.cmh.nonce, info, 64)
     secret0, secret1 = okm[:32], okm[32:]
 

@@ -45,15 +45,19 @@ def test_the_application_may_refuse_a_request() -> None:
     net = Network(seed=1)
     a, b = net.pair(1, LinkParams(latency=10e-6))
     b.listen(SessionConfig(), accept=lambda pd: None)
-    a.connect(b, SessionConfig())
+    a.connect(b, SessionConfig(cm_attempts=3))
     net.drive(0.001)
+    # RESOURCES means "later": a tries again on its backoff, then gives up naming it.
+    assert a.events_of(ConnectionClosed) == []
+    net.drive(1.0)
     assert a.events_of(ConnectionClosed) == [ConnectionClosed(reason="rejected: resources")]
-    assert b.endpoint.sessions == {}
+    assert b.endpoint.sessions == {} and b.endpoint.drops["rejected_resources"] == 3
 
 
-def test_a_lost_request_copy_is_healed_by_later_traffic_on_that_plane() -> None:
-    """Plane 1 eats the first REQUEST copy; b connects on plane 0's copy alone and learns
-    a's plane-1 address from a's PORT_STATUS, which a sends on every plane."""
+def test_a_lost_request_copy_leaves_its_plane_waiting_for_a_copy() -> None:
+    """Plane 1 eats the first REQUEST copy; b connects on plane 0's copy alone. On an
+    unsecured connection nothing but a copy of the REQUEST may teach b a's plane-1 address
+    (docs/DESIGN.md §8): a's PORT_STATUS on plane 1 does not, a later copy does."""
     net = Network(seed=1)
     a, b = net.pair(2, LinkParams(latency=10e-6))
     eaten: list[bytes] = []
@@ -72,6 +76,9 @@ def test_a_lost_request_copy_is_healed_by_later_traffic_on_that_plane() -> None:
     pkt = decode_packet(eaten[0])
     assert isinstance(pkt, CmPacket) and pkt.cmh.plane == 1
     assert a.events_of(ConnectionEstablished) and b.events_of(ConnectionEstablished)
+    assert b.session().plane_state(1) == "down" and set(b.session().peer_addrs) == {0}
+    for s in b.endpoint.receive_datagrams(1, [(eaten[0], "a", 0)], net.now):
+        b.flush(s)
     assert b.session().plane_state(1) == "up"
     assert set(b.session().peer_addrs) == {0, 1}
 

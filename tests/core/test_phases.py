@@ -80,10 +80,11 @@ def test_an_untraced_connection_gives_its_parts_no_trace_and_a_reject_ends_a_han
 def test_a_reject_for_our_nonce_ends_the_handshake_and_the_session() -> None:
     a = Endpoint(rng=random.Random(6))
     b = Endpoint(rng=random.Random(7))
-    b.listen(CONFIG, lambda _pd: None)  # refuses every REQUEST: REJECT (resources)
+    # b does not listen: REJECT (no listener). (A RESOURCES REJECT only means "later", and
+    # a secured attempt takes any REJECT as a hint: docs/WIRE.md §6.)
     s = a.connect(CONFIG, {0: "b0", 1: "b1"}, b"", 0.0)
     deliver(s.datagrams_to_send(0.0), b, {0: "a0", 1: "a1"}, 0.001)
     assert not b.sessions
     deliver(b.datagrams_to_send(), a, {0: "b0", 1: "b1"}, 0.002)
     assert s.state is SessionState.CLOSED and s.established is None
-    assert s.close_reason == "rejected: resources" and s.get_timer() is None
+    assert s.close_reason == "rejected: no listener" and s.get_timer() is None

@@ -1,15 +1,14 @@
-"""The sender's SACK byte path (mrc.core.send.sackpath): the common SACK read from its bytes does
-what decoding it does, and everything else is left to the decoder (docs/WIRE.md §4)."""
+"""The one SACK reader (mrc.core.send.sackpath): the common SACK read from its bytes does what
+decoding it does, and everything else is left to the decoder (docs/WIRE.md §4)."""
 
 from __future__ import annotations
 
-import pytest
 from test_flowcell import PSN0, Pair, data_transmits
 
-import mrc
-from mrc.core import established as established_module
-from mrc.core.send.sackpath import take_sack
+from mrc.core.send.sackpath import on_decoded, take_sack
+from mrc.wire.errors import DecodeError
 from mrc.wire.fast import encode_sack
+from mrc.wire.packet import SackPacket, decode_packet
 
 MARK_SKIP_ONCE, MARK_ALWAYS_SKIP = 1, 2
 
@@ -66,21 +65,34 @@ def test_take_sack_takes_the_common_layouts_and_leaves_the_rest() -> None:
     assert took == [True, True, True, True, False, False, False, False, True]
 
 
-@pytest.mark.skipif(mrc.compiled(), reason="patches a compiled module; make test-pure")
-def test_a_sack_story_ends_alike_through_the_byte_path_and_through_the_decoder(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_sack_story_ends_alike_read_from_its_bytes_and_decoded() -> None:
+    """Two writers, one story: one takes each SACK as its session does (the common ones read
+    from their bytes), the other has each decoded and handed to the one SACK reader
+    (`on_decoded`), counting what the decoder refuses as the session would. Both end alike."""
     ends = []
-    for byte_path in (True, False):
-        if not byte_path:
-            monkeypatch.setattr(established_module, "take_sack", lambda *_: False)
+    for from_bytes in (True, False):
         pair = Pair(payload_mtu=1024, flowcell=8)
         pair.post(0, 16 * 1024)
+        sender, planes = pair.sa.sender, pair.sa.planes
+        assert sender is not None and planes is not None
+        drops = pair.sa.stats.drops_by_reason
         for data in _story(pair):
             pair.net.drive(pair.net.now + 0.0001)
-            pair.sa.receive_datagrams(0, [(data, 0)], pair.net.now)
+            if from_bytes:
+                pair.sa.receive_datagrams(0, [(data, 0)], pair.net.now)
+                continue
+            try:
+                pkt = decode_packet(data)
+            except DecodeError as exc:
+                drops[f"decode_{exc.field}"] += 1
+                continue
+            if pkt.p_key != 0xFFFF:
+                drops["p_key"] += 1
+                continue
+            assert isinstance(pkt, SackPacket)
+            on_decoded(pkt, sender, planes, pair.net.now)
         ends.append(_state(pair))
     assert ends[0] == ends[1]
-    una, flight, acked, drops, *_ = ends[0]
+    una, flight, acked, drops_end, *_ = ends[0]
     assert (una, flight, acked) == (PSN0 + 16, 0, 16 * 1024)
-    assert drops == {"decode_m": 1, "p_key": 1, "decode_length": 1, "decode_tver": 1}
+    assert drops_end == {"decode_m": 1, "p_key": 1, "decode_length": 1, "decode_tver": 1}

@@ -156,6 +156,29 @@ def test_no_tail_probe_while_two_planes_owe() -> None:
     assert silent.tail_probe(fifos, planes, 1.100) == (None, None)
 
 
+def test_a_plane_that_never_answered_is_expected_at_the_answering_planes_srtt() -> None:
+    """Plane 0 never answered anything (no RTT sample, no acknowledgement, no probe answer):
+    a peer address no one listens on. Its flowcell left at T0 with the others', which
+    answered it at 1.004 s. With no SRTT of its own it is expected at theirs (5 ms): due at
+    T0 + 5 ms + 1.25 ms, as a plane that had answered; suspected then for four RTOs of its
+    own (the initial 100 ms). Before: never suspected (nothing known to expect), so only the
+    RTO, 0.1 s after each send, judged it, round after round."""
+    fifos, planes = network()
+    planes[0] = Plane(number=0, rtt=RttEstimator(min_rto=0.005, max_rto=1.0, rto=0.1))
+    silent = SilentPlanes(reorder_min=0.001)
+    new, wake = silent.judge(fifos, planes, 1.006)
+    assert new == [] and wake == pytest.approx(1.00625)
+    new, wake = silent.judge(fifos, planes, 1.00625)
+    assert new == [0]
+    assert silent.until == {0: pytest.approx(1.00625 + 4 * 0.1)}
+    # A plane with no sample that did answer (its acknowledgements covered only resends,
+    # Karn) is not a never-answered plane: still nothing known to expect.
+    other = Plane(number=0, rtt=RttEstimator(min_rto=0.005, max_rto=1.0, rto=0.1))
+    other.acked_at = 0.990
+    planes[0] = other
+    assert SilentPlanes(reorder_min=0.001).judge(fifos, planes, 1.010) == ([], None)
+
+
 def test_a_suspected_planes_bytes_do_not_hold_the_window_and_it_gets_no_new_flowcell() -> None:
     from mrc.core.cc.control import make_cc
     from mrc.core.paths.balance import make_balance

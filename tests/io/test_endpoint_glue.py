@@ -112,7 +112,9 @@ class FakeCore:
         private_data: bytes,
         now: float,
         *,
+        peer_key: bytes | None = None,
         trace: TraceSink | None = None,
+        wall: float | None = None,
     ) -> FakeSession:
         addr = peer_addrs[0]
         assert isinstance(addr, tuple)

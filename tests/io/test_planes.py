@@ -252,3 +252,31 @@ def test_resolve_addr_forms() -> None:
     assert resolve_addr("127.0.0.2", 7) == (socket.AF_INET, ("127.0.0.2", 7))
     fam, addr = resolve_addr("[::1]", 7)
     assert fam == socket.AF_INET6 and addr[:2] == ("::1", 7)
+
+
+def test_icmp_port_unreachable_names_the_destination_for_io() -> None:
+    """Datagrams to a closed port draw ICMP port unreachable; the error queue (IP_RECVERR)
+    names each one's destination, which `take_unreachable` hands to io once (an unconnected
+    socket, IPv4 and IPv6). A datagram to a live peer is not reported."""
+    for host, other in (("127.0.0.2", "127.0.0.10"), ("::1", "::1")):
+        sock = PlaneSocket(0, host, 0)
+        live = PlaneSocket(0, other, 0)
+        gone = PlaneSocket(0, other, 0)
+        try:
+            closed = gone.local_addr
+            gone.close()
+            sock.send(b"x", live.local_addr)
+            for _ in range(3):
+                sock.send(b"y", closed)
+            wait_readable(live)
+            deadline = 50
+            while len(sock.unreachable) < 3 and deadline:
+                select.select([sock.fileno()], [], [], 0.01)
+                sock.drain(8)
+                deadline -= 1
+            assert sock.take_unreachable() == [closed] * 3
+            assert sock.take_unreachable() == []
+            assert sock.counters["icmp_errors"] >= 1
+        finally:
+            sock.close()
+            live.close()

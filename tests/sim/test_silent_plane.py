@@ -21,7 +21,10 @@ def test_a_plane_silent_at_1gbit_gets_little_and_is_taken_down() -> None:
     (or four RTOs pass), its RTO restarts its cap, and the plane monitor probes it. The
     peer, whose own probes there go unanswered, announces it cannot receive there at
     50.1 ms. 482 packets went into the dead plane and 182 were resent (647 and 347 when a
-    suspicion lasted one RTO and the cap stayed; 863 and 563 before the suspicion rule)."""
+    suspicion lasted one RTO and the cap stayed; 863 and 563 before the suspicion rule). The
+    live planes carry equal shares; before the responder answered a message with one datagram
+    (docs/DESIGN.md §6) it sent 365 answers more, one ACK was lost behind the dead plane's
+    traffic and resent for (`completion`), and the shares were 2653, 2659 and 2581."""
     params = LinkParams(rate_bps=1e9, latency=20e-6, queue_bytes=8 << 20)
 
     def build(net, a, b):  # type: ignore[no-untyped-def]
@@ -35,12 +38,12 @@ def test_a_plane_silent_at_1gbit_gets_little_and_is_taken_down() -> None:
     assert t.a.events_of(PlaneDown) == [PlaneDown(plane=2, reason="peer cannot receive")]
     (down_at,) = [ts for ts, _, e in t.a.events if isinstance(e, PlaneDown)]
     assert round(down_at, 6) == 0.050115
-    assert [stats.planes[p].packets_sent for p in range(4)] == [2653, 2659, 482, 2581]
-    assert dict(stats.retransmits_by_cause) == {"rto": 182, "completion": 1}
+    assert [stats.planes[p].packets_sent for p in range(4)] == [2630, 2631, 482, 2631]
+    assert dict(stats.retransmits_by_cause) == {"rto": 182}
     assert stats.probes_answered == 0
     assert len(t.a.events_of(PathRetired)) == 28
-    # The LAST of one message, its AETH overdue, went again (and arrived twice).
-    assert t.b.session().stats.drops_by_reason.get("duplicate", 0) == 1
+    # No LAST went again for an overdue AETH, so nothing arrived twice (before: one did).
+    assert t.b.session().stats.drops_by_reason.get("duplicate", 0) == 0
 
 
 def test_a_plane_read_2ms_late_closing_the_window_is_resent_but_nothing_is_blamed() -> None:

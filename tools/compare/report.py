@@ -25,8 +25,12 @@ PEERS = ("iperf3", "mptcp", "aioquic", "raw_udp")
 GOALS = (
     ("mrc goodput >= 0.30 x iperf3", "mrc/iperf3", ">=", 0.30),
     ("mrc encrypt goodput >= 20 x aioquic", "mrc_encrypt/aioquic", ">=", 20.0),
-    ("mrc encrypt goodput >= 0.7 x mrc none", "mrc_encrypt/mrc", ">=", 0.7),
-    ("mrc auth goodput >= 0.8 x mrc none", "mrc_auth/mrc", ">=", 0.8),
+    # Issue 34: the secured path as fast as the cipher allows (they replace 0.7 and 0.8, which
+    # the cipher's own cost per packet rules out on these hosts).
+    ("mrc encrypt goodput >= 0.5 x mrc none", "mrc_encrypt/mrc", ">=", 0.5),
+    ("mrc auth goodput >= 0.55 x mrc none", "mrc_auth/mrc", ">=", 0.55),
+    ("mrc encrypt CPU s/GB <= 2 x mrc none's", "cpu mrc_encrypt/mrc", "<=", 2.0),
+    ("mrc auth CPU s/GB <= 2 x mrc none's", "cpu mrc_auth/mrc", "<=", 2.0),
     ("mrc goodput >= 0.7 x raw-UDP ceiling", "mrc/raw_udp", ">=", 0.7),
     # Issue 19's ratios for the datapath, beside issue 9's 0.30 above.
     ("mrc goodput >= 0.4 x iperf3", "mrc/iperf3", ">=", 0.4),
@@ -40,16 +44,23 @@ GOALS = (
      "failover.mrc-blackhole.runs_within_10ms", "runs", 10),
     ("mrc failover: post-failure goodput >= 0.9 x 3-plane share",
      "failover.mrc.post_vs_3_of_4", ">=", 0.9),
-    # Issue 19: small messages, read from the --sweep.
-    ("mrc 4 KiB WRITEs >= 150,000 per second", "sweep.mrc.writes_per_s_4k", ">=", 150_000),
-    ("mrc 64 KiB goodput >= 0.8 x 1 MiB goodput", "sweep.mrc.goodput_64k_over_1m", ">=", 0.8),
+    # Issue 36: small messages, read from the --sweep as same-run ratios (they replace issue
+    # 19's absolute 150,000 4 KiB WRITEs a second, which read 75,000-217,000 by host).
+    ("mrc 4 KiB goodput >= 0.6 x 1 MiB goodput", "sweep.mrc.goodput_4k_over_1m", ">=", 0.6),
+    ("mrc 64 KiB goodput >= 0.85 x 1 MiB goodput", "sweep.mrc.goodput_64k_over_1m", ">=", 0.85),
+    # Issue 36: the round trip, against TCP ping-pong on the same pair (`latency_ratios`).
+    ("mrc --latency p50 <= 2 x TCP ping-pong p50", "latency.p50 mrc/tcp", "<=", 2.0),
+    ("mrc --latency p99 <= 3 x TCP ping-pong p99", "latency.p99 mrc/tcp", "<=", 3.0),
+    ("mrc --latency client CPU per round trip <= 100 us", "latency.cpu_client_us", "<=", 100.0),
 )
 LATENCY_LABELS = {"udp": "UDP ping-pong, 1 plane", "tcp": "TCP ping-pong, 1 plane",
                   "mrc": "mrc bench --latency"}
 
 
 def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """mrc/peer for goodput (`mrc/PEER`) and for CPU seconds per GB (`cpu mrc/PEER`)."""
+    """mrc/peer for goodput (`mrc/PEER`) and for CPU seconds per GB (`cpu mrc/PEER`); each
+    variant's goodput over the plain run's (`VARIANT/mrc`), and a secured one's CPU seconds per
+    GB over the plain run's (`cpu VARIANT/mrc`)."""
     out: dict[str, Any] = {}
     mrc = throughput.get("mrc", {})
     for peer in PEERS:
@@ -59,21 +70,42 @@ def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
         c_m, c_p = mrc.get("cpu_s_per_gb"), p.get("cpu_s_per_gb")
         out[f"cpu mrc/{peer}"] = round(c_m / c_p, 3) if c_m and c_p else None
     g_plain = mrc.get("goodput_bps")
+    c_plain = mrc.get("cpu_s_per_gb")
     quic = throughput.get("aioquic", {}).get("goodput_bps")
     for key in VARIANTS:
         g_s = throughput.get(key, {}).get("goodput_bps")
         out[f"{key}/mrc"] = round(g_s / g_plain, 4) if g_s and g_plain else None
         if key not in SECURED:
             continue
+        c_s = throughput.get(key, {}).get("cpu_s_per_gb")
+        out[f"cpu {key}/mrc"] = round(c_s / c_plain, 3) if c_s and c_plain else None
         out[f"{key}/aioquic"] = round(g_s / quic, 4) if g_s and quic else None
+    return out
+
+
+def latency_ratios(doc: dict[str, Any]) -> dict[str, float | None]:
+    """mrc's round-trip p50 and p99 over TCP ping-pong's (`p50 mrc/tcp`, `p99 mrc/tcp`) and
+    mrc's CPU per round trip of each side (`cpu_client_us`, `cpu_server_us`), from the latency
+    runs of one comparison; None where a run is missing or failed."""
+    lat = doc.get("latency", {})
+    mrc, tcp = lat.get("mrc", {}), lat.get("tcp", {})
+    out: dict[str, float | None] = {}
+    for q in ("p50", "p99"):
+        m, t = mrc.get(q), tcp.get(q)
+        out[f"{q} mrc/tcp"] = round(m / t, 3) if m and t else None
+    for side in ("cpu_client_us", "cpu_server_us"):
+        out[side] = mrc.get(side)
     return out
 
 
 def goals(doc: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     fo = doc.get("failover", {})
+    lat = latency_ratios(doc)
     for text, key, op, limit in GOALS:
-        if key.startswith(("failover.", "sweep.")):
+        if key.startswith("latency."):
+            value = lat.get(key.split(".", 1)[1])
+        elif key.startswith(("failover.", "sweep.")):
             section, who, field = key.split(".")
             runs = None
             if section == "failover" and who.startswith("mrc"):
@@ -180,6 +212,11 @@ def latency_lines(doc: dict[str, Any]) -> list[str]:
             rel = f"{r['p50'] / mrc_p50:.2f}" if mrc_p50 and key != "mrc" else "-"
             lines.append(f"{label:<26}{r['samples']:>8}{r['min']:>9.1f}{r['p50']:>9.1f}"
                          f"{r['p99']:>9.1f}{r['p99_9']:>9.1f}{r['max']:>10.1f}{rel:>9}")
+        cli, srv = lat.get("mrc", {}).get("cpu_client_us"), lat.get("mrc", {}).get("cpu_server_us")
+        if cli is not None or srv is not None:
+            lines.append("mrc CPU per round trip: client "
+                         f"{'-' if cli is None else f'{cli:.1f} us'}, server "
+                         f"{'-' if srv is None else f'{srv:.1f} us'}")
     sw = doc.get("sweep", {}).get("mrc")
     if sw:
         lines += ["", "mrc bench --sweep --verify (one connection per size)"]

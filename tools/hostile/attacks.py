@@ -23,7 +23,16 @@ The kinds, and what a correct receiver does with them on a secured connection:
 - `forged_cm_request`: REQUESTs with a random static key (in no allowlist), random nonce and
   private data, sometimes with the other security level.
 - `forged_cm_disconnect` (to both sides) and `forged_cm_reject` (to the client, with a random
-  nonce or the genuine REQUEST's).
+  nonce or the genuine REQUEST's): ignored, or on a secured attempt a hint (`cm_reject_hint`).
+- `forged_cm_request_listed`: REQUESTs claiming the genuine client's (listed) static key, sealed
+  with a seal no key made: `cm_auth` (or `handshake_rate_limited`), no state, no answer.
+- `replayed_cm_request`: a genuine REQUEST again, verbatim, from the client's address on any
+  attacked plane: the live connection's is a copy (the same REPLY bytes, to the address the
+  server already knows), an earlier connection's draws `cm_replay`; never a new connection.
+- `junk_to_plane`: 12-40 byte datagrams naming the server's QPN from another port of the
+  client's address: dropped, and no plane's peer address moves.
+- `forged_cm_reply`: REPLYs to the client naming its QPN, random keys and trailer: never acted
+  on (`cm_unexpected_reply` once established).
 """
 
 from __future__ import annotations
@@ -397,6 +406,84 @@ def forged_cm_request(sc: Scope) -> Iterator[Forgery]:
         yield Forgery("forged_cm_request", client, server, pkt.encode())
 
 
+def forged_cm_request_listed(sc: Scope) -> Iterator[Forgery]:
+    """REQUESTs that name the genuine client's static key (it is on the server's allowlist:
+    anyone can copy a public key) in the sealed form of docs/WIRE.md §7 revision 1.2, with a
+    random seal: the server spends two X25519 operations on each within its handshake bucket,
+    keeps nothing and answers nothing. On an unsecured run: REQUESTs with new nonces."""
+    rng, flow = sc.rng, sc.flow
+    while True:
+        genuine = flow.request
+        assert genuine is not None
+        private = rng.randbytes(rng.randrange(0, 65))
+        plane = sc.plane()
+        cmh = dataclasses.replace(
+            genuine.cmh,
+            local_qpn=rng.getrandbits(24),
+            nonce=sc.nonce(),
+            connection_id=rng.getrandbits(64),
+            plane=plane,
+            private_data_len=len(private),
+        )
+        keys = genuine.key_block
+        block = None if keys is None else KeyBlock(rng.randbytes(32), keys.static)
+        pkt = CmPacket(Opcode.CM_REQUEST, CM_LISTEN_QPN, cmh, block, private).encode()
+        if block is not None:
+            pkt += rng.randbytes(12 + 16)  # where the timestamp and the tag go
+        client, server = sc.ends(plane)
+        yield Forgery("forged_cm_request_listed", client, server, pkt)
+
+
+def replayed_cm_request(sc: Scope) -> Iterator[Forgery]:
+    """A genuine REQUEST, verbatim, on an attacked plane from the client's address: the live
+    connection's (a copy), or one of an earlier connection (a replay: `cm_replay`)."""
+    rng, flow = sc.rng, sc.flow
+    while True:
+        assert flow.request_raw
+        past = flow.past_requests
+        request = rng.choice(past) if past and rng.random() < 0.5 else flow.request_raw
+        plane = sc.plane()
+        client, server = sc.ends(plane)
+        yield Forgery("replayed_cm_request", client, server, request)
+
+
+def junk_to_plane(sc: Scope) -> Iterator[Forgery]:
+    """Short datagrams naming the live connection's server QPN, from another port of the
+    client's address on the plane: a plane's peer address used to follow the first such
+    datagram (for a plane the REQUEST had not reached yet), and the plane's traffic with it."""
+    rng, flow = sc.rng, sc.flow
+    while True:
+        assert flow.server_qpn is not None
+        plane = sc.plane()
+        client, server = sc.ends(plane)
+        port = rng.randrange(1024, 65535)
+        src = (client[0], port if port != client[1] else port + 1)
+        head = bytes([rng.choice(list(Opcode)).value, 0, 0xFF, 0xFF, 0])
+        body = flow.server_qpn.to_bytes(3, "big") + rng.randbytes(4 + 2 * rng.randrange(0, 15))
+        yield Forgery("junk_to_plane", src, server, head + body)
+
+
+def forged_cm_reply(sc: Scope) -> Iterator[Forgery]:
+    """REPLYs to the client naming its QPN, with random keys, private data and trailer."""
+    rng, flow = sc.rng, sc.flow
+    while True:
+        genuine = flow.request
+        assert genuine is not None and flow.client_qpn is not None
+        private = rng.randbytes(rng.randrange(0, 33))
+        cmh = dataclasses.replace(
+            genuine.cmh,
+            local_qpn=rng.getrandbits(24),
+            remote_qpn=flow.client_qpn,
+            nonce=sc.nonce(),
+            plane=0xFF,
+            private_data_len=len(private),
+        )
+        pkt = CmPacket(Opcode.CM_REPLY, flow.client_qpn, cmh, _keys(sc, cmh.security), private)
+        client, server = sc.ends(sc.plane())
+        yield _forgery("forged_cm_reply", server, client, (pkt.encode(), None),
+                       (sc.trailer(), None))  # fmt: skip
+
+
 def forged_cm_disconnect(sc: Scope) -> Iterator[Forgery]:
     """DISCONNECTs naming the live connection's QPNs, to the server and to the client."""
     rng, flow = sc.rng, sc.flow
@@ -458,6 +545,10 @@ KINDS: dict[str, tuple[Callable[[Scope], Iterator[Forgery]], int]] = {
     "forged_cm_request": (forged_cm_request, 1),
     "forged_cm_disconnect": (forged_cm_disconnect, 1),
     "forged_cm_reject": (forged_cm_reject, 1),
+    "forged_cm_request_listed": (forged_cm_request_listed, 1),
+    "replayed_cm_request": (replayed_cm_request, 1),
+    "junk_to_plane": (junk_to_plane, 1),
+    "forged_cm_reply": (forged_cm_reply, 1),
 }
 
 

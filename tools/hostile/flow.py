@@ -2,7 +2,8 @@
 
 Holds `Genuine` (one sniffed datagram with its addresses, kept for replays and mutations) and
 `Flow`, which follows a bench client's connection to the server: the planes' addresses, both
-QPNs, the client's CM REQUEST (a template for forged CM packets), the data packet with the
+QPNs, the client's CM REQUEST (a template for forged CM packets, and its bytes, which outlive
+the connection for replays), the data packet with the
 highest PSN seen (where "ahead of the sender" starts), the EVs in use and two bounded pools of
 recent genuine datagrams, one per direction. It reads headers with the `mrc.wire` codecs and
 never sends anything; forging is `tools.hostile.attacks`' job.
@@ -14,6 +15,7 @@ PSNs, VAs and R_Keys either way and only the payload may be ciphertext.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 from collections import deque
@@ -30,6 +32,7 @@ from mrc.wire import (
     Trailer,
     decode_packet,
 )
+from mrc.wire.cm import split_request
 from tools.hostile.rawnet import Seen, ones_sum
 
 Addr = tuple[str, int]
@@ -76,6 +79,10 @@ class Flow:
     server_qpn: int | None = None
     client_qpn: int | None = None
     request: CmPacket | None = None
+    #: The last genuine REQUEST's bytes as sniffed, and those of the connections before
+    #: (kept after their connections end, for replays).
+    request_raw: bytes = b""
+    past_requests: deque[bytes] = field(default_factory=lambda: deque(maxlen=8))
     latest: DataPacket | None = None
     payload_mtu: int = 0
     window: int = 1024  # the REQUEST's MPR × 128: how far ahead of cack_psn a PSN is new
@@ -144,17 +151,27 @@ class Flow:
         return data
 
     def _request(self, data: bytes) -> None:
+        # A REQUEST carries no trailer; a secured one's private data is sealed (docs/WIRE.md §7).
         try:
-            pkt = decode_packet(self._strip(data))
+            parts = split_request(data)
         except DecodeError:
             self.undecodable += 1
             return
-        if not isinstance(pkt, CmPacket) or pkt.cmh.nonce == self._nonce:
+        if parts.cmh.nonce == self._nonce:
             return  # another plane's copy of the REQUEST we know
-        self._nonce = pkt.cmh.nonce
+        self._nonce = parts.cmh.nonce
         self.forget()
-        self.request = pkt
-        self.window = max(1, pkt.cmh.mpr) * 128
+        # (A sealed REQUEST's private data is not readable: the template carries none.)
+        cmh, private = parts.cmh, parts.rest
+        if parts.is_sealed:
+            cmh, private = dataclasses.replace(cmh, private_data_len=0), b""
+        self.request = CmPacket(
+            Opcode.CM_REQUEST, CM_LISTEN_QPN, cmh, parts.key_block, private, parts.p_key
+        )
+        if self.request_raw:
+            self.past_requests.append(self.request_raw)
+        self.request_raw = bytes(data)
+        self.window = max(1, cmh.mpr) * 128
         self.connections += 1
 
     def forget(self) -> None:

@@ -142,6 +142,8 @@ add("cm_connection_id", ProtoField.uint64("mrc.cm.connection_id", "connection_id
 add("cm_ephemeral", ProtoField.bytes("mrc.cm.ephemeral", "ephemeral public key"))
 add("cm_static", ProtoField.bytes("mrc.cm.static", "static public key"))
 add("cm_private_data", ProtoField.bytes("mrc.cm.private_data", "private data"))
+add("cm_sealed", ProtoField.bytes("mrc.cm.sealed", "sealed timestamp and private data"))
+add("cm_sealed_tag", ProtoField.bytes("mrc.cm.sealed_tag", "tag"))
 add("flow_label", ProtoField.uint32("mrc.flow_label", "IPv6 flow label", base.HEX))
 add("tx_counter", ProtoField.uint64("mrc.tx_counter", "tx_counter", base.DEC))
 add("tag", ProtoField.bytes("mrc.tag", "tag"))
@@ -389,6 +391,16 @@ local function dissect_cm(tvb, pinfo, tree, off)
     k:add(F.cm_ephemeral, tvb(off, 32))
     k:add(F.cm_static, tvb(off + 32, 32))
     off = off + 64
+    -- docs/WIRE.md §7, revision 1.2: a sealed REQUEST holds AES-GCM(timestamp 96 | private
+    -- data) and a 16-byte tag after its key block (the open form: the private data in clear).
+    local sealed = 12 + private
+    if tvb(0, 1):uint() == 0xE0 and tvb:len() - off == sealed + 16 then
+      local sb = header(tvb, pinfo, tree, off, sealed + 16, "Sealed (revision 1.2)")
+      if not sb then return off, false end
+      sb:add(F.cm_sealed, tvb(off, sealed))
+      sb:add(F.cm_sealed_tag, tvb(off + sealed, 16))
+      return off + sealed + 16, true
+    end
   end
   if private > 0 then
     local p = header(tvb, pinfo, tree, off, private, "Private data")

@@ -195,6 +195,13 @@ class BenchClient:
                     raise BenchError(
                         f"{self._where()} answered with a key that --peer-key does not name"
                     )
+                if self.session is not None and self.session.stats.drops_by_reason[
+                        "cm_reject_hint"]:  # fmt: skip
+                    # A REJECT is a hint the requester retries past (docs/WIRE.md §6).
+                    raise BenchError(
+                        f"{self._where()} rejected every attempt (busy, or another --security "
+                        f"or key) and accepted none within {self.opts.connect_timeout:g} s"
+                    )
                 raise BenchError(
                     f"no answer from {self._where()} within {self.opts.connect_timeout:g} s"
                 )

@@ -4,7 +4,10 @@ arrives.
 Holds `LatencyEcho`, which `server.BenchServer` runs on a session whose REQUEST named the
 latency test kind (`proto`): each `ImmediateReceived(imm=k)` is answered at once with a
 WRITE_WITH_IMM of the same size and imm k into the client's region, and a client that falls
-silent ends the test. The client's role that times the round trips is `latency.LatencyPing`.
+silent ends the test. A message with imm `IMM_END` (the client is done) is answered instead
+with this side's summary (echoes, CPU seconds since the first message) written into the
+client's results inbox with imm `IMM_RESULTS` (`proto`). The client's role that times the
+round trips is `latency.LatencyPing`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from mrc.core.events import ConnectionClosed, Event, ImmediateReceived, WriteCom
 from mrc.core.session import Session
 from mrc.io.endpoint import IoEndpoint
 
-from .proto import RegionRef
+from .proto import IMM_END, IMM_RESULTS, RegionRef, encode_summary
 from .report import host_port
 from .setup import TestSetup
 
@@ -39,6 +42,7 @@ class LatencyEcho:
         *,
         on_end: Callable[[LatencyEcho], None],
         idle_timeout: float = 5.0,
+        peer_results: RegionRef | None = None,
     ) -> None:
         self.io = io
         self.session = session
@@ -50,6 +54,10 @@ class LatencyEcho:
         self.write_errors = 0
         self.error: str | None = None
         self.t0 = time.perf_counter()
+        #: The client's results inbox: this side's summary goes there when it is done.
+        self.peer_results = peer_results
+        #: Process CPU seconds at the first message (None before it).
+        self.cpu0: float | None = None
         self._heard = io.now()
         self._watch: asyncio.TimerHandle | None = None
 
@@ -74,9 +82,14 @@ class LatencyEcho:
         self.on_end(self)
 
     def on_event(self, event: Event) -> None:
-        if isinstance(event, ImmediateReceived):
+        if type(event) is ImmediateReceived:
             self._heard = self.io.now()
             if self.session.is_closed:
+                return
+            if self.cpu0 is None:
+                self.cpu0 = time.process_time()
+            if event.imm == IMM_END and self.peer_results:
+                self._send_summary()
                 return
             assert self.setup.source is not None
             self.session.post_write(
@@ -94,6 +107,23 @@ class LatencyEcho:
         elif isinstance(event, ConnectionClosed) and event.reason != "disconnect":
             # Our own close after the silence timer keeps the timer's reason.
             self.error = self.error or f"connection closed: {event.reason}"
+
+    def cpu_seconds(self) -> float:
+        """Process CPU seconds since the first message (0 before it)."""
+        return 0.0 if self.cpu0 is None else time.process_time() - self.cpu0
+
+    def _send_summary(self) -> None:
+        """The client is done: write the echo count and CPU seconds into its results inbox."""
+        assert self.peer_results is not None
+        body = encode_summary({"echoes": self.echoes, "cpu_seconds": self.cpu_seconds()})
+        if len(body) > self.peer_results.length:
+            return  # an inbox too small for it: the client reports no server CPU
+        self.setup.outbox.view[: len(body)] = body
+        self.session.post_write(
+            self.setup.outbox, 0, len(body), self.peer_results.va, self.peer_results.rkey,
+            imm=IMM_RESULTS,
+        )  # fmt: skip
+        self.io.flush(self.session)
 
     def line(self) -> str:
         host, port = host_port(

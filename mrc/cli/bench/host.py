@@ -38,7 +38,9 @@ class ClientNode(NamedTuple):
 
 
 def endpoint(identity: Identity | None) -> Endpoint:
-    return Endpoint(rng=random.Random(), identity=identity)
+    """A core endpoint whose QPNs, initial PSNs and nonces come from the OS's generator
+    (docs/DESIGN.md §8)."""
+    return Endpoint(rng=random.Random(), identity=identity, ids=random.SystemRandom())
 
 
 def on_signals(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> None:

@@ -5,7 +5,8 @@ time its echo, repeat), the percentile math (`percentile`, `latency_stats`), the
 output of a latency run, and `main`, the latency mode's client: its node is `host`'s, its loop
 `runner`'s. The server's role, which writes every message back as soon as its immediate
 arrives, is `echo.LatencyEcho`, run by `server`. Times are round trips (ib_write_lat prints
-half of one).
+half of one). Each side's CPU per round trip is reported too: the client's own, and the
+server's from the summary it writes back when the client sends `IMM_END` (`proto`).
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ from . import runner
 from .host import client_node, on_signals
 from .options import BenchOptions
 from .proto import (
+    IMM_END,
+    IMM_RESULTS,
     KIND_LATENCY,
     MAX_MESSAGES,
     BenchProtocolError,
     BenchReply,
     BenchRequest,
     RegionRef,
+    decode_summary,
 )
 from .report import Output, connected_rows, implementation
 from .setup import BenchError, TestSetup
@@ -83,8 +87,15 @@ def latency_stats(samples: Sequence[float]) -> dict[str, float]:
     return {k: round(v * 1e6, 2) for k, v in stats.items()}
 
 
+#: Seconds the client waits for the server's summary after its last round trip.
+SUMMARY_TIMEOUT = 1.0
+
+
 class LatencyPing:
-    """The client's half: post message k, wait for the echo with imm k, time it, repeat."""
+    """The client's half: post message k, wait for the echo with imm k, time it, repeat; then
+    ask the server for its summary (imm `IMM_END`) and wait for it (imm `IMM_RESULTS`) up to
+    `SUMMARY_TIMEOUT`. A server that echoes `IMM_END` like any message (an older one) or does
+    not answer in time leaves `server` None."""
 
     def __init__(
         self,
@@ -98,6 +109,7 @@ class LatencyPing:
         on_done: Callable[[LatencyPing], None],
         answer_timeout: float = 5.0,
         clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.io = io
         self.session = session
@@ -114,6 +126,14 @@ class LatencyPing:
         self.write_errors = 0
         self.t0 = 0.0
         self.t_end = 0.0
+        self.cpu_clock = cpu_clock
+        #: This process's CPU seconds over the round trips (from `start` to the last echo).
+        self.cpu_seconds = 0.0
+        #: The server's summary (`echoes`, `cpu_seconds`), once it came.
+        self.server: dict[str, Any] | None = None
+        self._cpu0 = 0.0
+        #: The round trips are over: waiting for the server's summary.
+        self._summing = False
         self._k = 0
         self._sent_at = 0.0
         self._watch: asyncio.TimerHandle | None = None
@@ -121,9 +141,10 @@ class LatencyPing:
     def start(self) -> None:
         freeze_heap()
         self.t0 = self.clock()
-        self._post()
+        self._cpu0 = self.cpu_clock()
+        self._post(self._k)
 
-    def _post(self) -> None:
+    def _post(self, imm: int) -> None:
         assert self.setup.source is not None
         self._sent_at = self.clock()
         self.session.post_write(
@@ -132,7 +153,7 @@ class LatencyPing:
             self.setup.params.msg_size,
             self.peer_data.va,
             self.peer_data.rkey,
-            imm=self._k,
+            imm=imm,
         )
         self.io.flush(self.session)
         if self._watch is None:
@@ -146,7 +167,9 @@ class LatencyPing:
         self._watch = None
         if self.done:
             return
-        if self._k == k:
+        if self._summing:
+            self._end(self.t_end)  # no summary: the server's CPU stays unknown
+        elif self._k == k:
             self.fail(f"no echo of message {k} within {self.answer_timeout:g} s")
         else:
             self._arm()
@@ -154,17 +177,18 @@ class LatencyPing:
     def on_event(self, event: Event) -> None:
         if self.done:
             return
-        if isinstance(event, ImmediateReceived):
+        if type(event) is ImmediateReceived:
+            # The hot path first: the echo of the message in flight.
             now = self.clock()
-            if event.imm != self._k:
-                self.fail(f"echo with imm {event.imm}, expected {self._k}")
+            if event.imm != self._k or self._summing:
+                self._other_immediate(event)
                 return
             self.samples.append(now - self._sent_at)
             self._k += 1
             if self._finished(now):
-                self._end(now)
+                self._summary(now)
             else:
-                self._post()
+                self._post(self._k)
         elif isinstance(event, WriteCompleted) and event.status:
             self.write_errors += 1
             self.fail(f"a WRITE completed with status {event.status:#x}")
@@ -176,6 +200,39 @@ class LatencyPing:
             return self._k >= self.iterations
         return now - self.t0 >= self.duration or self._k >= MAX_MESSAGES
 
+    def _summary(self, now: float) -> None:
+        """The round trips are over: stop the clocks, ask the server for its summary."""
+        self.t_end = now
+        self.cpu_seconds = self.cpu_clock() - self._cpu0
+        self._summing = True
+        self.cancel()
+        self._watch = self.io.loop.call_later(SUMMARY_TIMEOUT, self._overdue, self._k)
+        self._post(IMM_END)
+
+    def _other_immediate(self, event: ImmediateReceived) -> None:
+        if not self._summing:
+            self.fail(f"echo with imm {event.imm}, expected {self._k}")
+        elif event.imm == IMM_RESULTS:
+            try:
+                self.server = decode_summary(self.setup.inbox.view)
+            except BenchProtocolError:
+                self.server = None
+            self._end(self.t_end)
+        elif event.imm == IMM_END:
+            self._end(self.t_end)  # an older server echoed it: no summary
+
+    def cpu_per_round_trip(self) -> tuple[float | None, float | None]:
+        """(client, server) CPU microseconds per round trip; None where unknown."""
+        n = len(self.samples)
+        if not n:
+            return None, None
+        server = None
+        if self.server is not None:
+            cpu, echoes = self.server.get("cpu_seconds"), self.server.get("echoes")
+            if isinstance(cpu, (int, float)) and isinstance(echoes, int) and echoes > 0:
+                server = round(cpu / echoes * 1e6, 2)
+        return round(self.cpu_seconds / n * 1e6, 2), server
+
     def _end(self, now: float) -> None:
         self.t_end = now
         self.done = True
@@ -186,7 +243,7 @@ class LatencyPing:
         if self.done:
             return
         self.error = reason
-        self._end(self.clock())
+        self._end(self.t_end if self._summing else self.clock())
 
     def cancel(self) -> None:
         if self._watch is not None:
@@ -212,6 +269,7 @@ def document(
     opts: BenchOptions, ping: LatencyPing, est: ConnectionEstablished, rows: list[dict[str, Any]]
 ) -> dict[str, Any]:
     stats = latency_stats(ping.samples)
+    cpu_client, cpu_server = ping.cpu_per_round_trip()
     return {
         "start": {
             "connecting_to": {"host": ",".join(opts.server), "port": opts.port},
@@ -235,6 +293,9 @@ def document(
                 "samples": len(ping.samples),
                 "seconds": round(ping.t_end - ping.t0, 6),
                 **stats,
+                # Process CPU per round trip, each side (the server's from its summary).
+                "cpu_client_us_per_round_trip": cpu_client,
+                "cpu_server_us_per_round_trip": cpu_server,
             },
             "retransmits": ping.session.stats.retransmits,
             # Every datagram this side sent (data, ACKs, probes) per round trip: what a round
@@ -251,7 +312,6 @@ def document(
 async def _client(opts: BenchOptions, state: RunState) -> int:
     """`mrc bench -c ADDR --latency`: one ping-pong test, then its table or -J document."""
     loop = asyncio.get_running_loop()
-    node, peers, counts = client_node(loop, opts, state)
     out = Output(json_mode=opts.json)
     where = f"{','.join(opts.server)} port {opts.port}"
     setup: TestSetup | None = None
@@ -281,7 +341,7 @@ async def _client(opts: BenchOptions, state: RunState) -> int:
         elif not established.done():
             established.set_exception(BenchError("interrupted"))
 
-    node.on_event = on_event
+    node, peers, counts = client_node(loop, opts, state, on_event=on_event)
     on_signals(loop, interrupt)
     try:
         setup = TestSetup.latency(node.endpoint.regions, opts.msg_size)
@@ -304,7 +364,7 @@ async def _client(opts: BenchOptions, state: RunState) -> int:
             session = node.io.connect(config, peers, req.encode(), connect_sockets=True)
         except OSError as exc:
             raise BenchError(f"cannot reach {where}: {exc.strerror or exc}") from None
-        est = await _established(node.io, established, opts.connect_timeout, where)
+        est = await _established(node.io, session, established, opts.connect_timeout, where)
         try:
             reply = BenchReply.decode(est.private_data)
         except BenchProtocolError as exc:
@@ -345,14 +405,23 @@ async def _client(opts: BenchOptions, state: RunState) -> int:
 
 async def _established(
     io: IoEndpoint[Session],
+    session: Session,
     fut: asyncio.Future[ConnectionEstablished],
     timeout: float,
     where: str,
 ) -> ConnectionEstablished:
-    """The handshake's end, or one line: refused on every plane, or no answer in time."""
+    """The handshake's end, or one line: refused on every plane, rejected every time it was
+    asked (a REJECT is a hint the requester retries past, docs/WIRE.md §6), or no answer."""
     deadline = io.now() + timeout
     while not fut.done():
         if io.now() >= deadline:
+            fut.cancel()  # the attempt's own end, later, has nobody to tell
+            if session.stats.drops_by_reason["cm_reject_hint"]:
+                raise BenchError(
+                    f"{where} refused the latency test (rejected every attempt for "
+                    f"{timeout:g} s): the server is busy or an mrc bench without --latency "
+                    "(bench protocol 1)"
+                )
             raise BenchError(f"no answer from {where} within {timeout:g} s")
         refused = [s.counters["econnrefused"] for s in io.planes.values()]
         if refused and all(refused):
@@ -375,6 +444,9 @@ def _latency_report(
         stats = latency_stats(ping.samples)
         for line in text_lines(opts.msg_size, stats, len(ping.samples)):
             out.line(line)
+        cli, srv = ping.cpu_per_round_trip()
+        out.line(f"CPU per round trip: client {cli:.1f} us, server "
+                 f"{'unknown' if srv is None else f'{srv:.1f} us'}")
     if ping.error:
         sys.stderr.write(f"mrc bench: latency test failed: {ping.error}\n")
         return 1

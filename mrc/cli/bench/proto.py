@@ -40,7 +40,10 @@ region (the server's echoes land there), the iteration count in the byte-count f
 time) and no flags; the REPLY the server's DATA region. The client writes message k (imm k)
 into the server's region; the server, on `ImmediateReceived(imm=k)`, writes the same number of
 bytes with imm k back. One message is in flight at a time, so one slot each way is enough.
-When done the client simply closes the connection.
+When done the client sends one more message with imm `IMM_END`; the server answers it with its
+summary (JSON: `echoes`, `cpu_seconds` since the first message) written into the client's
+RESULTS inbox with imm `IMM_RESULTS` (an older server echoes it like any message), and the
+client closes.
 """
 
 from __future__ import annotations

@@ -233,7 +233,8 @@ class BenchServer:
             return
         setup, req, _ = entry
         if req.kind == KIND_LATENCY:
-            echo = LatencyEcho(self.io, session, setup, req.data, on_end=self._echo_ended)
+            echo = LatencyEcho(self.io, session, setup, req.data, on_end=self._echo_ended,
+                               peer_results=req.results)
             self.echoes[id(session)] = echo
             echo.start()
             return

@@ -19,7 +19,10 @@ new flowcell (evchoice.py) and its bytes in flight do not count against CC's win
 three take it DOWN once its EVs are at their floor). Nothing is resent and no EV is blamed
 on suspicion alone: its flowcells stay in flight until the RTO (rto.py), the probes, the
 peer's port announcements or a PSN window they close (sender.py `_resend_silent`) judge
-them. A stalled peer, or our own stall, leaves every plane quiet alike and suspects none.
+them. A stalled peer, or our own stall, leaves every plane quiet alike and suspects none. A
+plane that never answered anything has no SRTT of its own and is expected at the largest SRTT
+of the planes that answer (a peer port closed from the start is suspected a reordering window
+after the first answer elsewhere, and the plane monitor takes it DOWN on its probes).
 
 One case gives no evidence at all: the window shrank to what one plane has out and that
 plane died just after, so no other plane owes or answers anything while data waits. The
@@ -82,8 +85,15 @@ class SilentPlanes:
             rec = _first_open(fifo)
             pl = planes[plane]
             srtt = pl.rtt.srtt
-            if rec is None or srtt is None:
-                continue  # nothing out, or nothing known to expect
+            if rec is None:
+                continue  # nothing out
+            if srtt is None:
+                # A plane that never answered has no RTT of its own: expect its answers
+                # when the planes that answer answer (the slowest of them), or it would
+                # wait for the initial RTO, round after round (docs/DESIGN.md §6).
+                srtt = _answering_srtt(planes) if pl.never_answered else None
+                if srtt is None:
+                    continue  # nothing known to expect
             # Silent since its last answer: an acknowledgement, or a probe answered.
             sent, quiet = rec.sent_at, max(pl.acked_at, pl.proven_at)
             reorder = max(self.reorder_min, srtt / 4)
@@ -199,6 +209,16 @@ def closed_on_silent(
     srtt = planes[plane].rtt.srtt or 0.0
     due = max(last, planes[plane].acked_at) + max(reorder_min, srtt / 4)
     return (True, None) if now >= due else (False, due)
+
+
+def _answering_srtt(planes: dict[int, Plane]) -> float | None:
+    """The largest SRTT of the planes that have one; None when no plane has answered."""
+    best: float | None = None
+    for pl in planes.values():
+        srtt = pl.rtt.srtt
+        if srtt is not None and (best is None or srtt > best):
+            best = srtt
+    return best
 
 
 def _answered(pl: Plane, since: float) -> bool:

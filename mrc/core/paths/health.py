@@ -7,16 +7,21 @@ Four kinds of probing live here, all answered by the peer at once:
 - a plane at its EV floor, or one the sender suspects silent (silence.py), has its EVs
   probed every 10 ms: each answer missing (older than the plane's RTO) while the peer
   answers elsewhere is a loss on the EV the probe went on, which retires it; at the floor,
-  three missing in a row take the plane DOWN; an answer ends a suspected plane's probing;
-- a DOWN plane is probed at 10 ms doubling to 1 s and comes back after three answers;
+  or on a plane that never answered anything, three missing in a row take the plane DOWN;
+  an answer ends a suspected plane's probing;
+- a DOWN plane is probed at 10 ms doubling to 1 s and comes back after three answers; so are
+  the planes the peer withdrew, once no plane is usable (posted work that finds no usable
+  plane for `give_up_after` ends the connection: `gave_up`);
 - reverse EVs (what our SACKs, NACKs and answers ride on) are validated with EV_PROBE on every
   plane nothing else proved in the last interval; a plane whose EV_PROBEs stop being answered
   is dead to us both ways, so we clear its PORTSTATE bit and announce it.
 
 Planes also leave the rotation when the peer announces it cannot receive on them (PORTSTATE in
-its SACKs, PORT_STATUS), and return when it announces them again. The plane and EV tables hold
-the state; the sender declares a plane's packets lost (`on_down`); the session routes inputs,
-among them a loss at a plane's floor that the EV table reports (`floor_reached`).
+its SACKs, PORT_STATUS; on an unsecured connection never all of them at once), and return when
+it announces them again. Repeated ICMP unreachable errors io reads take a plane that never
+answered DOWN (`unreachable`). The plane and EV tables hold the state; the sender declares a
+plane's packets lost (`on_down`); the session routes inputs, among them a loss at a plane's
+floor that the EV table reports (`floor_reached`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from .planes import PlaneState, PlaneTable
 MAX_PROBES_REMEMBERED: Final = 1024
 #: Unanswered EV_PROBEs in a row that take a reverse EV out of the rotation.
 REVERSE_MISSES: Final = 2
+#: Hard ICMP errors about a plane that never answered that take it DOWN (`unreachable`).
+UNREACHABLE_REPORTS: Final = 3
 #: What a probe was for: a plane (DOWN or at its floor), a retired EV, a reverse EV.
 PLANE: Final = 0
 EV: Final = 1
@@ -90,6 +97,8 @@ class PlaneMonitor:
         self._suspected: set[int] = set()
         #: Until then only SACKs agreeing with the last PORT_STATUS count (`peer_ports`).
         self._announced_until = 0.0
+        #: Since when posted work has had no usable plane (`gave_up`).
+        self._stuck_since: float | None = None
         #: Records plane and port changes (trace.py); None: no trace.
         self.trace = trace
 
@@ -102,6 +111,20 @@ class PlaneMonitor:
         elif not self.paths.is_up(plane):
             # Probe at once; answers bring it back (docs/DESIGN.md §4).
             self._start_probing(plane, now)
+
+    def unreachable(self, plane: int, now: float) -> None:
+        """io/ read a hard ICMP error (port, host or network unreachable) about a datagram we
+        sent to the peer on `plane`. Unauthenticated news from the network, so it counts only
+        against a plane that never answered anything, and only repeated: the
+        `UNREACHABLE_REPORTS`-th takes it DOWN at once, where its probes would take three
+        probe intervals (docs/DESIGN.md §4). A plane that answered once is judged by its
+        answers alone, so a forged ICMP error cannot take a working plane down."""
+        pl = self.paths.planes.get(plane)
+        if pl is None or pl.state is not PlaneState.UP or not pl.never_answered:
+            return
+        pl.unreachable += 1
+        if pl.unreachable >= UNREACHABLE_REPORTS:
+            self.down(plane, "unreachable", now)
 
     def floor_reached(self, plane: int, now: float) -> None:
         """A loss hit a plane at its EV floor: probe its last EVs every 10 ms."""
@@ -157,6 +180,13 @@ class PlaneMonitor:
                 return  # no newer than the announcement in force: stale
         if mask == self._peer_mask:
             return
+        if not self.config.secured and self._leaves_none(mask):
+            # Unauthenticated, and it would leave nothing to send on: one forged datagram
+            # from the peer's address would wedge the connection (issue 35). Not taken; if the
+            # peer really cannot receive, our data goes unanswered and the RTO, the floor and
+            # the probes take the planes DOWN on evidence of our own (docs/DESIGN.md §4).
+            self.stats.drops_by_reason["port_status_leaves_none"] += 1
+            return
         self._peer_mask = mask
         self._mask_cack = cack if cack is not None else self._seen_cack
         if cack is None:
@@ -173,12 +203,16 @@ class PlaneMonitor:
         pl = self.paths.planes[plane]
         if plane not in self.peer_addrs or (pl.state is PlaneState.UP and not pl.probing):
             return
+        usable = self.paths.usable(plane)
         if (
             pl.state is PlaneState.UP
             and not self.evs.planes[plane].at_floor
             and plane not in self._suspected
+            and (usable or self.any_usable())
         ):
-            pl.probing = False  # EVs came back above the floor, or the plane answered
+            # EVs came back above the floor, the plane answered, or (withdrawn by the peer)
+            # another plane carries the data again.
+            pl.probing = False
             return
         if pl.probe_outstanding:
             # Unanswered = older than the plane's RTO: a busy receiver is not a dead plane.
@@ -191,33 +225,37 @@ class PlaneMonitor:
                 plane, pl.probe_sent_at
             ):
                 pl.unanswered += 1
-                if self.paths.usable(plane):
+                if usable:
                     # A packet lost on its EV while the peer answers elsewhere: MRC's rule
                     # retires the EV (docs/DESIGN.md §4), so a dead plane's EVs fall to the
                     # floor even once no data is left to lose there, and an ECMP plane
                     # loses only the EVs hashed onto its dead switch.
                     self.evs.signal(pl.probe_ev, EvSignal.LOSS, now=now, seq=self.send_seq(),
                                     reason="probe unanswered")
-            if (
-                pl.state is PlaneState.UP
-                and pl.unanswered >= self.config.restore_answers
-                and self.evs.planes[plane].at_floor
-            ):
+            if pl.state is PlaneState.UP and pl.unanswered >= self.config.restore_answers:
                 # The floor EVs stopped answering: the plane is DOWN (docs/DESIGN.md §4). A
                 # plane only suspected silent is not taken DOWN by its probes: behind a dead
                 # switch of an ECMP fabric only some of its EVs are dead, and three probes
                 # may all hash there (a silent tier-1 took its plane DOWN so); its dead EVs
-                # go to the RTO and the floor, and an answer ends the suspicion.
-                self.down(plane, "probes unanswered", now)
-                return
-        evs = self.evs.rotation(plane) if pl.state is PlaneState.UP else self.evs.all_evs(plane)
+                # go to the RTO and the floor, and an answer ends the suspicion. Unless the
+                # plane never answered anything: its data went out on all its EVs and not
+                # one came back, so no path of it works, and waiting for the floor kept a
+                # plane dead from the start in the rotation for rounds of RTOs.
+                if self.evs.planes[plane].at_floor:
+                    self.down(plane, "probes unanswered", now)
+                    return
+                if pl.never_answered:
+                    self.down(plane, "never answered", now)
+                    return
+        evs = self.evs.rotation(plane) if usable else self.evs.all_evs(plane)
         pl.probe_ev = evs[self._probe_id % len(evs)]
         self._send_probe(PLANE, plane, pl.probe_ev, now)
         pl.probe_outstanding = True
         pl.probe_sent_at = now
         self.timers.set(Timer.PLANE_PROBE, now + pl.probe_interval, plane)
-        if pl.state is PlaneState.DOWN:
-            # Unanswered probes of a DOWN plane back off, 10 ms doubling to 1 s (docs/DESIGN.md §4).
+        if not usable:
+            # Unanswered probes of a DOWN (or withdrawn) plane back off, 10 ms doubling to
+            # 1 s (docs/DESIGN.md §4).
             pl.probe_interval = min(pl.probe_interval * 2, self.config.probe_max_interval)
 
     def on_ev_timer(self, now: float) -> None:
@@ -420,6 +458,30 @@ class PlaneMonitor:
             return False
         return any(p.heard_at >= since for n, p in planes.items() if n != plane)
 
+    def any_usable(self) -> bool:
+        """Some plane carries data: UP, and the peer receives on it."""
+        usable = self.paths.usable
+        return any(usable(p) for p in self.paths.planes)
+
+    def gave_up(self, busy: bool, now: float) -> bool:
+        """With posted work (`busy`) and no usable plane for `give_up_after`, the connection
+        fails (docs/DESIGN.md §6): nothing else would ever end its WRITEs, as no data is in
+        flight to time out. Asked on every PLANE_PROBE, which keeps running meanwhile."""
+        if not busy or self.any_usable():
+            self._stuck_since = None
+            return False
+        if self._stuck_since is None:
+            self._stuck_since = now
+        return now - self._stuck_since >= self.config.give_up_after
+
+    def _leaves_none(self, mask: int) -> bool:
+        """A peer mask of `mask` would take the last usable plane out of the rotation."""
+        planes = self.paths.planes
+        up = PlaneState.UP
+        return self.any_usable() and not any(
+            pl.state is up and mask >> p & 1 for p, pl in planes.items()
+        )
+
     def _usable_changed(self, plane: int, was: bool, reason: str, now: float) -> None:
         now_usable = self.paths.usable(plane)
         if self.trace is not None and was != now_usable:
@@ -427,6 +489,14 @@ class PlaneMonitor:
         if was and not now_usable:
             self.events.append(PlaneDown(plane=plane, reason=reason))
             self.on_down(plane)
+            if not self.any_usable():
+                # Nothing left to send on: keep probing the planes the peer withdrew too
+                # (DOWN ones are probed already), so that the connection either finds a
+                # plane or gives up (`gave_up`) rather than wait with no timer armed.
+                for p, pl in self.paths.planes.items():
+                    if pl.state is PlaneState.UP and not pl.probing and p in self.peer_addrs:
+                        pl.probing = True
+                        self._start_probing(p, now + self.config.probe_interval)
         elif now_usable and not was:
             self.events.append(PlaneUp(plane=plane))
             self.arm_ev_timer()

@@ -99,11 +99,24 @@ class Plane:
     reverse_probe_id: int | None = None
     reverse_probe_ev: int = 0
     reverse_probe_sent_at: float = 0.0
+    #: The plane's EVs name paths (a path table or `plane_paths`: several known paths), listed
+    #: in the same order both ways, so an answer may take the mirror of the EV a packet just
+    #: came in on: a path that packet proved (docs/DESIGN.md §4, "Reverse path").
+    mirror: bool = False
     #: Every reverse EV of this plane is bad: our SACKs, NACKs and answers go elsewhere.
     reverse_dead: bool = False
     #: ... and nothing arrived on it since the last unanswered EV_PROBE went out: the plane
     #: is dead to us both ways, so its PORTSTATE bit is cleared (docs/DESIGN.md §4).
     silent: bool = False
+    #: Hard ICMP errors (port, host or network unreachable) io reported for our sends to the
+    #: peer on this plane while it had never answered (docs/DESIGN.md §4).
+    unreachable: int = 0
+
+    @property
+    def never_answered(self) -> bool:
+        """Nothing of ours on this plane was ever answered: no RTT sample, no acknowledgement,
+        no probe answer (a peer address no one listens on, a path dead from the start)."""
+        return self.rtt.srtt is None and not self.acked_at and not self.proven_at
 
     def reverse_ev(self) -> int:
         """The next reverse EV in rotation, skipping bad ones while a good one is left."""
@@ -155,6 +168,7 @@ class PlaneTable:
                 number=p,
                 rtt=RttEstimator(config.min_rto, config.max_rto, config.initial_rto),
                 reverse_evs=reverse or [make_ev(p, 0)],
+                mirror=len(seen) > 1,
             )
         self._version = 0
 
@@ -184,6 +198,7 @@ class PlaneTable:
         pl.down_reason = reason
         pl.answers = 0
         pl.unanswered = 0
+        pl.unreachable = 0
         self._version += 1
         return True
 

@@ -1,15 +1,18 @@
 """The responder half of a session: checks, placement, scoreboard, SACK/NACK/AETH.
 
 Every data packet goes through the checks of docs/DESIGN.md §6 in order — trimmed?, PSN class,
-R_Key and bounds — and only then is copied into its region at its own VA and marked in the
-scoreboard; a failed step stops the packet and counts it by reason. SACKs are produced when
-the session's output is pulled, for everything received since the last pull (one per 64-PSN
-block touched, on io every plane one wake-up drained) plus one for each packet that asks for an
-immediate answer (duplicate, ECN-CE, probe). Message outcomes and immediates are released in
-PSN order, which is MSN order, as `cack_psn` passes each message's LAST; the AETHs of the
-messages a pull completed go out coalesced (docs/WIRE.md §4): one cumulative ACK for the newest
-success, a NAK of its own for each failure, and no ACK past a failure the requester has not
-taken yet.
+R_Key, the region's peers and bounds — in one function (`_data`), and only then is copied into
+its region at its own VA and marked in the scoreboard; a failed step stops the packet and counts
+it by reason. Its header values come from the datagram's bytes (`_take`: the layouts the framer
+writes, one datagram or every datagram of a GRO read with one unpack) or from a decoded packet
+(`on_data`: every other layout); a secured connection's gate (gate.py) runs before either.
+SACKs are produced when the session's output is pulled, for everything received since the last
+pull (one per 64-PSN block touched, on io every plane one wake-up drained) plus one for each
+packet that asks for an immediate answer (duplicate, ECN-CE, probe). Message outcomes and
+immediates are released in PSN order, which is MSN order, as `cack_psn` passes each message's
+LAST; the AETHs of the messages a pull completed go out coalesced (docs/WIRE.md §4): one
+cumulative ACK for the newest success, a NAK of its own for each failure, and no ACK past a
+failure the requester has not taken yet.
 
 What it leaves to others: decoding (wire/), encoding and routing its answers (replies.py),
 choosing planes and reverse EVs (paths.py), and the sending half (sender.py).
@@ -21,18 +24,18 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ...wire.ack import NackReason
-from ...wire.bth import A_BIT, EVX_BIT, PSN_HALF, PSN_MASK, TS_BIT, Opcode, psn_serial
+from ...wire.ack import NackReason, Syndrome
+from ...wire.bth import A_BIT, EVX_BIT, PSN_HALF, PSN_MASK, TS_BIT, psn_serial
 from ...wire.data import MAX_DMA_LENGTH
 from ...wire.fast import (
     DATA_HEADER,
     DATA_HEADER_IMM,
+    DATA_HEADER_IMM_NOEVX,
     DATA_HEADER_NOEVX,
     OP_FIRST,
     OP_LAST,
     OP_LAST_IMM,
     OP_MIDDLE,
-    OP_ONLY,
     OP_ONLY_IMM,
     data_headers,
 )
@@ -54,27 +57,29 @@ DSCP_TRIMMED_LASTHOP: Final = 21
 #: Completed outcomes kept for duplicate LASTs beyond what RQMSN already released.
 MAX_OUTCOMES: Final = 4096
 
-_FULL: Final = frozenset({Opcode.WRITE_FIRST, Opcode.WRITE_MIDDLE})
-_LAST: Final = frozenset({Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM})
-_ONLY: Final = frozenset({Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM})
-#: A trigger as `on_data` notes it for its block, until `end_batch` answers:
+#: A trigger as `_data` notes it for its block, until `end_batch` answers:
 #: (psn, ev, plane, tx_ts, ce).
 _Note = tuple[int, int, int, "int | None", bool]
 
 
 _ZERO: Final = 48  # ord("0")
 _ONE: Final = 49  # ord("1")
-#: `on_data_bytes` takes packets framed like the sender's: BTH EVXH METH TSETH RETH, or the
+#: `_take` reads packets framed like the sender's: BTH EVXH METH TSETH RETH [ImmDt], or the
 #: same without EVXH when the EV rides in the flow label (bits 8-27 of the traffic word).
 _HDR: Final = DATA_HEADER.size
 _HDR_IMM: Final = DATA_HEADER_IMM.size
 _HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
+_HDR_IMM_NOEVX: Final = DATA_HEADER_IMM_NOEVX.size
+#: Header sizes a full-size datagram of a read can have (for one unpack of all their headers).
+_WIDTHS: Final = (_HDR, _HDR_IMM)
 _LABEL: Final = 0xFFFFF
 _QPN: Final = 0xFFFFFF  # BTH.DestQP, the low 24 bits of the word after P_Key
 # Bound once: compiled, `DATA_HEADER.unpack_from(…)` looks the method up by name per call.
+_UNPACK: Final = DATA_HEADER.unpack_from
 _UNPACK_IMM: Final = DATA_HEADER_IMM.unpack_from
 _FIELDS: Final = 13  # values a header in a `data_headers` unpack
 _UNPACK_NOEVX: Final = DATA_HEADER_NOEVX.unpack_from
+_UNPACK_IMM_NOEVX: Final = DATA_HEADER_IMM_NOEVX.unpack_from
 
 
 @dataclass(slots=True)
@@ -108,8 +113,12 @@ class Receiver:
         peer_addrs: dict[int, Addr],
         initial_psn: int,
         dest_qp: int,
+        peer_key: bytes | None = None,
     ) -> None:
+        """`peer_key`: the peer's authenticated static key (None on an unsecured connection),
+        which a region registered for named peers must name (memory.py)."""
         self.config = config
+        self.peer_key = peer_key
         self.regions = regions
         self.paths = paths
         self.stats = stats
@@ -144,151 +153,108 @@ class Receiver:
         # The newest packet `on_data_bytes` placed, not yet noted in `_blocks`: a run of
         # packets in one block (the usual batch) then costs one note, not one each.
         self._pend_block = -1
-        self._pend_psn = self._pend_ev = self._pend_plane = self._pend_ts = 0
+        self._pend_psn = self._pend_ev = self._pend_plane = self._pend_ts = 0  # ts -1: none
         self._immediate: list[_Trigger] = []
         #: The EV rides in the flow label (agreed in CM), not in an EVXH.
         self._noevx = config.ev_encoding == "flowlabel"
+        #: Messages refused with a remote access error, and why the connection must end
+        #: ("" while it may go on): the session closes it once this is set.
+        self.access_errors = 0
+        self.fatal = ""
+        #: PSN → tx_timestamp of the trimmed packets NACKed (one NACK per transmission), and
+        #: the NACK token bucket: tokens and when they were counted.
+        self._trim_nacked: dict[int, int] = {}
+        self._trim_tokens = float(config.trim_nack_burst)
+        self._trim_at = 0.0
 
     # -- data -------------------------------------------------------------------------------
 
-    def expected_length(self, pkt: DataPacket) -> int | None:
-        """A packet's payload length follows from its opcode (docs/WIRE.md §3); None means the
-        packet is inconsistent."""
+    def expected_length(self, op: int, dma: int) -> int:
+        """A packet's payload length follows from its opcode and DMA_length (docs/WIRE.md §3);
+        -1 means the two are inconsistent. The gate asks it to tell a trimmed packet."""
         mtu = self.config.payload_mtu
-        dma = pkt.dma_length
-        op = pkt.opcode
-        if op in _FULL:
-            return mtu if dma > mtu else None
-        if op in _LAST:
-            return (dma - 1) % mtu + 1 if dma > mtu else None
-        return dma if dma <= mtu else None
+        if op in (OP_MIDDLE, OP_FIRST):
+            return mtu if dma > mtu else -1
+        if op in (OP_LAST, OP_LAST_IMM):
+            return (dma - 1) % mtu + 1 if dma > mtu else -1
+        return dma if dma <= mtu else -1
 
     def on_data(self, pkt: DataPacket, plane: int, tos: int, now: float) -> None:
-        # The checks of docs/DESIGN.md §6 in order, for a decoded packet: every packet that
-        # `on_data_bytes` did not place straight from its bytes.
-        op = pkt.opcode
+        """A decoded data packet, one the byte layouts of `_take` do not cover: `_data`."""
         payload = pkt.payload
-        n = len(payload)
-        full = op in _FULL
-        expected = self.expected_length(pkt)
-        if expected is None:
-            self.stats.drops_by_reason["bad_dma_length"] += 1
-            return
-        if n > expected:
-            self.stats.drops_by_reason["bad_length"] += 1
-            return
-        if n < expected:
-            self.on_trimmed(pkt, plane, tos)
-            return
-        psn = pkt.psn
-        d = (psn - self.cack) & PSN_MASK
-        in_window = d < self.window
-        slot = psn & self._rmask
-        fresh = in_window and self._ring[slot] == _ZERO
-        if not fresh:
-            drops = self.stats.drops_by_reason
-            if in_window or d >= PSN_HALF:
-                drops["duplicate"] += 1
-                self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp))
-                if d >= PSN_HALF and not full:
-                    if pkt.rqmsn != self._rqmsn:
-                        self._note_rqmsn(pkt.rqmsn)  # a completion probe's news
-                    status = self._outcomes.get(pkt.msn)
-                    if status is not None and pkt.a:
-                        self._announce(status, pkt.msn, plane)
-            else:
-                drops["out_of_window"] += 1
-                self.replies.nack(NackReason.PSN_OOR_WINDOW, pkt, plane)
-            return
-        region = self.regions.lookup(pkt.rkey)
-        failure = self._errors.get(pkt.msn) if self._errors else None
-        reason_name = "message_failed"
-        if failure is not None:
-            pass  # an earlier packet already showed this message bad: write none of it
-        elif region is None:
-            failure, reason_name = NackReason.BAD_RKEY, "bad_rkey"
-        else:
-            if region.contains(*self._message_span(op, pkt.va, pkt.dma_length, n)):
-                start = pkt.va - region.base_va
-                region.view[start : start + n] = payload
-                self._placed(n, now)
-            else:
-                failure, reason_name = NackReason.OUT_OF_BOUNDS, "out_of_bounds"
-        if failure is not None:
-            # The PSN is consumed so the window moves on; the error reaches the sender in the
-            # message's AETH (docs/WIRE.md §4, 0x80/0x81). Nothing is written.
-            self.stats.drops_by_reason[reason_name] += 1
-            self._errors.setdefault(pkt.msn, int(failure))
-            self.replies.nack(NackReason(failure), pkt, plane)
-        self._ring[slot] = _ONE
-        self._held += 1
-        if not full:
-            va, dma = self._message_span(op, pkt.va, pkt.dma_length, n)
-            self._lasts[psn] = (pkt.msn, pkt.imm, pkt.a, plane, pkt.rkey, va, dma)
-        if pkt.rqmsn != self._rqmsn:
-            self._note_rqmsn(pkt.rqmsn)
-        ce = tos & 3 == 3
-        if ce:
-            # The A bit asks for the AETH, which the LAST's completion sends; the SACK of
-            # its block goes with it at this pull (docs/DESIGN.md §6).
-            self._immediate.append(_Trigger(psn, pkt.ev, plane, pkt.tx_timestamp, ce=True))
-        if self._pend_block >= 0:
-            self._note_pending()  # an older packet's note must not overwrite this one
-        self._blocks[psn & ~63 & PSN_MASK] = (psn, pkt.ev, plane, pkt.tx_timestamp, ce)
-
-    def _note_pending(self) -> None:
-        self._blocks[self._pend_block] = (
-            self._pend_psn,
-            self._pend_ev,
-            self._pend_plane,
-            self._pend_ts,
-            False,
-        )
-        self._pend_block = -1
-
-    def on_trimmed(self, pkt: DataPacket, plane: int, tos: int) -> None:
-        """A trimmed packet (docs/WIRE.md §5): a hint, never written. Answered with a NACK only
-        while its PSN is in the window and not yet received; on a secured connection it is
-        the one packet that skips authentication, so it must never do more than that."""
-        psn = pkt.psn
-        if (psn - self.cack) & PSN_MASK >= self.window or self._ring[psn & self._rmask] != _ZERO:
-            self.stats.drops_by_reason["trimmed_stale"] += 1
-            return
-        self.stats.trimmed_received += 1
-        lasthop = (tos & 0xFF) >> 2 == DSCP_TRIMMED_LASTHOP
-        reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
-        self.replies.nack(reason, pkt, plane)
-
-    def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
-        """Place the common data packet straight from its bytes, without a `DataPacket`: a
-        full-size FIRST or MIDDLE without the A bit, or a LAST or ONLY (a small WRITE is one
-        ONLY; with ImmDt only when the EV rides in EVXH), with EVXH (or, on a flow-label
-        connection, without one and with a label) and TSETH, no CE mark, new and in the
-        window, of a message with no failure, inside its region. True if it was placed;
-        False, having changed nothing, for every other packet, which then takes
-        `decode_packet` and `on_data` (the same checks, docs/DESIGN.md §6, in order)."""
-        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
-        mv = memoryview(data) if isinstance(data, bytes) else data
-        n = self._place_at(mv, 0, len(mv), -1, plane, tos, now)
+        mv = payload if isinstance(payload, memoryview) else memoryview(payload)
+        ts = pkt.tx_timestamp
+        imm = pkt.imm
+        n = self._data(
+            pkt.opcode.value, pkt.psn, pkt.a, pkt.ev, pkt.rqmsn, pkt.msn,
+            -1 if ts is None else ts, pkt.va, pkt.rkey, pkt.dma_length,
+            -1 if imm is None else imm, mv, 0, len(mv), plane, tos, now,
+        )  # fmt: skip
         if n:
             self._placed(n, now)
-        return n > 0
 
-    def _place_at(
-        self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float,
-        fields: tuple[Any, ...] | None = None, j: int = 0,
+    def on_data_bytes(self, data: bytes | memoryview, plane: int, tos: int, now: float) -> bool:
+        """One datagram (a secured one once the gate opened it): `_take`. True if it was a
+        data packet of the byte layouts and went through `_data`; False, having changed
+        nothing, for every other datagram, which the caller decodes."""
+        # Compiled, `bytes` is a C type check; `memoryview` would be a builtins lookup.
+        mv = memoryview(data) if isinstance(data, bytes) else data
+        n = self._take(mv, 0, len(mv), -1, plane, tos, now, None, 0)
+        if n > 0:
+            self._placed(n, now)
+        return n >= 0
+
+    def on_data_span(
+        self, buf: memoryview, at: int, end: int, seg: int, qpn: int, plane: int, tos: int,
+        ps: PlaneStats, now: float,
     ) -> int:  # fmt: skip
-        """`on_data_bytes` for the datagram of `size` bytes at offset `at` of `buf`, but for
-        the stall clock (`_placed`): the payload bytes placed, or 0. One for another QP than
-        `qpn` (when not -1) is not placed. `fields`, when given, holds its header's values
-        (`DATA_HEADER_IMM`'s) from index `j`: one unpack for a whole read, `on_data_span`."""
-        mtu = self.config.payload_mtu
-        imm: int | None = None
-        if not self._noevx:
-            if size < _HDR_IMM:
-                return 0  # a payload under 4 bytes: the slow path
+        """One read's datagrams (`buf[at:end]`, `seg` bytes each but the last) for QP `qpn`,
+        each through `_take` where it lies in `buf` and counted on `ps`, until one is not a
+        data packet of the byte layouts (or the connection went fatal): returns its offset
+        (`end` once all were taken). One unpack of the headers (`data_headers`) per read; no
+        view or tuple per datagram."""
+        placed = j = limit = 0  # fields[j:limit]: the headers from `at` on
+        fields: tuple[Any, ...] | None = None
+        while at < end and not self.fatal:
+            size = min(seg, end - at)
+            got = self._take(buf, at, size, qpn, plane, tos, now, fields if j < limit else None, j)
+            if got < 0:
+                break
+            placed += got
+            ps.packets_received += 1
+            ps.bytes_received += size
+            at += size
+            j += _FIELDS
             if fields is None:
-                fields, j = _UNPACK_IMM(buf, at), 0
+                # The first was ours: the full-size rest's headers at once.
+                fields, count = (), min((end - at) // seg, 64)
+                if count > 1 and not self._noevx and seg - self.config.payload_mtu in _WIDTHS:
+                    fields = data_headers(seg, count).unpack_from(buf, at)
+                    j, limit = 0, _FIELDS * count
+        if placed:
+            self._placed(placed, now)  # once: every packet of the read came at `now`
+        return at
+
+    def _take(
+        self, buf: memoryview, at: int, size: int, qpn: int, plane: int, tos: int, now: float,
+        fields: tuple[Any, ...] | None, j: int,
+    ) -> int:  # fmt: skip
+        """The datagram of `size` bytes at `at` in `buf`, if it is a data packet in one of the
+        layouts the sender frames (BTH EVXH METH TSETH RETH [ImmDt] with a payload, or the same
+        without EVXH and with a flow label on a flow-label connection), well-formed as
+        `decode_packet` would find it, for P_Key and QP `qpn` (any when -1): its header values
+        go to `_data`, whose result (payload bytes placed, maybe 0) it returns. -1, having
+        changed nothing, for any other datagram: the decoder takes it (and names what is
+        wrong). `fields`, when given, holds its header's values (`DATA_HEADER_IMM`'s) from
+        index `j`: one unpack for a whole read."""
+        if not self._noevx:
+            if fields is None:
+                if size >= _HDR_IMM:
+                    fields, j = _UNPACK_IMM(buf, at), 0
+                elif size > _HDR:
+                    fields, j = _UNPACK(buf, at), 0
+                else:
+                    return -1
             # Typed: compiled, the checks below run on machine ints (struct returns objects).
             op: int = fields[j]
             b1: int = fields[j + 1]
@@ -302,68 +268,123 @@ class Receiver:
             va: int = fields[j + 9]
             rkey: int = fields[j + 10]
             dma: int = fields[j + 11]
+            imm = -1
             if op in (OP_ONLY_IMM, OP_LAST_IMM):
+                if size <= _HDR_IMM:
+                    return -1
                 hdr = _HDR_IMM
-                imm = fields[j + 12]  # without ImmDt, the payload's first 4 bytes
+                imm = fields[j + 12]
             else:
                 hdr = _HDR
+            if not w4 & EVX_BIT:
+                return -1
         else:
-            hdr = _HDR_NOEVX
-            if size < hdr:
-                return 0
-            op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = _UNPACK_NOEVX(buf, at)
+            if size <= _HDR_NOEVX:
+                return -1
+            op = buf[at]
+            imm = -1
+            if op in (OP_ONLY_IMM, OP_LAST_IMM):
+                if size <= _HDR_IMM_NOEVX:
+                    return -1
+                hdr = _HDR_IMM_NOEVX
+                op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma, imm = _UNPACK_IMM_NOEVX(
+                    buf, at
+                )
+            else:
+                hdr = _HDR_NOEVX
+                op, b1, p_key, w4, w8, rqmsn, msn, ts, va, rkey, dma = _UNPACK_NOEVX(buf, at)
             ev = tos >> 8 & _LABEL
-            if not ev:
-                return 0  # no label: the slow path counts it (evlabel.py)
+            if not ev or w4 & EVX_BIT:
+                return -1  # no label (the decoder's path counts it) or an EVXH
             ev |= plane << 24
-            w4 ^= EVX_BIT  # expected clear: the checks below read it set
-        if qpn >= 0 and w4 & _QPN != qpn:
-            return 0  # a read can hold datagrams of several QPs: the endpoint routes the rest
-        n = size - hdr
-        if op in (OP_MIDDLE, OP_FIRST):
-            if n != mtu or w8 & A_BIT or not mtu < dma <= MAX_DMA_LENGTH:
-                return 0
-        elif op in (OP_ONLY, OP_ONLY_IMM):
-            if n != dma or not 0 < dma <= mtu:
-                return 0
-        elif op in (OP_LAST, OP_LAST_IMM):
-            if not mtu < dma <= MAX_DMA_LENGTH or n != (dma - 1) % mtu + 1:
-                return 0
-        else:
-            return 0
         if (
-            b1 & 0x0F  # TVer (docs/WIRE.md §2)
+            not OP_FIRST <= op <= OP_ONLY_IMM
+            or b1 & 0x0F  # TVer (docs/WIRE.md §2)
             or p_key != self.config.p_key
-            or not w4 & EVX_BIT
             or not w8 & TS_BIT
-            or tos & 3 == 3
-            or (self._errors and msn in self._errors)
+            or (qpn >= 0 and w4 & _QPN != qpn)
+            or not 1 <= dma <= MAX_DMA_LENGTH
         ):
+            return -1
+        return self._data(
+            op, w8 & PSN_MASK, bool(w8 & A_BIT), ev, rqmsn, msn, ts, va, rkey, dma, imm,
+            buf, at + hdr, size - hdr, plane, tos, now,
+        )  # fmt: skip
+
+    def _data(
+        self, op: int, psn: int, a: bool, ev: int, rqmsn: int, msn: int, ts: int, va: int,
+        rkey: int, dma: int, imm: int, buf: memoryview, pos: int, n: int, plane: int, tos: int,
+        now: float,
+    ) -> int:  # fmt: skip
+        """The checks of docs/DESIGN.md §6, in order, for one data packet — every route to
+        placement ends here: length (trimmed?), PSN class (duplicate, out of window), the
+        message's earlier failure, R_Key, the region's peers, bounds; then the copy of the
+        `n` payload bytes at `buf[pos:]` and the scoreboard mark. `ts` and `imm` are -1 when
+        the packet has none. Returns the bytes placed (the caller runs the stall clock)."""
+        drops = self.stats.drops_by_reason
+        expected = self.expected_length(op, dma)
+        if expected < 0:
+            drops["bad_dma_length"] += 1
             return 0
-        psn = w8 & PSN_MASK
+        if n > expected:
+            drops["bad_length"] += 1
+            return 0
+        if n < expected:
+            self.on_trimmed(psn, ev, ts, plane, tos, now)
+            return 0
+        full = op in (OP_MIDDLE, OP_FIRST)
+        d = (psn - self.cack) & PSN_MASK
         slot = psn & self._rmask
-        if (psn - self.cack) & PSN_MASK >= self.window or self._ring[slot] != _ZERO:
+        if d >= self.window or self._ring[slot] != _ZERO:
+            if d < self.window or d >= PSN_HALF:
+                drops["duplicate"] += 1
+                self._immediate.append(_Trigger(psn, ev, plane, None if ts < 0 else ts))
+                if d >= PSN_HALF and not full:
+                    if rqmsn != self._rqmsn:
+                        self._note_rqmsn(rqmsn)  # a completion probe's news
+                    status = self._outcomes.get(msn)
+                    if status is not None and a:
+                        self._announce(status, msn, plane)
+            else:
+                drops["out_of_window"] += 1
+                self.replies.nack(NackReason.PSN_OOR_WINDOW, psn, ev, ts, plane)
             return 0
-        region = self.regions.lookup(rkey)
-        if region is None:
-            return 0
-        # `_message_span`, inline (a call and a tuple a packet).
+        # The span that must lie inside the region (`_message_span`, inline: a call and a
+        # tuple a packet).
+        mtu = self.config.payload_mtu
         if op == OP_MIDDLE:
             span_va, span = va - mtu, 2 * mtu + 1
         elif op in (OP_LAST, OP_LAST_IMM):
             span_va, span = va + n - dma, dma
         else:
             span_va, span = va, dma
-        if not region.contains(span_va, span):
-            return 0
-        start = va - region.base_va
-        region.view[start : start + n] = buf[at + hdr : at + size]
+        placed = 0
+        if self._errors and msn in self._errors:
+            drops["message_failed"] += 1  # an earlier packet showed it bad: write none of it
+        else:
+            region = self.regions.lookup(rkey)
+            if region is None:
+                self._access_error("bad_rkey", msn, psn, ev, ts, plane)
+            elif not region.allows(self.peer_key):
+                self._access_error("not_permitted", msn, psn, ev, ts, plane)
+            elif not region.contains(span_va, span):
+                self._access_error("out_of_bounds", msn, psn, ev, ts, plane)
+            else:
+                start = va - region.base_va
+                region.view[start : start + n] = buf[pos : pos + n]
+                placed = n
+        # Placed or failed, the PSN is consumed so the window moves on; a failure reaches the
+        # sender in the message's AETH (docs/WIRE.md §4).
         self._ring[slot] = _ONE
         self._held += 1
-        if op not in (OP_MIDDLE, OP_FIRST):
-            self._lasts[psn] = (msn, imm, bool(w8 & A_BIT), plane, rkey, span_va, span)
+        if not full:
+            self._lasts[psn] = (msn, None if imm < 0 else imm, a, plane, rkey, span_va, span)
         if rqmsn != self._rqmsn:
             self._note_rqmsn(rqmsn)
+        if tos & 3 == 3:
+            # CE: the SACK of its block goes at this pull, marked (docs/DESIGN.md §6); the
+            # A bit asks for the AETH, which the LAST's completion sends.
+            self._immediate.append(_Trigger(psn, ev, plane, None if ts < 0 else ts, ce=True))
         block = psn & ~63 & PSN_MASK
         if block != self._pend_block:
             if self._pend_block >= 0:
@@ -373,52 +394,72 @@ class Receiver:
         self._pend_ev = ev
         self._pend_plane = plane
         self._pend_ts = ts
-        return n
+        return placed
 
-    def on_data_span(
-        self, buf: memoryview, at: int, end: int, seg: int, qpn: int, plane: int, tos: int,
-        ps: PlaneStats, now: float,
-    ) -> int:  # fmt: skip
-        """`on_data_bytes` for one read's datagrams (`buf[at:end]`, `seg` bytes each but the
-        last) for QP `qpn`, each placed where it lies in `buf` and counted on `ps`, until one
-        does not take the byte path: returns its offset (`end` once all did). One call, and
-        one unpack of the headers (`data_headers`), per read; no view or tuple per datagram."""
-        placed = j = limit = 0  # fields[j:limit]: the headers from `at` on
-        fields: tuple[Any, ...] | None = None
-        while at < end:
-            size = min(seg, end - at)
-            got = self._place_at(
-                buf, at, size, qpn, plane, tos, now, fields if j < limit else None, j
+    def _access_error(self, reason: str, msn: int, psn: int, ev: int, ts: int, plane: int) -> None:
+        """A WRITE the region refuses (unknown R_Key, a region not registered for this peer,
+        out of bounds): nothing is written and the message fails with one reason whatever
+        the cause, the remote access error of its AETH (docs/WIRE.md §4), so a peer cannot
+        tell an unknown R_Key from a known one. Counted per message; past
+        `max_access_errors` the connection is fatal (the session closes it, and the peer
+        hears UNEXP_EVENT)."""
+        self.stats.drops_by_reason[reason] += 1
+        self._errors[msn] = int(Syndrome.NAK_REMOTE_ACCESS)
+        self.access_errors += 1
+        if self.access_errors > self.config.max_access_errors and not self.fatal:
+            self.fatal = "too many remote access errors"
+            self.replies.nack(NackReason.UNEXP_EVENT, psn, ev, ts, plane)
+
+    def _note_pending(self) -> None:
+        ts = self._pend_ts
+        self._blocks[self._pend_block] = (
+            self._pend_psn,
+            self._pend_ev,
+            self._pend_plane,
+            None if ts < 0 else ts,
+            False,
+        )
+        self._pend_block = -1
+
+    def on_trimmed(self, psn: int, ev: int, ts: int, plane: int, tos: int, now: float) -> None:
+        """A trimmed packet (docs/WIRE.md §5): a hint, never written. Answered with a NACK only
+        while its PSN is in the window and not yet received, at most once per (PSN,
+        tx_timestamp) — one per transmission — and through a token bucket of its own
+        (`trim_nack_rate`, `trim_nack_burst`). On a secured connection it is the one packet
+        that skips authentication, so it must never do more than that."""
+        drops = self.stats.drops_by_reason
+        if (psn - self.cack) & PSN_MASK >= self.window or self._ring[psn & self._rmask] != _ZERO:
+            drops["trimmed_stale"] += 1
+            return
+        self.stats.trimmed_received += 1
+        nacked = self._trim_nacked
+        if nacked.get(psn) == ts:
+            drops["trimmed_repeat"] += 1
+            return
+        cfg = self.config
+        tokens = self._trim_tokens
+        if now > self._trim_at:
+            tokens = min(
+                float(cfg.trim_nack_burst), tokens + (now - self._trim_at) * cfg.trim_nack_rate
             )
-            if not got:
-                break
-            placed += got
-            ps.packets_received += 1
-            ps.bytes_received += size
-            at += size
-            j += _FIELDS
-            if fields is None:
-                # The first was placed, so this is our data: the full-size rest's headers at once.
-                fields, count = (), min((end - at) // seg, 64)
-                if count > 1 and seg - self.config.payload_mtu in (_HDR, _HDR_IMM):
-                    fields = data_headers(seg, count).unpack_from(buf, at)
-                    j, limit = 0, _FIELDS * count
-        if placed:
-            self._placed(placed, now)  # once: every packet of the read came at `now`
-        return at
-
-    def _message_span(self, op: int, va: int, dma: int, n: int) -> tuple[int, int]:
-        """(VA, length) that must lie inside the region for a packet of opcode `op` with
-        `n` payload bytes at `va` of a `dma`-byte message to be written. FIRST/ONLY know where
-        the message starts and LAST where it ends, so they check the whole message: an
-        out-of-bounds WRITE is refused whole whenever one of them arrives first. A MIDDLE
-        checks its own bytes plus the packet before and the byte after it."""
-        if op in _LAST:
-            return va + n - dma, dma
-        if op == OP_MIDDLE:
-            mtu = self.config.payload_mtu
-            return va - mtu, 2 * mtu + 1
-        return va, dma
+            self._trim_at = now
+        if tokens < 1.0:
+            self._trim_tokens = tokens
+            drops["trimmed_rate"] += 1
+            return
+        self._trim_tokens = tokens - 1.0
+        if len(nacked) >= self.window:
+            # Keep only PSNs still in the window and not received: at most a window's worth.
+            cack, window, ring, rmask = self.cack, self.window, self._ring, self._rmask
+            self._trim_nacked = nacked = {
+                p: t
+                for p, t in nacked.items()
+                if (p - cack) & PSN_MASK < window and ring[p & rmask] == _ZERO
+            }
+        nacked[psn] = ts
+        lasthop = (tos & 0xFF) >> 2 == DSCP_TRIMMED_LASTHOP
+        reason = NackReason.TRIMMED_LASTHOP if lasthop else NackReason.TRIMMED
+        self.replies.nack(reason, psn, ev, ts, plane)
 
     def _placed(self, n: int, now: float) -> None:
         st = self.stats
@@ -454,10 +495,17 @@ class Receiver:
         cack = self.cack
         # Oldest block first: the sender infers losses per EV from what it has heard, so it
         # must hear of a block before any later one (docs/DESIGN.md §6). A block with an
-        # immediate trigger (A bit, CE, duplicate) needs no second, plain SACK.
+        # immediate trigger (CE, duplicate) needs no second, plain SACK; nor does any block
+        # when the pull ends with a cumulative ACK and nothing is held past cack_psn: the
+        # ACK's BTH.PSN acknowledges all they would (one datagram per small message).
         triggers = list(self._immediate)
-        covered = {t.psn & ~63 & PSN_MASK for t in triggers}
-        triggers += [_Trigger(*t) for b, t in self._blocks.items() if b not in covered]
+        if triggers or self._held or not self._ack_ready():
+            covered = {t.psn & ~63 & PSN_MASK for t in triggers}
+            triggers += [_Trigger(*t) for b, t in self._blocks.items() if b not in covered]
+        else:
+            # The ACK goes alone: on the path the batch's newest packet just proved.
+            for _psn, ev, plane, _ts, _ce in self._blocks.values():
+                self.replies.arrived(plane, ev)
         if len(triggers) > 1:
             triggers.sort(key=lambda t: psn_serial(t.psn - cack))
         for trig in triggers:
@@ -531,7 +579,7 @@ class Receiver:
     def _sack(
         self, trig: _Trigger, *, probe_id: int | None = None, force_plane: bool = False
     ) -> None:
-        route = self.replies.route(trig.plane, force_plane)
+        route = self.replies.route(trig.plane, force_plane, trig.ev)
         if route is None:
             return
         plane, ev = route
@@ -592,8 +640,13 @@ class Receiver:
         """Send the cumulative ACK due, unless a failure before it is not yet taken (it then
         waits for the requester's RQMSN to pass that failure)."""
         due = self._ack_due
-        failed = self._failed
-        if due is None or (failed and 0 < (due[0] - failed[0]) & 0xFFFF < 0x8000):
+        if due is None or not self._ack_ready():
             return
         self._ack_due = None
         self.replies.acknowledge(0, due[0], due[1], self.cack)
+
+    def _ack_ready(self) -> bool:
+        """A cumulative ACK is due and no failure before it waits for the requester."""
+        due = self._ack_due
+        failed = self._failed
+        return due is not None and not (failed and 0 < (due[0] - failed[0]) & 0xFFFF < 0x8000)

@@ -7,12 +7,24 @@ message outcomes an ACK coalesces) is receiver.py's; the reverse EVs themselves 
 
 from __future__ import annotations
 
-from ...wire.ack import AETH, NETH, NackReason, SackMark, Syndrome
-from ...wire.packet import AckPacket, DataPacket, NackPacket, encode_sack
+import struct
+from typing import Final
+
+from ...wire.ack import NETH, NackReason, SackMark, Syndrome
+from ...wire.bth import EVX_BIT, PSN_MASK, Opcode
+from ...wire.packet import NackPacket, encode_sack
 from ..config import SessionConfig
+from ..paths.evs import ev_plane
 from ..paths.planes import PlaneTable
 from ..stats import SessionStats
 from ..transmit import Addr, Transmit
+
+#: ACKNOWLEDGE: BTH (opcode, TVer byte, P_Key, EVX | DestQP, PSN word), EVXH, AETH.
+_ACK_LAYOUT: Final = struct.Struct(">BBHIIII")
+_PACK_ACK: Final = _ACK_LAYOUT.pack
+_ACK_OP: Final = Opcode.ACKNOWLEDGE.value
+_ACK: Final = int(Syndrome.ACK)
+_NAK_REMOTE_ACCESS: Final = int(Syndrome.NAK_REMOTE_ACCESS)
 
 
 class Replies:
@@ -34,14 +46,34 @@ class Replies:
         #: The peer's QPN, which the handshake named.
         self.dest_qp = dest_qp
         self.out: list[Transmit] = []
+        #: Per plane, the EV the latest answered packet came in on (planes whose EVs mirror).
+        self._proven: dict[int, int] = {}
 
-    def route(self, plane: int, force: bool) -> tuple[int, int] | None:
-        """(plane, reverse EV) to answer a packet that came in on `plane`: that plane itself
-        when `force`, else the plane paths.py picks; None while the peer has no address there."""
+    def arrived(self, plane: int, ev: int) -> None:
+        """A packet came in on `plane` over `ev`: on a plane whose EVs mirror, answers without
+        an EV of their own (an ACK) take that path (`route`)."""
+        if ev_plane(ev) == plane:
+            self._proven[plane] = ev
+
+    def route(self, plane: int, force: bool, ev: int | None = None) -> tuple[int, int] | None:
+        """(plane, reverse EV) to answer a packet that came in on `plane` over `ev`: that plane
+        itself when `force`, else the plane paths.py picks; None while the peer has no address
+        there. On a plane whose EVs name paths the answer takes the mirror of `ev`, or of the
+        EV the latest packet noted there came in on: that packet just proved the path, where the
+        next reverse EV in turn may sit on one that died since a probe last proved it (a
+        flapping tier-1 link lost every other answer: docs/DESIGN.md §4)."""
         out_plane = plane if force else self.paths.reverse_plane(plane)
         if out_plane is None or out_plane not in self.peer_addrs:
             return None
-        return out_plane, self.paths.planes[out_plane].reverse_ev()
+        pl = self.paths.planes[out_plane]
+        if out_plane == plane and pl.mirror:
+            if ev is not None and ev_plane(ev) == plane:
+                self._proven[plane] = ev
+                return plane, ev
+            proven = self._proven.get(plane)
+            if proven is not None:
+                return plane, proven
+        return out_plane, pl.reverse_ev()
 
     def sack(
         self,
@@ -81,19 +113,16 @@ class Replies:
         )
         self.emit(plane, ev, data)
 
-    def nack(self, reason: NackReason, pkt: DataPacket, plane: int) -> None:
-        route = self.route(plane, False)
+    def nack(self, reason: NackReason, psn: int, entropy: int, tx_ts: int, plane: int) -> None:
+        """A NACK for the data packet `psn` that came on EV `entropy` with TSETH timestamp
+        `tx_ts` (-1: none)."""
+        route = self.route(plane, False, entropy)
         if route is None:
             return
         out_plane, ev = route
-        neth = NETH(
-            nack_reason=reason,
-            entropy=pkt.ev,
-            nack_psn=pkt.psn,
-            tx_timestamp=pkt.tx_timestamp or 0,
-        )
+        neth = NETH(nack_reason=reason, entropy=entropy, nack_psn=psn, tx_timestamp=max(tx_ts, 0))
         data = NackPacket(
-            dest_qp=self.dest_qp, psn=pkt.psn, ev=ev, neth=neth, p_key=self.config.p_key
+            dest_qp=self.dest_qp, psn=psn, ev=ev, neth=neth, p_key=self.config.p_key
         ).encode()
         self.stats.nacks_sent += 1
         self.emit(out_plane, ev, data)
@@ -103,15 +132,15 @@ class Replies:
         if route is None:
             return
         out_plane, ev = route
-        data = AckPacket(
-            dest_qp=self.dest_qp,
-            psn=cack,
-            ev=ev,
-            # IBTA syndromes (docs/WIRE.md §4): an ACK, or a remote access error for a message
-            # that failed BAD_RKEY or OUT_OF_BOUNDS (its NACK said which).
-            aeth=AETH(syndrome=Syndrome.NAK_REMOTE_ACCESS if status else Syndrome.ACK, msn=msn),
-            p_key=self.config.p_key,
-        ).encode()
+        # IBTA syndromes (docs/WIRE.md §4): an ACK, or a remote access error for a message a
+        # region refused (one answer whatever the cause, receiver.py).
+        syndrome = _NAK_REMOTE_ACCESS if status else _ACK
+        # The bytes of AckPacket(…, AETH(syndrome, msn)).encode() in one pack call: every
+        # small message's one answer (docs/DESIGN.md §6); the values are ours and in range.
+        data = _PACK_ACK(
+            _ACK_OP, 0, self.config.p_key, EVX_BIT | self.dest_qp, cack & PSN_MASK, ev,
+            syndrome << 24 | msn,
+        )  # fmt: skip
         self.emit(out_plane, ev, data)
 
     def emit(self, plane: int, ev: int, data: bytes) -> None:

@@ -15,15 +15,23 @@ Levels. `auth`: the whole packet before the trailer is associated data, the plai
 data; a control packet has no payload and is sealed as in `auth`. A secured REPLY's private data
 is encrypted at both levels (it carries R_Keys).
 
-Rekeying without signals. The handshake yields one 32-byte traffic secret per direction. The
-key of counter c is the key of its epoch e = c >> `rekey_shift`:
-    key(e) = HKDF-Expand-SHA256(secret, "mrc epoch" ‖ e as 8 bytes big-endian, 32).
+Rekeying without signals. The handshake yields one 32-byte traffic secret per direction,
+secret(0); each epoch has its own, ratcheted forward (`SecretRatchet`):
+    secret(e + 1) = HKDF-Expand-SHA256(secret(e), "mrc ratchet", 32)
+and the key of counter c is the key of its epoch e = c >> `rekey_shift`:
+    key(e) = HKDF-Expand-SHA256(secret(e), "mrc epoch" ‖ e as 8 bytes big-endian, 32).
+Once a side has moved past an epoch (the sender's counter crossed into the next; the receiver
+verified a counter of a newer one) that epoch's secret is overwritten, so a secret read out of
+memory later opens nothing older; the receiver keeps only the AES contexts of the epochs its
+replay window still reaches. (Python cannot wipe the copies a library call makes; the one
+buffer that holds the secret is overwritten in place.)
 With the default shift of 23 a key protects at most 2^23 packets, QUIC's confidentiality limit
 for AES-GCM (RFC 9001 §6.6); `SessionConfig.rekey_shift` lowers it for tests. The sender moves
 to the next key when its counter crosses an epoch boundary; the receiver reads the epoch off
 each counter and keeps a context for every epoch the replay window still reaches, deriving an
 epoch's key the first time a counter of it arrives (it keeps keys at most one epoch ahead of
-the newest verified counter, so forged counters cannot fill its table). Nothing stops or waits
+the newest verified counter, so forged counters cannot fill its table, and derives nothing for
+a counter more than `max_ahead` epochs past it: an `auth` drop). Nothing stops or waits
 at a boundary. Both
 sides must use the same shift: it is not negotiated (like `p_key`).
 
@@ -53,8 +61,10 @@ from .replay import ReplayWindow
 
 #: Bytes the trailer adds to every secured packet.
 TRAILER: Final = Trailer.SIZE
-#: The key of each epoch is HKDF-Expand(secret, EPOCH_LABEL ‖ epoch).
+#: The key of each epoch is HKDF-Expand(secret(epoch), EPOCH_LABEL ‖ epoch).
 EPOCH_LABEL: Final = b"mrc epoch"
+#: secret(epoch + 1) = HKDF-Expand(secret(epoch), RATCHET_LABEL).
+RATCHET_LABEL: Final = b"mrc ratchet"
 #: Default log2 of packets per key: 2^23, QUIC's AES-GCM confidentiality limit.
 DEFAULT_REKEY_SHIFT: Final = 23
 KEY_SIZE: Final = 32
@@ -68,9 +78,39 @@ _EPOCH: Final = struct.Struct(">Q")
 
 
 def epoch_key(secret: bytes, epoch: int) -> bytes:
-    """The AES-256-GCM key of `epoch` under one direction's traffic secret."""
+    """The AES-256-GCM key of `epoch` under that epoch's traffic secret."""
     info = EPOCH_LABEL + _EPOCH.pack(epoch)
     return HKDFExpand(hashes.SHA256(), KEY_SIZE, info).derive(secret)
+
+
+def next_secret(secret: bytes) -> bytes:
+    """The traffic secret of the epoch after the one `secret` belongs to."""
+    return HKDFExpand(hashes.SHA256(), KEY_SIZE, RATCHET_LABEL).derive(secret)
+
+
+class SecretRatchet:
+    """One direction's traffic secret at its current epoch; it only moves forward, and each
+    secret it leaves behind is overwritten in place."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = bytearray(secret)
+        self.epoch = 0
+
+    def key(self, epoch: int) -> bytes | None:
+        """The AES key of `epoch` (this epoch or a later one, derived without moving), or
+        None for an epoch already left behind."""
+        if epoch < self.epoch:
+            return None
+        secret = bytes(self._secret)
+        for _ in range(epoch - self.epoch):
+            secret = next_secret(secret)
+        return epoch_key(secret, epoch)
+
+    def advance(self, epoch: int) -> None:
+        """Move to `epoch`, overwriting every secret passed."""
+        while self.epoch < epoch:
+            self._secret[:] = next_secret(bytes(self._secret))
+            self.epoch += 1
 
 
 class PacketProtection:
@@ -99,8 +139,11 @@ class PacketProtection:
         self.encrypt = encrypt
         self.shift = rekey_shift
         self.drops = drops
-        self._tx_secret = tx_secret
-        self._rx_secret = rx_secret
+        self._tx_secret = SecretRatchet(tx_secret)
+        self._rx_secret = SecretRatchet(rx_secret)
+        #: Epochs past the newest verified one whose keys a received counter may ask for
+        #: (a burst of losses as long as the replay window, and one more).
+        self.max_ahead = (replay_width >> rekey_shift) + 2
         #: The next counter we send with.
         self.tx_counter = 0
         self._tx_epoch = 0
@@ -131,10 +174,18 @@ class PacketProtection:
         self.tx_counter = counter + 1
         if counter >> self.shift != self._tx_epoch:
             self._tx_epoch = counter >> self.shift
-            self._tx_ctx = AESGCM(epoch_key(self._tx_secret, self._tx_epoch))
-            self.rekeys += 1
+            self._tx_ctx = self._tx_epoch_ctx(self._tx_epoch)
         _NONCE.pack_into(self._tx_nonce, 0, self.direction, counter)
         return self._tx_ctx, self._tx_nonce, counter
+
+    def _tx_epoch_ctx(self, epoch: int) -> AESGCM:
+        """Ratchet our secret to `epoch` (the old one overwritten) and give its context."""
+        ratchet = self._tx_secret
+        ratchet.advance(epoch)
+        key = ratchet.key(epoch)
+        assert key is not None  # (the ratchet stands at `epoch`)
+        self.rekeys += 1
+        return AESGCM(key)
 
     def seal(self, packet: bytes) -> bytes:
         """A control packet with its trailer: the whole packet is associated data."""
@@ -164,8 +215,7 @@ class PacketProtection:
         for start, body, payload in packets:
             if counter >> shift != epoch:
                 epoch = self._tx_epoch = counter >> shift
-                ctx = self._tx_ctx = AESGCM(epoch_key(self._tx_secret, epoch))
-                self.rekeys += 1
+                ctx = self._tx_ctx = self._tx_epoch_ctx(epoch)
             pack_counter(nonce, 4, counter)  # the direction half was written once
             end = body + len(payload)
             if encrypt:
@@ -196,19 +246,42 @@ class PacketProtection:
 
     # -- receiving --------------------------------------------------------------------------
 
-    def _rx_ctx(self, counter: int) -> AESGCM:
+    def _rx_ctx(self, counter: int) -> AESGCM | None:
+        """The context of `counter`'s epoch, or None (counted) for an epoch left behind or
+        further ahead than `max_ahead`."""
         epoch = counter >> self.shift
         ctx = self._rx_ctxs.get(epoch)
         if ctx is not None:
             return ctx
-        ctx = AESGCM(epoch_key(self._rx_secret, epoch))
-        # Kept only up to one epoch ahead of what verified: forged counters from far ahead
-        # cost a derivation each (as much as two tag checks) but cannot fill the table; a
-        # genuine jump (a long burst lost) is kept once its tag verifies (`open`).
-        if epoch <= (max(self.replay.top, 0) >> self.shift) + 1:
+        newest = max(self.replay.top, 0) >> self.shift
+        if epoch > newest + self.max_ahead:
+            self.drops["auth"] += 1  # (never checked: no key is derived that far ahead)
+            return None
+        key = self._rx_secret.key(epoch)
+        if key is None:
+            self.drops["replay_window"] += 1
+            return None
+        ctx = AESGCM(key)
+        # Kept only up to one epoch ahead of what verified: forged counters from ahead cost
+        # a derivation each but cannot fill the table; a genuine jump (a long burst lost) is
+        # kept once its tag verifies (`open`).
+        if epoch <= newest + 1:
             self._rx_ctxs[epoch] = ctx
             self.rekeys += 1
         return ctx
+
+    def _rx_advance(self, epoch: int) -> None:
+        """A counter of `epoch`, newer than every epoch before, verified: keep the contexts
+        of the epochs between that the window still reaches, then ratchet the secret there."""
+        ratchet = self._rx_secret
+        oldest = (self.replay.top - self.replay.width + 1) >> self.shift
+        for e in range(max(ratchet.epoch, oldest), epoch):
+            if e not in self._rx_ctxs:
+                key = ratchet.key(e)
+                if key is not None:
+                    self._rx_ctxs[e] = AESGCM(key)
+                    self.rekeys += 1
+        ratchet.advance(epoch)
 
     def _forget_old_epochs(self) -> None:
         """Drop the contexts of epochs the replay window no longer reaches."""
@@ -239,6 +312,8 @@ class PacketProtection:
             return None
         epoch = counter >> self.shift
         ctx = self._rx_cur if epoch == self._rx_epoch else self._rx_ctx(counter)
+        if ctx is None:
+            return None
         nonce = self._rx_nonce
         _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
         out = mv[:end]
@@ -269,14 +344,15 @@ class PacketProtection:
         except InvalidTag:
             self.drops["auth"] += 1
             return None
-        if counter > top and counter >> 6 == top >> 6:
-            # The usual step: newest, in the same block (the window's first case).
+        if counter > top and counter >> 6 == top >> 6 and epoch == self._rx_epoch:
+            # The usual step: newest, in the same block and epoch (the window's first case).
             replay.accept(counter)
         elif counter > top and epoch != top >> self.shift:
-            # A new newest epoch: it is the current one from now on.
+            # A new newest epoch: it is the current one from now on, and the secret moves.
             self._rx_ctxs[epoch] = self._rx_cur = ctx
             self._rx_epoch = epoch
             replay.accept(counter)
+            self._rx_advance(epoch)
             self._forget_old_epochs()
         else:
             replay.accept(counter)

@@ -15,6 +15,10 @@ window → R_Key and bounds → copy → mark. `SecureChannel.open` is the part 
   REQUEST copy only ever makes the responder resend its REPLY bytes, a REJECT only ends a
   connection attempt that is still waiting.
 
+A GRO read's full-size data packets take the same gate one after the other (`full_data`,
+`open_full`: the session's `_secured_run`), then the receiver's one path, as an unsecured
+read's do.
+
 `seal_control` seals the control packets of one output pull (data packets are sealed as they
 are framed, sendpath.py). `reply_for` (the responder's REPLY, sealed when secured) and
 `check_reply` (the requester's check of a secured REPLY) are the two ends of the handshake as
@@ -32,10 +36,12 @@ from typing import Final
 
 from ...wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
 from ...wire.errors import DecodeError
+from ...wire.fast import DATA_HEADER_NOEVX
 from ...wire.packet import DATA_HEADER, CmPacket, DataPacket, decode_packet
 from ..cm import build_reply
 from ..config import SessionConfig
 from ..errors import LocalProtocolError
+from ..paths.evlabel import restore_ev
 from ..recv.receiver import Receiver
 from ..transmit import Transmit
 from .aead import TRAILER, PacketProtection
@@ -52,6 +58,7 @@ _PLAIN_CM: Final = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value})
 _UNSEALED: Final = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REPLY.value})
 _FULL: Final = frozenset({Opcode.WRITE_FIRST.value, Opcode.WRITE_MIDDLE.value})
 _HDR: Final = DATA_HEADER.size
+_HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
 
 
 class SecureChannel:
@@ -68,25 +75,33 @@ class SecureChannel:
         self.protection = protection
         self.receiver = receiver
         self.drops = drops
-        #: The length of a full-size FIRST/MIDDLE as the sender frames it: the common case.
-        self._full = _HDR + config.payload_mtu + TRAILER
+        #: The headers of a data packet as the sender frames it (BTH EVXH METH TSETH RETH, or
+        #: the same without EVXH on a flow-label connection), the value of BTH.EVX they carry,
+        #: and the length of a full-size FIRST/MIDDLE: the common case.
+        noevx = config.ev_encoding == "flowlabel"
+        self._hdr = _HDR_NOEVX if noevx else _HDR
+        self._evx = 0 if noevx else _EVX
+        self._full = self._hdr + config.payload_mtu + TRAILER
         #: Requester: the REPLY that established us; its copies from other planes are
         #: expected and ignored without a count.
         self.reply = reply
 
-    def open(self, data: bytes | memoryview, plane: int, tos: int) -> bytes | memoryview | None:
+    def open(
+        self, data: bytes | memoryview, plane: int, tos: int, now: float
+    ) -> bytes | memoryview | None:
         """The packet to process (without its trailer), or None when it was dropped (counted)
         or was a trimmed packet (already answered)."""
         n = len(data)
-        if n == self._full and data[0] in _FULL and data[4] & _EVX and data[8] & _TS:
-            # The common full-size FIRST/MIDDLE with EVXH and TSETH: headers are 40 bytes.
-            return self.protection.open(data, _HDR)
+        if n == self._full and data[0] in _FULL and data[4] & _EVX == self._evx and data[8] & _TS:
+            # The common full-size FIRST/MIDDLE with TSETH (and EVXH unless the flow label
+            # carries the EV): its headers' size is known.
+            return self.protection.open(data, self._hdr)
         if n < 12:
             self.drops["decode_length"] += 1
             return None
         op = data[0]
         if op in _DATA:
-            return self._open_data(data, plane, tos)
+            return self._open_data(data, plane, tos, now)
         if op in _CM:
             if op in _PLAIN_CM:
                 return data
@@ -96,8 +111,24 @@ class SecureChannel:
                 return None  # a REPLY is never acted on once established
         return self.protection.open(data, 0)
 
+    def full_data(self, data: memoryview, qpn: int) -> bool:
+        """Whether `data` is a full-size FIRST or MIDDLE for QP `qpn` in the sender's layout
+        (`open_full` takes it): the packets of a GRO read of data, but for its last."""
+        return (
+            len(data) == self._full
+            and data[0] in _FULL
+            and data[4] & _EVX == self._evx
+            and data[8] & _TS != 0
+            and (data[5] << 16 | data[6] << 8 | data[7]) == qpn
+        )
+
+    def open_full(self, data: memoryview) -> memoryview | None:
+        """`open` for a datagram `full_data` accepted: tag and window, then the packet
+        without its trailer, or None (counted)."""
+        return self.protection.open(data, self._hdr)
+
     def _open_data(
-        self, data: bytes | memoryview, plane: int, tos: int
+        self, data: bytes | memoryview, plane: int, tos: int, now: float
     ) -> bytes | memoryview | None:
         try:
             # The trailer decodes as payload here: the codec does not know about it.
@@ -106,14 +137,19 @@ class SecureChannel:
             self.drops[f"decode_{exc.field}"] += 1
             return None
         assert isinstance(pkt, DataPacket)
-        expected = self.receiver.expected_length(pkt)
-        if expected is None:
+        if not self._evx and not restore_ev(pkt, data, plane, tos):
+            self.drops["ev_no_label"] += 1  # a flow-label connection's packet without one
+            return None
+        receiver = self.receiver
+        expected = receiver.expected_length(pkt.opcode.value, pkt.dma_length)
+        if expected < 0:
             self.drops["bad_dma_length"] += 1
             return None
         payload = len(pkt.payload)
         if payload < expected + TRAILER:
             # Trimmed (docs/WIRE.md §5): payload = UDP length - headers - trailer is short.
-            self.receiver.on_trimmed(pkt, plane, tos)
+            ts = pkt.tx_timestamp
+            receiver.on_trimmed(pkt.psn, pkt.ev, -1 if ts is None else ts, plane, tos, now)
             return None
         return self.protection.open(data, len(data) - payload)
 
@@ -182,12 +218,7 @@ def reply_for(
     )
     if responder is None:
         return reply, None
-    secrets = responder.secrets(
-        bytes(request_raw[:HEAD]),
-        reply[:HEAD],
-        bytes(request.private_data),
-        request.cmh.nonce + nonce,
-    )
+    secrets = responder.secrets(bytes(request_raw), reply[:HEAD], request.cmh.nonce + nonce)
     protection = _protection(config, 1, secrets, drops)
     return protection.seal_reply(reply, len(private_data)), protection
 
@@ -196,8 +227,7 @@ def before_keys(
     requester: Requester,
     config: SessionConfig,
     data: bytes | memoryview,
-    request_head: bytes,
-    request_private: bytes,
+    request: bytes,
     request_nonce: bytes,
     drops: Counter[str],
 ) -> tuple[CmPacket | None, PacketProtection | None, bytes | None]:
@@ -207,8 +237,7 @@ def before_keys(
     connection's protection and the responder's static key."""
     op = data[0] if len(data) else -1
     if op == Opcode.CM_REPLY.value:
-        done = check_reply(requester, config, data, request_head, request_private,
-                           request_nonce, drops)  # fmt: skip
+        done = check_reply(requester, config, data, request, request_nonce, drops)
         return done if done is not None else (None, None, None)
     if op != Opcode.CM_REJECT.value:
         drops["not_connected"] += 1
@@ -225,8 +254,7 @@ def check_reply(
     requester: Requester,
     config: SessionConfig,
     raw: bytes | memoryview,
-    request_head: bytes,
-    request_private: bytes,
+    request: bytes,
     request_nonce: bytes,
     drops: Counter[str],
 ) -> tuple[CmPacket, PacketProtection, bytes] | None:
@@ -248,11 +276,7 @@ def check_reply(
         drops["unknown_peer"] += 1
         return None
     secrets = requester.secrets(
-        request_head,
-        bytes(raw[:HEAD]),
-        request_private,
-        pkt.key_block,
-        request_nonce + pkt.cmh.nonce,
+        request, bytes(raw[:HEAD]), pkt.key_block, request_nonce + pkt.cmh.nonce
     )
     if secrets is None:
         drops["handshake_bad_key"] += 1

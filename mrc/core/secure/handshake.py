@@ -2,23 +2,38 @@
 
 A host's `Identity` is its static X25519 key pair, the peers it accepts (WireGuard style: a set
 of static public keys; None accepts any key, for per-run keys that protect against tampering
-but not impersonation), an optional pre-shared key, and the entropy source for ephemeral keys.
+but not impersonation), an optional pre-shared key, the entropy source for ephemeral keys, and
+the newest REQUEST timestamp it gave (each later one is newer; the wall time comes in from the
+caller, as `now` does: the core reads no clock).
 
-With requester static s_i and ephemeral e_i, responder static s_r and ephemeral e_r:
+The REQUEST proves its sender (revision 1.2). With requester static s_i and ephemeral e_i and
+responder static s_r, a sealed REQUEST carries AES-256-GCM(k_req, nonce 0, AD = head) of
+`TAI64N timestamp | private data`, where
+    k_req = HKDF-SHA256(IKM = DH(e_i, s_r) ‖ DH(s_i, s_r) [‖ PSK], salt = REQUEST nonce,
+                        info = "mrc request" ‖ SHA-256(head))
+and the head is the REQUEST's bytes from BTH through the key block, CMH `plane` byte 0. So
+only a holder of s_i can make a REQUEST that opens, and the responder knows it after two X25519
+operations, before it keeps anything (`open_request`). A requester that knows no responder key
+(no `peer_key`, and not exactly one key on its allowlist) sends the open form (private data in
+clear, nothing sealed), which only a responder that accepts any key takes.
+
+Session keys. With the responder's ephemeral e_r:
     IKM  = DH(e_i, e_r) ‖ DH(s_i, e_r) ‖ DH(e_i, s_r) [‖ PSK]
     salt = REQUEST nonce ‖ REPLY nonce
-    info = SHA-256(REQUEST head ‖ REPLY head ‖ REQUEST private data), a head being the bytes
-           from BTH through the key block with the CMH `plane` byte set to 0
+    info = SHA-256(REQUEST ‖ REPLY head): the whole REQUEST from BTH through its tag (or its
+           private data, in the open form) and the REPLY from BTH through its key block, each
+           with its CMH `plane` byte set to 0
 and HKDF-SHA256 expands them into two 32-byte traffic secrets: direction 0 (requester →
 responder), then direction 1. Only holders of the two listed static keys can compute the DH
 values, and the transcript binds the negotiated parameters and the request's private data.
 Per-epoch AES-GCM keys come from these secrets (aead.py).
 
-`Requester` is the requester's half (its ephemeral key, and the REPLY check), `Responder` the
-responder's (its ephemeral key and IKM, computed before the REPLY exists). `TokenBucket` caps
-the X25519 work a flood of REQUESTs can cause. What it leaves to others: building and parsing
-CM packets (cm.py, wire/cm.py), the allowlist check's REJECT and the half-open cap (endpoint.py),
-and sealing with the secrets (aead.py).
+`Requester` is the requester's half (its ephemeral key, the REQUEST's seal, and the REPLY
+check), `Responder` the responder's (its ephemeral key and IKM, computed before the REPLY
+exists). `TokenBucket` caps the X25519 work a flood of REQUESTs can cause. What it leaves to
+others: building and parsing CM packets (cm.py, wire/cm.py), the allowlist check's REJECT, the
+timestamp replay rule and the half-open bound (endpoint.py, replay.py), and sealing with the
+secrets (aead.py).
 """
 
 from __future__ import annotations
@@ -28,12 +43,14 @@ import secrets
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ...wire.cm import CMH, KEY_SIZE, KeyBlock
+from ...wire.cm import CMH, KEY_SIZE, TIMESTAMP_SIZE, KeyBlock, tai64n
 from ..errors import LocalProtocolError
 
 #: BTH + CMH + key block: the part of a CM packet the transcript hashes.
@@ -42,6 +59,10 @@ HEAD: Final = 12 + CMH.SIZE + KeyBlock.SIZE
 PLANE_BYTE: Final = 12 + 1
 PSK_SIZE: Final = 32
 SECRET_SIZE: Final = 32
+
+#: HKDF info prefix of a REQUEST's key (k_req).
+REQUEST_LABEL: Final = b"mrc request"
+_ZERO_NONCE: Final = bytes(12)
 
 Entropy = Callable[[int], bytes]
 
@@ -83,6 +104,7 @@ class Identity:
             raise LocalProtocolError(f"every allowed peer key must be {KEY_SIZE} bytes")
         self.psk = psk
         self.entropy = entropy
+        self._last_ns: int | None = None
 
     @classmethod
     def generate(
@@ -100,16 +122,63 @@ class Identity:
     def ephemeral(self) -> X25519PrivateKey:
         return X25519PrivateKey.from_private_bytes(self.entropy(KEY_SIZE))
 
+    def timestamp(self, wall: float) -> bytes:
+        """A TAI64N label of `wall` (seconds since the Unix epoch), later than every one this
+        identity gave before (a clock that stands still or steps back still gives a new one,
+        1 ns on)."""
+        ns = int(wall * 1e9)
+        if self._last_ns is not None and ns <= self._last_ns:
+            ns = self._last_ns + 1
+        self._last_ns = ns
+        return tai64n(ns // 1_000_000_000, ns % 1_000_000_000)
 
-def transcript(request_head: bytes, reply_head: bytes, request_private: bytes) -> bytes:
-    """SHA-256 of both heads (CMH `plane` byte zeroed) and the REQUEST's private data."""
+    def sole_peer(self) -> bytes | None:
+        """The one key the allowlist holds, if it holds exactly one."""
+        peers = self.allowed_peers
+        if peers is not None and len(peers) == 1:
+            return next(iter(peers))
+        return None
+
+
+def plane_zeroed(packet: bytes | memoryview) -> bytearray:
+    """A CM packet's bytes with the CMH `plane` byte set to 0 (what is hashed and sealed)."""
+    b = bytearray(packet)
+    b[PLANE_BYTE] = 0
+    return b
+
+
+def transcript(request: bytes | memoryview, reply_head: bytes | memoryview) -> bytes:
+    """SHA-256 of the whole REQUEST and the REPLY's head, each with CMH `plane` zeroed."""
     h = hashlib.sha256()
-    for head in (request_head, reply_head):
-        b = bytearray(head[:HEAD])
-        b[PLANE_BYTE] = 0
-        h.update(b)
-    h.update(request_private)
+    h.update(plane_zeroed(request))
+    h.update(plane_zeroed(reply_head[:HEAD]))
     return h.digest()
+
+
+def request_key(dh_e: bytes, dh_s: bytes, psk: bytes | None, nonce: bytes, head: bytes) -> bytes:
+    """k_req: HKDF over DH(e_i, s_r) ‖ DH(s_i, s_r) [‖ PSK], salted with the REQUEST nonce,
+    info "mrc request" ‖ SHA-256(head) (`head` already has its `plane` byte zeroed)."""
+    info = REQUEST_LABEL + hashlib.sha256(head).digest()
+    return HKDF(hashes.SHA256(), SECRET_SIZE, nonce, info).derive(dh_e + dh_s + (psk or b""))
+
+
+def open_request(
+    identity: Identity, head: bytes | memoryview, key_block: KeyBlock, nonce: bytes, sealed: bytes
+) -> tuple[bytes, bytes] | None:
+    """The responder's check of a sealed REQUEST: (TAI64N timestamp, private data) when it
+    opens under this identity's static key, else None (a degenerate key or a failed tag).
+    Two X25519 operations; keeps nothing."""
+    dh_e = _dh(identity.key, key_block.ephemeral)
+    dh_s = _dh(identity.key, key_block.static)
+    if dh_e is None or dh_s is None or len(sealed) < TIMESTAMP_SIZE + 16:
+        return None
+    ad = bytes(plane_zeroed(head[:HEAD]))
+    k_req = request_key(dh_e, dh_s, identity.psk, nonce, ad)
+    try:
+        plain = AESGCM(k_req).decrypt(_ZERO_NONCE, sealed, ad)
+    except InvalidTag:
+        return None
+    return plain[:TIMESTAMP_SIZE], plain[TIMESTAMP_SIZE:]
 
 
 def derive_secrets(ikm: bytes, salt: bytes, info: bytes) -> tuple[bytes, bytes]:
@@ -133,16 +202,41 @@ class Requester:
     allowlist decides (or any key, without one).
     """
 
-    #: REPLYs that fail their check before a good one ends the attempt at most: each costs
-    #: three X25519 operations, so a flood of forged REPLYs is cut off.
+    #: REPLYs checked at most per send of the REQUEST: each costs three X25519 operations,
+    #: so a flood of forged REPLYs is cut off until the next send (`new_send`).
     MAX_REPLY_CHECKS: Final = 16
 
     def __init__(self, identity: Identity, peer_key: bytes | None = None) -> None:
         self.identity = identity
         self.peer_key = peer_key
+        #: The responder static key REQUESTs are sealed to (None: the open form).
+        self.responder_key = peer_key if peer_key is not None else identity.sole_peer()
         self._ephemeral = identity.ephemeral()
         self.key_block = KeyBlock(_raw_public(self._ephemeral), identity.public_key)
         self.checks = 0
+
+    def new_send(self) -> None:
+        """The REQUEST went out again: the REPLY checks start from zero (a flood of forged
+        REPLYs can use up one send's budget, never the next one's)."""
+        self.checks = 0
+
+    def seal_request(
+        self, head: bytes, nonce: bytes, private_data: bytes, wall: float
+    ) -> bytes | None:
+        """`sealed | tag` of a REQUEST whose head (BTH through key block) is `head`: a new
+        timestamp (of the wall time `wall`) and `private_data` under k_req; None without a
+        responder key (the open form) or with a degenerate one."""
+        s_r = self.responder_key
+        if s_r is None:
+            return None
+        dh_e = _dh(self._ephemeral, s_r)
+        dh_s = _dh(self.identity.key, s_r)
+        if dh_e is None or dh_s is None:
+            return None
+        ad = bytes(plane_zeroed(head[:HEAD]))
+        k_req = request_key(dh_e, dh_s, self.identity.psk, nonce, ad)
+        plain = self.identity.timestamp(wall) + private_data
+        return AESGCM(k_req).encrypt(_ZERO_NONCE, plain, ad)
 
     def accepts(self, responder_static: bytes) -> bool:
         if self.peer_key is not None:
@@ -150,12 +244,7 @@ class Requester:
         return self.identity.allows(responder_static)
 
     def secrets(
-        self,
-        request_head: bytes,
-        reply_head: bytes,
-        request_private: bytes,
-        reply_keys: KeyBlock,
-        salt: bytes,
+        self, request: bytes, reply_head: bytes, reply_keys: KeyBlock, salt: bytes
     ) -> tuple[bytes, bytes] | None:
         """The two traffic secrets, or None if a DH value is degenerate. Each call counts
         toward `MAX_REPLY_CHECKS` (`checks`)."""
@@ -169,7 +258,7 @@ class Requester:
         if any(p is None for p in parts):
             return None
         ikm = b"".join(p for p in parts if p is not None) + (self.identity.psk or b"")
-        return derive_secrets(ikm, salt, transcript(request_head, reply_head, request_private))
+        return derive_secrets(ikm, salt, transcript(request, reply_head))
 
 
 class Responder:
@@ -196,11 +285,10 @@ class Responder:
         ikm = b"".join(p for p in parts if p is not None) + (identity.psk or b"")
         return cls(KeyBlock(ephemeral=_raw_public(e_r), static=identity.public_key), ikm)
 
-    def secrets(
-        self, request_head: bytes, reply_head: bytes, request_private: bytes, salt: bytes
-    ) -> tuple[bytes, bytes]:
-        info = transcript(request_head, reply_head, request_private)
-        return derive_secrets(self._ikm, salt, info)
+    def secrets(self, request: bytes, reply_head: bytes, salt: bytes) -> tuple[bytes, bytes]:
+        """The traffic secrets over the whole REQUEST (`request`, as it arrived) and the
+        REPLY's head."""
+        return derive_secrets(self._ikm, salt, transcript(request, reply_head))
 
 
 class TokenBucket:

@@ -1,4 +1,4 @@
-"""The anti-replay window of one secured receive direction (docs/WIRE.md §7).
+"""Anti-replay memory (docs/WIRE.md §7): a secured direction's window, and REQUEST timestamps.
 
 `ReplayWindow` remembers which transmit counters of the peer's direction were accepted, in the
 style of RFC 6479: a ring of 64-bit bitmap blocks, so moving the window forward clears whole
@@ -10,11 +10,23 @@ It only answers and records. The caller asks `fresh(counter)` before it spends a
 verification and calls `accept(counter)` only after the tag verified, so a forged packet can
 neither move the window nor mark a counter as seen. Keys, tags and the drop counters belong to
 `aead.py` and the session.
+
+`RequestTimestamps` is the responder's memory of the sealed REQUESTs it accepted (revision
+1.2): per requester static key, the newest TAI64N timestamp and those within the 10 s before
+it, so a replayed REQUEST (or one more than 10 s older than the newest) is refused before it
+leaves any state. Opening the REQUEST and counting the drop are the endpoint's.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Final
+
+#: A sealed REQUEST more than this much older than the newest accepted from its key is refused.
+REQUEST_MAX_AGE_NS: Final = 10_000_000_000
+#: Requester keys remembered at most (only a responder that accepts any key can meet more keys
+#: than its allowlist holds; the least recently accepted is forgotten first).
+MAX_REQUEST_KEYS: Final = 4096
 
 #: Bits per bitmap block (RFC 6479's word).
 BLOCK_BITS: Final = 64
@@ -71,3 +83,32 @@ class ReplayWindow:
                 blocks[i & mask] = 0
             self.top = counter
         blocks[index & mask] |= 1 << (counter & _BIT_MASK)
+
+
+class RequestTimestamps:
+    """The timestamps of the sealed REQUESTs accepted, per requester static key."""
+
+    def __init__(self, max_keys: int = MAX_REQUEST_KEYS) -> None:
+        self.max_keys = max_keys
+        #: static key → (newest timestamp, timestamps accepted within REQUEST_MAX_AGE_NS of it)
+        self._keys: OrderedDict[bytes, tuple[int, set[int]]] = OrderedDict()
+
+    def fresh(self, key: bytes, ns: int) -> bool:
+        """Whether a REQUEST from `key` stamped `ns` may be accepted: not seen, and not more
+        than 10 s older than the newest accepted from that key."""
+        seen = self._keys.get(key)
+        if seen is None:
+            return True
+        newest, recent = seen
+        return ns >= newest - REQUEST_MAX_AGE_NS and ns not in recent
+
+    def accept(self, key: bytes, ns: int) -> None:
+        """Record an accepted (opened and fresh) REQUEST's timestamp."""
+        seen = self._keys.pop(key, None)
+        newest, recent = seen if seen is not None else (ns, set())
+        newest = max(newest, ns)
+        recent.add(ns)
+        floor = newest - REQUEST_MAX_AGE_NS
+        self._keys[key] = (newest, {t for t in recent if t >= floor})
+        while len(self._keys) > self.max_keys:
+            self._keys.popitem(last=False)

@@ -30,7 +30,7 @@ from typing import Final
 
 from ...wire.ack import NackReason, SackMark, syndrome_ok
 from ...wire.bth import BTH, DATA_OPCODES, MSN_MOD, PSN_MOD
-from ...wire.packet import AckPacket, NackPacket, SackPacket
+from ...wire.packet import AckPacket, NackPacket
 from ..cc.control import CongestionControl
 from ..config import SessionConfig
 from ..errors import LocalProtocolError
@@ -395,20 +395,13 @@ class Sender:
             return self.una
         return cack
 
-    def on_sack(self, pkt: SackPacket, now: float) -> None:
-        seth, cc = pkt.seth, pkt.cc
-        self.on_sack_fields(
-            pkt.cack_psn, seth.ack_psn_offset, seth.sack_offset, seth.sack_bitmap, int(seth.m),
-            seth.pr, seth.entropy, cc.tx_timestamp, cc.valid, cc.rcv_cwnd_pen, now,
-        )  # fmt: skip
-
     def on_sack_fields(
         self, cack_psn: int, ack_psn_offset: int, sack_offset: int, sack_bitmap: int, m: int,
         pr: bool, entropy: int, echo: int, valid: bool, pen: int, now: float,
     ) -> None:  # fmt: skip
         """A SACK (docs/WIRE.md §4) as its fields: BTH.PSN (`cack_psn`), SETH's offsets,
         bitmap, mark `m`, PR bit and entropy, CC_STATE's timestamp echo, V bit and cwnd
-        penalty. `on_sack` for a decoded one; the byte path (sackpath.py) calls it straight."""
+        penalty, as sackpath.py's one SACK reader (`on_sack`) hands them on."""
         cack = self._cumulative(cack_psn)
         if cack is None:
             return
@@ -466,34 +459,68 @@ class Sender:
         )
 
     def on_acknowledge(self, pkt: AckPacket, now: float) -> None:
-        msg = self.by_msn.get(pkt.aeth.msn)
+        self.on_acknowledge_fields(pkt.psn, pkt.aeth.syndrome, pkt.aeth.msn, now)
+
+    def on_acknowledge_fields(self, psn: int, syndrome: int, msn: int, now: float) -> None:
+        """An ACKNOWLEDGE (docs/WIRE.md §4) as its fields: BTH.PSN (the responder's
+        cack_psn), the AETH's syndrome and MSN. `on_acknowledge` for a decoded one; the byte
+        path (ackpath.py) calls it straight."""
+        msg = self.by_msn.get(msn)
         if msg is None or msg.last_psn < 0:
             # An older cumulative ACK overtaken by a newer one (they travel on several
             # planes) finds its messages complete: no harm, no drop. Anything else is.
             oldest = self.outstanding[0].msn if self.outstanding else self.next_msn
-            if msg is not None or not 0 < (oldest - pkt.aeth.msn) & MSN_MASK < 0x8000:
+            if msg is not None or not 0 < (oldest - msn) & MSN_MASK < 0x8000:
                 self.drops["stale_aeth"] += 1
             return
         touched: set[int] = set()
+        acked_before = self.stats.bytes_acked
+        # The responder leaves out the SACKs an ACK covers whole (docs/DESIGN.md §6): then
+        # this ACK brings the delay sample its LAST's SACK would have (Karn: a first
+        # transmission, acknowledged by this ACK).
+        last = self.inflight.get(msg.last_psn)
+        if last is not None:
+            bit = 1 << ((msg.last_psn - last.psn) & PSN_MASK)
+            if last.rtx or last.acked & bit:
+                last = None
         # BTH.PSN of an ACKNOWLEDGE is the responder's cack_psn (docs/WIRE.md §2): everything
         # before it arrived, which the SACKs still on their way may not have said yet.
-        cack = self._cumulative(pkt.psn)
+        cack = self._cumulative(psn)
         if cack is not None:
             self._ack_through(cack, now, touched)
-        syndrome = pkt.aeth.syndrome
         # An ACK acknowledges every message up to its MSN (IBTA; the responder coalesces
         # them, docs/WIRE.md §4); a NAK only its own. Each message's PSNs arrived or were
         # consumed. One a NACK showed failed waits for its own AETH.
+        una, span = self.una, (self.next_psn - self.una) & PSN_MASK
         for older in self.outstanding if syndrome_ok(syndrome) else (msg,):
             if older.status is None and (older is msg or older.failure is None):
-                if self._ack_range(older.first_psn, older.npkts, now, touched):
+                # A message wholly before una (the usual case: cack_psn passed it) has
+                # nothing left to take: no walk over its PSNs.
+                if (older.last_psn - una) & PSN_MASK < span and self._ack_range(
+                    older.first_psn, older.npkts, now, touched
+                ):
                     self._progress(now)
                 older.settle(syndrome)
             if older is msg:
                 break
         self._advance_una()
         self._sample_rtts(now)
-        self._acked_evs |= touched
+        self.scoreboard.forget_behind(self.una)
+        if touched:
+            self.spray.on_acked(touched, None, now)
+            self._acked_evs |= touched
+        acked = self.stats.bytes_acked - acked_before
+        if acked:
+            rtt = None
+            if last is not None:
+                self.paths.planes[last.plane].proven_at = now
+                rtt = now - last.sent_at
+                if self.trace is not None:
+                    self.trace.rtt(last.plane, last.ev, rtt, now)
+            self.cc.on_ack(
+                now, acked=acked, rtt=rtt, plane=last.plane if last is not None else 0,
+                ecn=False, pen=self.cc.rcv_cwnd_pen, inflight=self._in_flight(),
+            )  # fmt: skip
         while self.outstanding and self.outstanding[0].status is not None:
             done = self.outstanding.popleft()
             del self.by_msn[done.msn]
