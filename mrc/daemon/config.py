@@ -106,6 +106,11 @@ class PeerConfig:
     #: The peer's static X25519 public key (base64 of 32 bytes), for the allowlist.
     public_key: str | None = None
 
+    @property
+    def key(self) -> bytes | None:
+        """`public_key` as its 32 bytes (checked when the file was read)."""
+        return None if self.public_key is None else base64.b64decode(self.public_key)
+
 
 @dataclass(frozen=True, slots=True)
 class ControlConfig:
@@ -201,7 +206,7 @@ class DaemonConfig:
 
 def peer_keys(peers: tuple[PeerConfig, ...]) -> list[bytes]:
     """The raw public keys of the peers that list one (checked base64 of 32 bytes)."""
-    return [base64.b64decode(p.public_key) for p in peers if p.public_key is not None]
+    return [key for key in (p.key for p in peers) if key is not None]
 
 
 # -- reading ------------------------------------------------------------------------------------

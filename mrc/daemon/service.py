@@ -26,7 +26,6 @@ process's life cycle (`daemon`).
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import random
@@ -210,11 +209,7 @@ class Service:
         """The static public keys listed for these peers (None: any peer)."""
         if names is None:
             return None
-        return frozenset(
-            base64.b64decode(key)
-            for key in (self.peers[n].public_key for n in names)
-            if key is not None
-        )
+        return frozenset(key for key in (self.peers[n].key for n in names) if key is not None)
 
     def _own_region(self, cs: ClientState, region_id: int, where: str) -> DaemonRegion:
         region = self.regions.get(region_id)
@@ -259,8 +254,9 @@ class Service:
         try:
             addrs = resolve_peer(peer.addresses, peer.port)
             # A secured REQUEST is sealed to the responder's static key (docs/WIRE.md §7).
-            key = None if peer.public_key is None else base64.b64decode(peer.public_key)
-            session = self.node.connect(self.session_config, addrs, hello.encode(), peer_key=key)
+            session = self.node.connect(
+                self.session_config, addrs, hello.encode(), peer_key=peer.key
+            )
         except NodeError as exc:
             raise RpcError(NOT_CONNECTED, f"connect to {name}: {exc}") from None
         conn = Connection(
@@ -534,8 +530,8 @@ class Service:
         peer = self.peers.get(name)
         return (
             peer is not None
-            and peer.public_key is not None
-            and session.peer_static_key == base64.b64decode(peer.public_key)
+            and peer.key is not None
+            and session.peer_static_key == peer.key
         )
 
     def _accepted(self, session: Session, event: ConnectionEstablished) -> None:

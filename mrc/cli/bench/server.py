@@ -12,6 +12,7 @@ into the next report. Its node comes in from the caller: `main` (`host.server_no
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -357,7 +358,7 @@ async def _serve(opts: BenchOptions, state: RunState) -> int:
         opts,
         state,
         Output(json_mode=opts.json),
-        lambda on_events, on_error: server_node(loop, opts, state, on_events, on_error),
+        functools.partial(server_node, loop, opts, state),
     )
     on_signals(loop, server.stop)
     try:
