@@ -8,13 +8,17 @@ port unreachable errors the first datagrams draw take those planes DOWN at once 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import ConnectionEstablished, Event, PlaneDown, WriteCompleted
+from mrc.core.memory import Region
+from mrc.core.session import Session
 from mrc.io.loop import new_event_loop
 from mrc.node import Node, resolve_peer
 
@@ -30,16 +34,27 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
-    loop: asyncio.AbstractEventLoop,
-) -> None:
-    events: list[Event] = []
-    size = 32 << 20
+@dataclass
+class DeadPlanes:
+    """`b` connected to `a` on four planes, planes 1-3 toward a port nothing listens on;
+    `size` bytes of `payload` in `src` to write into `dst`."""
+
+    a: Node
+    b: Node
+    dst: Region
+    src: Region
+    payload: bytes
+    session: Session
+
+
+@contextlib.contextmanager
+def dead_planes(
+    loop: asyncio.AbstractEventLoop, size: int, on_event: Callable[[Session, Event], None]
+) -> Iterator[DeadPlanes]:
     base = SessionConfig(plane_mask=0b1111)
     a = Node(loop, A, 0, serve=True)
-    b = Node(loop, B, 0)
+    b = Node(loop, B, 0, on_event=on_event)
     try:
-        b.on_event = lambda s, e: events.append(e)
         dst = a.regions.register(bytearray(size))
         payload = bytes(i * 13 % 251 for i in range(1 << 16)) * (size >> 16)
         src = b.regions.register(bytearray(payload))
@@ -49,7 +64,19 @@ def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
         peers = resolve_peer(A, a.port)
         dead = resolve_peer(A, CLOSED_PORT)
         peers.update({p: dead[p] for p in (1, 2, 3)})
-        session = b.connect(base, peers, b"")
+        yield DeadPlanes(a, b, dst, src, payload, b.connect(base, peers, b""))
+    finally:
+        b.close()
+        a.close()
+
+
+def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    events: list[Event] = []
+    size = 32 << 20
+    with dead_planes(loop, size, lambda s, e: events.append(e)) as t:
+        session, src, dst, payload, b = t.session, t.src, t.dst, t.payload, t.b
 
         async def until(cond: object, timeout: float) -> None:
             end = loop.time() + timeout
@@ -77,9 +104,6 @@ def test_three_dead_planes_from_the_start_cost_time_not_the_transfer(
         loop.run_until_complete(until(lambda: down() >= {1, 2, 3}, 5.0))
         assert down() == {1, 2, 3}
         assert session.stats.planes[0].bytes_sent >= size
-    finally:
-        b.close()
-        a.close()
 
 
 def test_planes_with_a_closed_peer_port_go_down_on_the_icmp_errors(
@@ -93,21 +117,8 @@ def test_planes_with_a_closed_peer_port_go_down_on_the_icmp_errors(
     DOWN on unanswered probes ("probes unanswered") after 0.6 s and rounds of RTOs."""
     events: list[tuple[float, Event]] = []
     size = 8 << 20
-    base = SessionConfig(plane_mask=0b1111)
-    a = Node(loop, A, 0, serve=True)
-    b = Node(loop, B, 0)
-    try:
-        b.on_event = lambda s, e: events.append((time.monotonic(), e))
-        dst = a.regions.register(bytearray(size))
-        payload = bytes(i * 13 % 251 for i in range(1 << 16)) * (size >> 16)
-        src = b.regions.register(bytearray(payload))
-        a.listen(base, lambda private: b"ok")
-        a.start()
-        b.start()
-        peers = resolve_peer(A, a.port)
-        dead = resolve_peer(A, CLOSED_PORT)
-        peers.update({p: dead[p] for p in (1, 2, 3)})
-        session = b.connect(base, peers, b"")
+    with dead_planes(loop, size, lambda s, e: events.append((time.monotonic(), e))) as t:
+        session, src, dst, payload, b = t.session, t.src, t.dst, t.payload, t.b
 
         def until(cond: Callable[[], bool], timeout: float) -> None:
             async def wait() -> None:
@@ -137,6 +148,3 @@ def test_planes_with_a_closed_peer_port_go_down_on_the_icmp_errors(
         ]
         assert max(t for t, _ in downs) - connected < 0.25
         assert b.io.counters["icmp_unreachable"] >= 9
-    finally:
-        b.close()
-        a.close()
