@@ -33,14 +33,7 @@ LOG = BUILD / "mypyc.log"
 # setuptools builds the extension modules here; install() moves them beside the sources.
 LIB = BUILD / "mypyc-lib"
 # Modules mypyc must not compile, with the reason; they stay interpreted beside compiled ones.
-_CLASSVAR = (
-    "its header dataclasses declare ClassVar constants (SIZE, _STRUCT), which a compiled"
-    " dataclass takes for fields and then cannot construct (mypyc issue 1122)"
-)
 INTERPRETED: dict[str, str] = {
-    f"mrc/wire/{name}.py": _CLASSVAR
-    for name in ("ack", "bth", "cm", "data", "probe", "srh", "trailer")
-} | {
     "mrc/core/paths/evformat.py": "it checks the types of API arguments itself (a bool width, a str"
     " mode) with one-line errors; compiled, its constructors would coerce or refuse them first",
 }

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrc.core.config import MAX_PLANE_PATHS
-from mrc.wire.srh import SRH
+from mrc.wire.srh import SRH, SRH_SIZE
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -58,7 +58,7 @@ class SrPath:
         return SRH.for_path([*self.segments, ipaddress.IPv6Address(str(dst))])
 
     def srh_size(self) -> int:
-        return 0 if not self.segments else SRH.SIZE + 16 * (len(self.segments) + 1)
+        return 0 if not self.segments else SRH_SIZE + 16 * (len(self.segments) + 1)
 
     def describe(self) -> str:
         if not self.segments:

@@ -32,7 +32,7 @@ from typing import Any
 from mrc.core.config import MIN_PAYLOAD_MTU
 from mrc.wire.bth import Opcode
 from mrc.wire.packet import data_header_size
-from mrc.wire.trailer import Trailer
+from mrc.wire.trailer import TRAILER_SIZE
 
 from .pathtable import IpAddress, PathEntry, PathTable, PathTableError, SrPath, parse_addr
 from .planes import (
@@ -55,7 +55,7 @@ __all__ = [
 
 
 #: Bytes of mrc headers in front of the largest data packet's payload: BTH, EVXH, METH, TSETH,
-#: RETH and ImmDt (docs/WIRE.md §2–§3). A secured connection adds the trailer (`Trailer.SIZE`).
+#: RETH and ImmDt (docs/WIRE.md §2–§3). A secured connection adds the trailer (`TRAILER_SIZE`).
 MRC_DATA_HEADERS = data_header_size(Opcode.WRITE_ONLY_IMM, ts=True)
 UDP_HEADER = 8
 IP_HEADER = {4: 20, 6: 40}
@@ -78,7 +78,7 @@ def packet_size(
     payload_mtu: int, path: SrPath, *, ip_version: int = 6, secured: bool = False
 ) -> int:
     """Bytes on the wire (IP header onward) of the largest data packet sent on `path`."""
-    trailer = Trailer.SIZE if secured else 0
+    trailer = TRAILER_SIZE if secured else 0
     return (
         payload_mtu
         + MRC_DATA_HEADERS
@@ -147,7 +147,7 @@ def mtu_message(
 ) -> str:
     """The one line that says a path's MTU is too small, with the arithmetic and the fix."""
     ip = IP_HEADER[entry.dst.version]
-    trailer = Trailer.SIZE if secured else 0
+    trailer = TRAILER_SIZE if secured else 0
     size = packet_size(payload_mtu, path, ip_version=entry.dst.version, secured=secured)
     parts = [f"{payload_mtu} payload", f"{MRC_DATA_HEADERS} mrc headers"]
     if trailer:

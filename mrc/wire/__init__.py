@@ -51,7 +51,7 @@ from mrc.wire.packet import (
 )
 from mrc.wire.probe import EETH, ERTH, PETH, EndpointOp
 from mrc.wire.srh import SRH
-from mrc.wire.trailer import Trailer
+from mrc.wire.trailer import TRAILER_SIZE, Trailer
 
 __all__ = [
     "AETH",
@@ -77,6 +77,7 @@ __all__ = [
     "ROCE_PORT",
     "SETH",
     "SRH",
+    "TRAILER_SIZE",
     "TSETH",
     "AckPacket",
     "CCState",

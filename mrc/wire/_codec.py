@@ -10,24 +10,26 @@ the opcode alone says which header follows.
 from __future__ import annotations
 
 import struct
-from typing import ClassVar
-
-from mypy_extensions import mypyc_attr
 
 from mrc.wire.errors import DecodeError
 
 Buffer = bytes | bytearray | memoryview
 
 
-# The header dataclasses stay interpreted (tools/build_mypyc.py says why) and subclass this.
-@mypyc_attr(allow_interpreted_subclasses=True)
 class FixedHeader:
-    """Mixin for frozen, slotted header dataclasses with a fixed wire size."""
+    """Mixin for frozen, slotted header dataclasses with a fixed wire size.
+
+    A header names its layout through `_layout()` and its size as a module constant beside its
+    struct (`METH_SIZE` beside `METH_STRUCT`), not as class attributes: mypyc takes a compiled
+    dataclass's class variables for fields and cannot construct it ("attribute 'SIZE' is
+    read-only" from its `__init__`), which kept every header module interpreted.
+    """
 
     __slots__ = ()
 
-    SIZE: ClassVar[int]
-    _STRUCT: ClassVar[struct.Struct]
+    def _layout(self) -> struct.Struct:
+        """The header's precompiled struct."""
+        raise NotImplementedError
 
     def _values(self) -> tuple[int | bytes, ...]:
         """The struct values in wire order; validates ranges (raises ValueError)."""
@@ -35,12 +37,13 @@ class FixedHeader:
 
     def encode(self) -> bytes:
         """The header's wire bytes."""
-        return self._STRUCT.pack(*self._values())
+        return self._layout().pack(*self._values())
 
     def encode_into(self, buf: bytearray, offset: int) -> int:
         """Write the header into `buf` at `offset`; return the offset just past it."""
-        self._STRUCT.pack_into(buf, offset, *self._values())
-        return offset + self.SIZE
+        layout = self._layout()
+        layout.pack_into(buf, offset, *self._values())
+        return offset + layout.size
 
 
 def need(buf: Buffer, offset: int, size: int, what: str) -> None:

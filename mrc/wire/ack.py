@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_signed, need
 from mrc.wire.errors import DecodeError
@@ -17,13 +17,18 @@ from mrc.wire.errors import DecodeError
 # 0 type 4 | next 5 | m 2 | flags 5, 2 ack_psn_offset, 4 entropy, 8 spdcid, 10 dpdcid,
 # 12 rsvd 8 | cack_psn 24, 16 cc_type 4 | cc_flags 4, 17 mpr, 18 sack_offset, 20 sack_bitmap
 SETH_STRUCT: Final = struct.Struct(">HhIHHIBBhQ")
+SETH_SIZE: Final = 28
 # tx_timestamp 16 | V 1 | ooo_count 15 | restore_cwnd 1 | rcv_cwnd_pen 7 | rcvd_bytes 24
 CCSTATE_STRUCT: Final = struct.Struct(">HHI")
+CCSTATE_SIZE: Final = 8
 PORTSTATE_STRUCT: Final = struct.Struct(">I")
+PORTSTATE_SIZE: Final = 4
 # type 4 | next 5 | rsvd 7, nack_reason, vendor, entropy, spdcid, dpdcid, rsvd 8 | nack_psn 24,
 # cc_type 4 | cc_flags 4, rsvd 8, tx_timestamp 16
 NETH_STRUCT: Final = struct.Struct(">HBBIHHIBxH")
+NETH_SIZE: Final = 20
 AETH_STRUCT: Final = struct.Struct(">I")  # syndrome 8 | MSN 24
+AETH_SIZE: Final = 4
 
 _PR_FLAG: Final = 0x02  # SETH flags: rsvd 3 | PR 1 | PS 1 [ours]
 _PS_FLAG: Final = 0x01
@@ -98,8 +103,8 @@ class SETH(FixedHeader):
     spdcid: int = 0
     dpdcid: int = 0
 
-    SIZE: ClassVar[int] = 28
-    _STRUCT: ClassVar[struct.Struct] = SETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return SETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         first = (
@@ -160,8 +165,8 @@ class CCState(FixedHeader):
     rcv_cwnd_pen: int = 0
     rcvd_bytes: int = 0
 
-    SIZE: ClassVar[int] = 8
-    _STRUCT: ClassVar[struct.Struct] = CCSTATE_STRUCT
+    def _layout(self) -> struct.Struct:
+        return CCSTATE_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         half = (0x8000 if self.valid else 0) | check_bits("ooo_count", self.ooo_count, 15)
@@ -192,8 +197,8 @@ class PortState(FixedHeader):
 
     mask: int
 
-    SIZE: ClassVar[int] = 4
-    _STRUCT: ClassVar[struct.Struct] = PORTSTATE_STRUCT
+    def _layout(self) -> struct.Struct:
+        return PORTSTATE_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (check_bits("mask", self.mask, 32),)
@@ -218,8 +223,8 @@ class NETH(FixedHeader):
     spdcid: int = 0
     dpdcid: int = 0
 
-    SIZE: ClassVar[int] = 20
-    _STRUCT: ClassVar[struct.Struct] = NETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return NETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (
@@ -264,8 +269,8 @@ class AETH(FixedHeader):
     syndrome: int
     msn: int
 
-    SIZE: ClassVar[int] = 4
-    _STRUCT: ClassVar[struct.Struct] = AETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return AETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return ((check_bits("syndrome", self.syndrome, 8) << 24) | check_bits("msn", self.msn, 16),)

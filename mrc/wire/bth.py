@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
@@ -77,7 +77,9 @@ OPCODE_BY_VALUE: Final[dict[int, Opcode]] = {op.value: op for op in Opcode}
 # byte 0 opcode | byte 1 SE M PadCnt TVer | bytes 2-3 P_Key | bytes 4-7 F B rsvd EVX + DestQP |
 # bytes 8-11 A R RTX TS rsvd + PSN
 BTH_STRUCT: Final = struct.Struct(">BBHII")
+BTH_SIZE: Final = 12
 EVXH_STRUCT: Final = struct.Struct(">I")
+EVXH_SIZE: Final = 4
 
 # Bits of the 32-bit words at BTH bytes 4 and 8.
 F_BIT: Final = 1 << 31
@@ -114,8 +116,8 @@ class BTH(FixedHeader):
     becn: bool = False
     r: bool = False
 
-    SIZE: ClassVar[int] = 12
-    _STRUCT: ClassVar[struct.Struct] = BTH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return BTH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         b1 = (
@@ -171,8 +173,8 @@ class EVXH(FixedHeader):
 
     ev: int
 
-    SIZE: ClassVar[int] = 4
-    _STRUCT: ClassVar[struct.Struct] = EVXH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return EVXH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (check_bits("ev", self.ev, 32),)

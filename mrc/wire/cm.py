@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_len, need
 from mrc.wire.bth import BTH_STRUCT, CM_LISTEN_QPN, EVX_BIT, Opcode
@@ -33,7 +33,9 @@ _TAI64N: Final = struct.Struct(">QI")
 # 24 max_imm | security | rsvd, 28 nonce, 44 reject_reason | private_data_len,
 # 48 connection_id, 56 rsvd 64
 CMH_STRUCT: Final = struct.Struct(">BBHIIIHBBIHBx16sHHQ8x")
+CMH_SIZE: Final = 64
 KEYBLOCK_STRUCT: Final = struct.Struct(">32s32s")
+KEYBLOCK_SIZE: Final = 64
 
 
 class SecurityLevel(IntEnum):
@@ -92,8 +94,8 @@ class CMH(FixedHeader):
     version: int = 1
     flags: int = 0
 
-    SIZE: ClassVar[int] = 64
-    _STRUCT: ClassVar[struct.Struct] = CMH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return CMH_STRUCT
 
     def _values(self) -> tuple[int | bytes, ...]:
         if self.private_data_len > MAX_PRIVATE_DATA:
@@ -168,8 +170,8 @@ class KeyBlock(FixedHeader):
     ephemeral: bytes
     static: bytes
 
-    SIZE: ClassVar[int] = 64
-    _STRUCT: ClassVar[struct.Struct] = KEYBLOCK_STRUCT
+    def _layout(self) -> struct.Struct:
+        return KEYBLOCK_STRUCT
 
     def _values(self) -> tuple[bytes, ...]:
         return (
@@ -185,7 +187,7 @@ class KeyBlock(FixedHeader):
 
 
 #: BTH + CMH + key block: a secured CM packet's head (what a sealed REQUEST authenticates).
-CM_HEAD: Final = 12 + CMH.SIZE + KeyBlock.SIZE
+CM_HEAD: Final = 12 + CMH_SIZE + KEYBLOCK_SIZE
 
 
 def tai64n(seconds: int, nanoseconds: int) -> bytes:
@@ -231,11 +233,11 @@ def split_request(buf: Buffer) -> RequestParts:
         raise DecodeError("dest_qp", "a CM_REQUEST goes to QP 0x1")
     cmh = CMH.decode(mv, 12)
     if not cmh.security:
-        if n != 12 + CMH.SIZE + cmh.private_data_len:
+        if n != 12 + CMH_SIZE + cmh.private_data_len:
             raise DecodeError("private_data_len", f"{n - 76} bytes after CMH")
-        return RequestParts(p_key, cmh, None, bytes(mv[12 + CMH.SIZE :]), False)
+        return RequestParts(p_key, cmh, None, bytes(mv[12 + CMH_SIZE :]), False)
     need(mv, 0, CM_HEAD, "key block")
-    key_block = KeyBlock.decode(mv, 12 + CMH.SIZE)
+    key_block = KeyBlock.decode(mv, 12 + CMH_SIZE)
     after = n - CM_HEAD
     if after == TIMESTAMP_SIZE + cmh.private_data_len + REQUEST_TAG_SIZE:
         return RequestParts(p_key, cmh, key_block, bytes(mv[CM_HEAD:]), True)

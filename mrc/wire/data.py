@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
 
 METH_STRUCT: Final = struct.Struct(">HH")  # RQMSN 16 | MSN 16
+METH_SIZE: Final = 4
 TSETH_STRUCT: Final = struct.Struct(">HH")  # tx_timestamp 16 | TSR 1 | rsvd 11 | ftype 4
+TSETH_SIZE: Final = 4
 RETH_STRUCT: Final = struct.Struct(">QII")  # VA 64 | R_Key 32 | DMA_length 32
+RETH_SIZE: Final = 16
 IMMDT_STRUCT: Final = struct.Struct(">I")
+IMMDT_SIZE: Final = 4
 
 MAX_DMA_LENGTH: Final = 1 << 31  # §3: DMA_length is 1 … 2^31
 
@@ -33,8 +37,8 @@ class METH(FixedHeader):
     rqmsn: int
     msn: int
 
-    SIZE: ClassVar[int] = 4
-    _STRUCT: ClassVar[struct.Struct] = METH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return METH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (check_bits("rqmsn", self.rqmsn, 16), check_bits("msn", self.msn, 16))
@@ -54,8 +58,8 @@ class TSETH(FixedHeader):
     tx_timestamp: int
     ftype: int = 0
 
-    SIZE: ClassVar[int] = 4
-    _STRUCT: ClassVar[struct.Struct] = TSETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return TSETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         ts = check_bits("tx_timestamp", self.tx_timestamp, 16)
@@ -80,8 +84,8 @@ class RETH(FixedHeader):
     rkey: int
     dma_length: int
 
-    SIZE: ClassVar[int] = 16
-    _STRUCT: ClassVar[struct.Struct] = RETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return RETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         if not dma_length_ok(self.dma_length):
@@ -103,8 +107,8 @@ class ImmDt(FixedHeader):
 
     imm: int
 
-    SIZE: ClassVar[int] = 4
-    _STRUCT: ClassVar[struct.Struct] = IMMDT_STRUCT
+    def _layout(self) -> struct.Struct:
+        return IMMDT_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (check_bits("imm", self.imm, 32),)

@@ -43,7 +43,7 @@ from mrc.wire.bth import (
     RTX_BIT,
     Opcode,
 )
-from mrc.wire.cm import CMH, KeyBlock
+from mrc.wire.cm import CMH, CMH_SIZE, KEYBLOCK_SIZE, KeyBlock
 from mrc.wire.data import MAX_DMA_LENGTH
 from mrc.wire.errors import DecodeError
 from mrc.wire.fast import (
@@ -55,7 +55,7 @@ from mrc.wire.fast import (
     encode_data_header,
     encode_sack,
 )
-from mrc.wire.probe import EETH, ERTH, PETH
+from mrc.wire.probe import EETH, EETH_SIZE, ERTH, ERTH_SIZE, PETH
 
 _PEEK_QP: Final = struct.Struct(">4xI")
 # Bound once: compiled, a method call by name looks the method up per call.
@@ -479,7 +479,7 @@ def _decode_probe(mv: memoryview, n: int) -> ProbePacket:
 def _decode_endpoint(mv: memoryview, n: int) -> EndpointPacket:
     opcode = OPCODE_BY_VALUE[mv[0]]
     cls = _ENDPOINT_HEADERS[opcode]
-    size = cls.SIZE
+    size = ERTH_SIZE if cls is ERTH else EETH_SIZE
     dest_qp, psn, p_key, ev, off = _control_bth(mv, n, size, cls.__name__)
     header = cls.decode(mv, off)
     _exact(n, off + size, opcode.name)
@@ -492,8 +492,8 @@ def _decode_cm(mv: memoryview, n: int) -> CmPacket:
     if w4 & EVX_BIT:
         raise DecodeError("evx", "CM packets carry no EVXH")
     cmh = CMH.decode(mv, 12)
-    off = 12 + CMH.SIZE
-    key_size = KeyBlock.SIZE if cmh.security else 0
+    off = 12 + CMH_SIZE
+    key_size = KEYBLOCK_SIZE if cmh.security else 0
     if n - off != key_size + cmh.private_data_len:
         raise DecodeError(
             "private_data_len",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, need
 from mrc.wire.errors import DecodeError
@@ -21,12 +21,15 @@ from mrc.wire.errors import DecodeError
 # type 4 | next 5 | rsvd 7, vendor, rsvd 8, probe_id, rsvd 16, spdcid, dpdcid, tx_timestamp,
 # TSR 1 | rsvd 11 | ftype 4
 PETH_STRUCT: Final = struct.Struct(">HBxH2xHHHH")
+PETH_SIZE: Final = 16
 # type 4 | next 5 | rsvd 5 | op 2, rsvd 8, vendor, port_status_mask, rsvd 32, tx_timestamp,
 # TSR 1 | rsvd 11 | ftype 4
 ERTH_STRUCT: Final = struct.Struct(">HxBI4xHH")
+ERTH_SIZE: Final = 16
 # type 4 | next 5 | rsvd 5 | op 2, rsvd 16, 24 bytes MRC reserves (ours: port_status_mask in the
 # first 4), tx_timestamp, rsvd 16, rsvd 32
 EETH_STRUCT: Final = struct.Struct(">H2xI20xH6x")
+EETH_SIZE: Final = 36
 
 _FTYPE: Final = 0x000F
 
@@ -59,8 +62,8 @@ class PETH(FixedHeader):
     dpdcid: int = 0
     ftype: int = 0
 
-    SIZE: ClassVar[int] = 16
-    _STRUCT: ClassVar[struct.Struct] = PETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return PETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (
@@ -92,8 +95,8 @@ class ERTH(FixedHeader):
     vendor: int = 0
     ftype: int = 0
 
-    SIZE: ClassVar[int] = 16
-    _STRUCT: ClassVar[struct.Struct] = ERTH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return ERTH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (
@@ -122,8 +125,8 @@ class EETH(FixedHeader):
     port_status_mask: int = 0
     tx_timestamp: int = 0
 
-    SIZE: ClassVar[int] = 36
-    _STRUCT: ClassVar[struct.Struct] = EETH_STRUCT
+    def _layout(self) -> struct.Struct:
+        return EETH_STRUCT
 
     def _values(self) -> tuple[int, ...]:
         return (

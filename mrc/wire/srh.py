@@ -12,7 +12,7 @@ import ipaddress
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, check_bits, need
 from mrc.wire.errors import DecodeError
@@ -24,6 +24,7 @@ UDP: Final = 17
 
 # next_header | hdr_ext_len | routing_type | segments_left | last_entry | flags | tag
 _FIXED: Final = struct.Struct(">BBBBBBH")
+SRH_SIZE: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class SRH:
 
     `segments_left` defaults to `len(segments) - 1` (the first hop is the active segment).
     `tlvs` holds (type, value) pairs other than Pad1/PadN; padding to a multiple of 8 bytes is
-    added on encode and dropped on decode. `SIZE` is the fixed part before the segment list.
+    added on encode and dropped on decode. `SRH_SIZE` is the fixed part before the segment list.
     """
 
     segments: tuple[ipaddress.IPv6Address, ...]
@@ -41,8 +42,6 @@ class SRH:
     flags: int = 0
     tag: int = 0
     tlvs: tuple[tuple[int, bytes], ...] = ()
-
-    SIZE: ClassVar[int] = 8
 
     def __post_init__(self) -> None:
         segments = tuple(ipaddress.IPv6Address(s) for s in self.segments)
@@ -73,7 +72,7 @@ class SRH:
             check_bits("tlv type", tlv_type, 8)
             check_bits("tlv length", len(value), 8)
             out += bytes((tlv_type, len(value))) + value
-        pad = -(self.SIZE + 16 * len(self.segments) + len(out)) % 8
+        pad = -(SRH_SIZE + 16 * len(self.segments) + len(out)) % 8
         if pad == 1:
             out.append(TLV_PAD1)
         elif pad:
@@ -112,7 +111,7 @@ class SRH:
     @property
     def size(self) -> int:
         """Encoded size in bytes, padding included."""
-        return self.SIZE + 16 * len(self.segments) + len(self._tlv_bytes())
+        return SRH_SIZE + 16 * len(self.segments) + len(self._tlv_bytes())
 
     @classmethod
     def decode(cls, buf: Buffer, offset: int = 0) -> Self:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar, Final, Self
+from typing import Final, Self
 
 from mrc.wire._codec import Buffer, FixedHeader, check_bits, check_len, need
 
 TRAILER_STRUCT: Final = struct.Struct(">Q16s")
+TRAILER_SIZE: Final = 24
 TAG_SIZE: Final = 16
 
 
@@ -23,8 +24,8 @@ class Trailer(FixedHeader):
     tx_counter: int
     tag: bytes
 
-    SIZE: ClassVar[int] = 24
-    _STRUCT: ClassVar[struct.Struct] = TRAILER_STRUCT
+    def _layout(self) -> struct.Struct:
+        return TRAILER_STRUCT
 
     def _values(self) -> tuple[int | bytes, ...]:
         return (

@@ -12,7 +12,7 @@ from mrc.wire.bth import CM_LISTEN_QPN, Opcode
 from mrc.wire.cm import split_request
 from mrc.wire.errors import DecodeError
 from mrc.wire.packet import CmPacket, decode_packet
-from mrc.wire.trailer import Trailer
+from mrc.wire.trailer import TRAILER_SIZE
 from tools.hostile.attacks import KINDS, Forgery, Scope
 
 
@@ -55,6 +55,6 @@ def test_forged_replies_name_the_client() -> None:
         try:
             pkt = decode_packet(f.payload)
         except DecodeError:
-            pkt = decode_packet(f.payload[: -Trailer.SIZE])
+            pkt = decode_packet(f.payload[: -TRAILER_SIZE])
         assert isinstance(pkt, CmPacket) and pkt.opcode is Opcode.CM_REPLY
         assert pkt.dest_qp == CLIENT_QPN == pkt.cmh.remote_qpn != CM_LISTEN_QPN

@@ -18,7 +18,7 @@ from mrc.core.secure.handshake import Identity
 from mrc.core.session import Session
 from mrc.sim import Host, LinkParams, Network
 from mrc.wire.bth import DATA_OPCODES, Opcode
-from mrc.wire.cm import CMH, KeyBlock
+from mrc.wire.cm import CMH, CMH_SIZE, KeyBlock
 from mrc.wire.packet import CmPacket, decode_packet, encode_data_header, encode_sack
 
 MTU = 4096
@@ -140,7 +140,7 @@ def test_an_unlisted_requester_is_rejected_with_nothing_but_the_reason() -> None
     pkt = decode_packet(reject)
     assert isinstance(pkt, CmPacket) and pkt.opcode is Opcode.CM_REJECT
     assert (pkt.cmh.security, pkt.key_block, pkt.private_data) == (0, None, b"")
-    assert B_PUB not in reject and len(reject) == 12 + CMH.SIZE
+    assert B_PUB not in reject and len(reject) == 12 + CMH_SIZE
 
 
 def test_a_responder_with_another_key_is_not_accepted() -> None:

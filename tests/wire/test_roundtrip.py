@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from test_headers import SIZES  # the same directory, on sys.path under pytest
 
 from mrc.wire import (
     AETH,
@@ -171,10 +172,10 @@ HEADERS = st.one_of(
 def test_header_roundtrip(header: Any, pad: int) -> None:
     cls = type(header)
     wire = header.encode()
-    assert len(wire) == cls.SIZE
+    assert len(wire) == SIZES[cls]
     assert cls.decode(wire) == header
-    buf = bytearray(pad + cls.SIZE)
-    assert header.encode_into(buf, pad) == pad + cls.SIZE
+    buf = bytearray(pad + SIZES[cls])
+    assert header.encode_into(buf, pad) == pad + SIZES[cls]
     assert cls.decode(memoryview(buf), pad) == header
 
 

@@ -48,6 +48,7 @@ from mrc.wire import (
     NETH,
     PETH,
     SETH,
+    TRAILER_SIZE,
     CCState,
     CmPacket,
     EndpointOp,
@@ -60,7 +61,6 @@ from mrc.wire import (
     SackMark,
     SackPacket,
     SecurityLevel,
-    Trailer,
     encode_data_header,
 )
 from tools.hostile.flow import Addr, Flow, Genuine
@@ -126,7 +126,7 @@ class Scope:
         """On a secured connection a random security trailer (a tag no key made) or, one time
         in two, none at all; on an unsecured one none (there is nothing to fake)."""
         if self.flow.secured and self.rng.random() < 0.5:
-            return self.rng.randbytes(Trailer.SIZE)
+            return self.rng.randbytes(TRAILER_SIZE)
         return b""
 
     def ev(self) -> int:

@@ -25,11 +25,11 @@ from mrc.wire import (
     CM_LISTEN_QPN,
     DATA_OPCODES,
     PSN_MOD,
+    TRAILER_SIZE,
     CmPacket,
     DataPacket,
     DecodeError,
     Opcode,
-    Trailer,
     decode_packet,
 )
 from mrc.wire.cm import split_request
@@ -147,7 +147,7 @@ class Flow:
 
     def _strip(self, data: bytes) -> bytes:
         if self.secured and data[0] not in _UNTRAILED:
-            return data[: -Trailer.SIZE]
+            return data[: -TRAILER_SIZE]
         return data
 
     def _request(self, data: bytes) -> None:

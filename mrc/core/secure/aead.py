@@ -56,11 +56,11 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from ...wire.trailer import TAG_SIZE, Trailer
+from ...wire.trailer import TAG_SIZE, TRAILER_SIZE
 from .replay import ReplayWindow
 
 #: Bytes the trailer adds to every secured packet.
-TRAILER: Final = Trailer.SIZE
+TRAILER: Final = TRAILER_SIZE
 #: The key of each epoch is HKDF-Expand(secret(epoch), EPOCH_LABEL ‖ epoch).
 EPOCH_LABEL: Final = b"mrc epoch"
 #: secret(epoch + 1) = HKDF-Expand(secret(epoch), RATCHET_LABEL).

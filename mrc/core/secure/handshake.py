@@ -50,11 +50,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ...wire.cm import CMH, KEY_SIZE, TIMESTAMP_SIZE, KeyBlock, tai64n
+from ...wire.cm import CMH_SIZE, KEY_SIZE, KEYBLOCK_SIZE, TIMESTAMP_SIZE, KeyBlock, tai64n
 from ..errors import LocalProtocolError
 
 #: BTH + CMH + key block: the part of a CM packet the transcript hashes.
-HEAD: Final = 12 + CMH.SIZE + KeyBlock.SIZE
+HEAD: Final = 12 + CMH_SIZE + KEYBLOCK_SIZE
 #: Offset of the CMH `plane` byte in a CM packet (zeroed in the transcript).
 PLANE_BYTE: Final = 12 + 1
 PSK_SIZE: Final = 32
