@@ -102,11 +102,12 @@ job: sysdeps install
 	$(PY) -m tools.job -o job.json $(JOB_ARGS)
 
 # The hostile-input harness (tools/hostile; root only): 1,000,000 hostile datagrams at a live
-# verified --security encrypt transfer on loopback; prints its figures as JSON.
-# HOSTILE_ARGS="--security auth" or "--datagrams 100000" to change the run.
+# verified --security encrypt transfer on loopback, then the hostile local clients of a real
+# daemon (other uids on its control socket); prints its figures as JSON.
+# HOSTILE_ARGS="--security auth", "--datagrams 100000" or "--family local" to change the run.
 .PHONY: hostile
 hostile: venv
-	@$(PY) -m tools.hostile -J --datagrams 1000000 $(HOSTILE_ARGS)
+	@$(PY) -m tools.hostile -J --family all --datagrams 1000000 $(HOSTILE_ARGS)
 
 # Issue 17's figures (tools/htsim, mrc/experiments): not in `make test`. `paper` runs the MRC paper's
 # experiments for MRC and a RoCE baseline at the small scale (about a minute), `paper-large`

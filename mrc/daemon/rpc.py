@@ -149,6 +149,8 @@ def encode(doc: Any) -> bytes:
         req_id = doc.get("id") if isinstance(doc, dict) else None
         err = RpcError(RESOURCE_LIMIT, f"the answer would exceed {MAX_LINE} bytes; ask for less")
         line = json.dumps(failure(req_id, err), separators=(",", ":")).encode() + b"\n"
+        if len(line) > MAX_LINE:  # the id alone is too long (a request's 1 MiB, escaped)
+            line = json.dumps(failure(None, err), separators=(",", ":")).encode() + b"\n"
     return line
 
 
@@ -225,5 +227,8 @@ class Params:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, bytes) else repr(value)
+    try:
+        text = json.dumps(value) if not isinstance(value, bytes) else repr(value)
+    except RecursionError:  # a value nested just under what the decoder took
+        text = "[[[..." if isinstance(value, list) else '{"...'
     return text if len(text) <= 40 else text[:37] + "..."

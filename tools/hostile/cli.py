@@ -1,9 +1,15 @@
 """`python -m tools.hostile`: flags, the root check, one run, its figures and exit status.
 
+`--family` picks what is attacked: `network` (the default) a live bench transfer with hostile
+datagrams, `local` a daemon's control socket with hostile local clients
+(`tools.hostile.local`), `all` both, one after the other.
+
 Exit status: 0 when no bench process crashed and (with `--security auth|encrypt`) the genuine
-transfer came through intact; 1 otherwise; 2 for bad flags, missing root, or a run that could
-not start (one line on stderr). Without `-J` the figures print as a few lines; with `-J` as one
-JSON document. Figures and how they are judged: `tools.hostile.report`.
+transfer came through intact, and every local case passed; 1 otherwise; 2 for bad flags,
+missing root, or a run that could not start (one line on stderr). Without `-J` the figures
+print as a few lines; with `-J` as one JSON document: the network figures at the top level
+(`tools.hostile.report`), the local family's under `local` (`tools.hostile.local`), and
+`family`.
 """
 
 from __future__ import annotations
@@ -15,14 +21,19 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 from mrc.units import parse_size
-from tools.hostile import report
+from tools.hostile import local, report
 from tools.hostile.attacks import KINDS
+from tools.hostile.localproc import LocalError
 from tools.hostile.rawnet import RawNetError
 from tools.hostile.run import Options, RunError, run
 
-NOT_ROOT = "hostile: needs root (a packet socket to sniff lo, a raw socket to spoof); run as root"
+NOT_ROOT = (
+    "hostile: needs root (a packet socket to sniff lo, a raw socket to spoof, clients of other "
+    "uids); run as root"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,6 +88,27 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
+def _cases(text: str) -> list[str]:
+    cases = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in cases if k not in local.CASES]
+    if unknown or not cases:
+        raise argparse.ArgumentTypeError(
+            f"unknown local case(s) {', '.join(unknown) or '(none)'}; known: "
+            f"{', '.join(local.CASES)}"
+        )
+    return cases
+
+
+def _uid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a uid: {text!r}") from None
+    if not 0 <= value < 1 << 31:
+        raise argparse.ArgumentTypeError(f"not a uid: {text!r}")
+    return value
+
+
 def _planes(text: str) -> list[int]:
     try:
         planes = sorted({int(p) for p in text.split(",")})
@@ -118,6 +150,15 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds a connection moves data before the attack on it starts "
                    "(default 0)")
     p.add_argument("--seed", type=int, default=None, help="seed of the attacks' randomness")
+    p.add_argument("--family", choices=("network", "local", "all"), default="network",
+                   help="network (default): hostile datagrams at a live transfer; local: "
+                   "hostile clients of a daemon's control socket; all: both")
+    p.add_argument("--cases", type=_cases, default=list(local.CASES), metavar="C[,C...]",
+                   help=f"local cases (default all): {', '.join(local.CASES)}")
+    p.add_argument("--hostile-uid", type=_uid, default=local.HOSTILE, metavar="UID",
+                   help=f"uid of the local attacker (default {local.HOSTILE}); 0 makes it "
+                   "the daemon's admin, whose view is not isolated: the isolation cases then "
+                   "fail, which shows the harness sees a leak")
     p.add_argument("-J", "--json", action="store_true", help="figures as one JSON document")
     return p  # fmt: skip
 
@@ -143,21 +184,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=ns.seed,
         keys=ns.keys,
     )
+    local_opts = local.LocalOptions(cases=ns.cases, hostile_uid=ns.hostile_uid)
+    if local_opts.hostile_uid == local_opts.victim_uid:
+        local_opts.victim_uid = local.HOSTILE
+    if local_opts.hostile_uid == local_opts.stranger_uid:
+        local_opts.stranger_uid = local.STRANGER - 1
     signal.signal(signal.SIGTERM, _terminate)
+    raw = None
+    fig: dict[str, Any] = {}
+    status = 0
     try:
-        raw = run(opts)
-    except (RunError, RawNetError) as exc:
-        sys.stderr.write(f"hostile: {exc}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("hostile: interrupted\n")
-        return 2
-    fig = report.figures(raw)
-    if ns.json:
-        sys.stdout.write(json.dumps(fig, indent=2) + "\n")
-    else:
-        sys.stdout.write(report.text(fig) + "\n")
-    for proc in (raw.server, *raw.clients):
-        if proc is not None:
-            proc.close()
-    return report.verdict(fig)
+        try:
+            if ns.family in ("network", "all"):
+                raw = run(opts)
+                fig = report.figures(raw)
+                status = report.verdict(fig)
+            fig["family"] = ns.family
+            if ns.family in ("local", "all"):
+                fig["local"] = local.run_local(local_opts)
+                status = max(status, local.verdict(fig["local"]))
+        except (RunError, RawNetError, LocalError) as exc:
+            sys.stderr.write(f"hostile: {exc}\n")
+            return 2
+        except KeyboardInterrupt:
+            sys.stderr.write("hostile: interrupted\n")
+            return 2
+        if ns.json:
+            sys.stdout.write(json.dumps(fig, indent=2) + "\n")
+        else:
+            parts = [report.text(fig)] if raw is not None else []
+            if "local" in fig:
+                parts.append(local.text(fig["local"]))
+            sys.stdout.write("\n".join(parts) + "\n")
+    finally:
+        if raw is not None:
+            for proc in (raw.server, *raw.clients):
+                if proc is not None:
+                    proc.close()
+    return status
