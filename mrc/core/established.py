@@ -50,7 +50,7 @@ from .paths.planes import PlaneState, PlaneTable
 from .paths.spray import make_spray
 from .phase import Lifecycle, Phase, SessionState
 from .recv.receiver import Receiver
-from .secure.aead import PacketProtection
+from .secure.aead import TRAILER, PacketProtection
 from .secure.gate import SecureChannel
 from .send.ackpath import take_ack
 from .send.sackpath import on_decoded, take_sack
@@ -252,10 +252,12 @@ class Established(Phase):
             if runs is not None:
                 if channel is None:
                     k = runs.on_data_span(buf, at, end, seg, self.qpn, plane, tos, ps, now)
-                else:
+                elif not buf.readonly:
                     k = self._secured_run(channel, buf, at, end, seg, plane, tos, ps, now)
                     if k < 0:
                         return end  # the session closed
+                else:
+                    k = at  # (bytes, as the simulator hands them: the gate opens a copy)
                 self._data_seen = self._data_seen or k > at
                 at = k
                 if runs.fatal:
@@ -284,30 +286,45 @@ class Established(Phase):
         plane: int, tos: int, ps: PlaneStats, now: float,
     ) -> int:  # fmt: skip
         """`Receiver.on_data_span` for a secured connection: the read's full-size data
-        packets for this QP, one after the other, each through the gate (tag and window,
-        `SecureChannel.open_full`) and then the receiver's one path (`on_data_bytes`), until
-        one that is not such a packet: returns its offset (-1 once the session closed)."""
+        packets for this QP are opened where they lie, one after the other (tag and window,
+        `SecureChannel.open_full_at`), and each run of them that opened goes to the
+        receiver's one path as an unsecured read does (`on_data_span`, their trailers
+        skipped), until one that is not such a packet: returns its offset (-1 once the
+        session closed). A packet that fails its tag is counted and skipped; nothing acts on
+        it or on any packet after it before that packet opened."""
         receiver = self.receiver
         qpn = self.qpn
-        while at < end:
-            size = min(seg, end - at)
-            data = buf[at : at + size]
-            if not channel.full_data(data, qpn):
-                break
-            at += size
-            ps.packets_received += 1
-            ps.bytes_received += size
-            opened = channel.open_full(data)
-            if opened is None:
-                continue
-            self._data_seen = True
-            if not receiver.on_data_bytes(opened, plane, tos, now):
-                if not self._opened(opened, plane, tos, now):
+        while True:
+            run = at
+            failed = False
+            while at < end:
+                size = min(seg, end - at)
+                if not channel.full_at(buf, at, size, qpn):
+                    break
+                if not channel.open_full_at(buf, at):
+                    failed = True
+                    break
+                at += size
+            k = run
+            while k < at:
+                k = receiver.on_data_span(buf, k, at, seg, qpn, plane, tos, ps, now, TRAILER)
+                if receiver.fatal:
+                    self._fatal(receiver.fatal)
                     return -1
-            elif receiver.fatal:
-                self._fatal(receiver.fatal)
-                return -1
-        return at
+                if k < at:
+                    # Opened, but not in the byte layouts: the decoder takes it.
+                    ps.packets_received += 1
+                    ps.bytes_received += seg
+                    if not self._opened(buf[k : k + seg - TRAILER], plane, tos, now):
+                        return -1
+                    k += seg
+            if at > run:
+                self._data_seen = True
+            if not failed:
+                return at
+            ps.packets_received += 1  # the one that failed its tag (counted by the gate)
+            ps.bytes_received += seg
+            at += seg
 
     def _receive_one(
         self, data: bytes | memoryview, plane: int, tos: int, ps: PlaneStats, now: float

@@ -141,8 +141,10 @@ class Story:
         reads: list[tuple[memoryview, tuple[str, int], int, int]] = []
         for run in self.datagrams():
             if gro:
-                reads.append((memoryview(b"".join(run)), ("a", 0), self.tos, len(run[0])))
-            else:
+                # Writable, as io's receive buffer is: a secured read is opened in place.
+                read = memoryview(bytearray(b"".join(run)))
+                reads.append((read, ("a", 0), self.tos, len(run[0])))
+            else:  # bytes, as the simulator hands datagrams: the gate opens a copy
                 reads += [(memoryview(d), ("a", 0), self.tos, 0) for d in run]
         self.b.endpoint.receive_reads(0, reads, now)
         answers = [self.summary(tx.data) for tx in self.reader.datagrams_to_send(now)]

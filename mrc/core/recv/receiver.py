@@ -206,18 +206,22 @@ class Receiver:
 
     def on_data_span(
         self, buf: memoryview, at: int, end: int, seg: int, qpn: int, plane: int, tos: int,
-        ps: PlaneStats, now: float,
+        ps: PlaneStats, now: float, trailer: int = 0,
     ) -> int:  # fmt: skip
         """One read's datagrams (`buf[at:end]`, `seg` bytes each but the last) for QP `qpn`,
         each through `_take` where it lies in `buf` and counted on `ps`, until one is not a
         data packet of the byte layouts (or the connection went fatal): returns its offset
         (`end` once all were taken). One unpack of the headers (`data_headers`) per read; no
-        view or tuple per datagram."""
+        view or tuple per datagram. On a secured connection the gate opened the datagrams in
+        place first (`Established._secured_run`): the last `trailer` bytes of each are its
+        security trailer, not packet."""
         placed = j = limit = 0  # fields[j:limit]: the headers from `at` on
         fields: tuple[Any, ...] | None = None
         while at < end and not self.fatal:
             size = min(seg, end - at)
-            got = self._take(buf, at, size, qpn, plane, tos, now, fields if j < limit else None, j)
+            got = self._take(
+                buf, at, size - trailer, qpn, plane, tos, now, fields if j < limit else None, j
+            )
             if got < 0:
                 break
             placed += got
@@ -228,7 +232,8 @@ class Receiver:
             if fields is None:
                 # The first was ours: the full-size rest's headers at once.
                 fields, count = (), min((end - at) // seg, 64)
-                if count > 1 and not self._noevx and seg - self.config.payload_mtu in _WIDTHS:
+                width = seg - trailer - self.config.payload_mtu
+                if count > 1 and not self._noevx and width in _WIDTHS:
                     fields = data_headers(seg, count).unpack_from(buf, at)
                     j, limit = 0, _FIELDS * count
         if placed:

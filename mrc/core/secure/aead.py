@@ -289,61 +289,23 @@ class PacketProtection:
         for epoch in [e for e in self._rx_ctxs if e < oldest]:
             del self._rx_ctxs[epoch]
 
-    def open(self, data: bytes | memoryview, header: int) -> memoryview | None:
-        """The packet without its trailer if its tag verifies and its counter is new, else
-        None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
-        data packet's encrypted payload: a writable `data` (io's receive buffer) is decrypted in
-        place (its trailer and payload change, whether or not the tag verifies) and the result
-        is a view of it; a read-only one is decrypted into this object's plaintext buffer and
-        the result is a view of that, valid until the next `open`. Otherwise the result is a
-        view of `data`."""
-        mv = memoryview(data) if isinstance(data, bytes) else data  # (a C check compiled)
-        end = len(mv) - TRAILER
-        if end < 0:
-            self.drops["auth"] += 1
-            return None
-        # One unpack reads both: the tag is used as it is (auth) or moved (encrypt).
-        counter, tag = _COUNTER_TAG.unpack_from(mv, end)
+    def _window(self, counter: int) -> AESGCM | None:
+        """The context to verify `counter` with, if the anti-replay window has not seen it and
+        its epoch has a key; else None (counted)."""
         replay = self.replay
-        top = replay.top
         # In order (the common case) is new without a look at the bitmap.
-        if counter <= top and not replay.fresh(counter):
+        if counter <= replay.top and not replay.fresh(counter):
             self.drops["replay_window" if replay.stale(counter) else "replay"] += 1
             return None
+        if counter >> self.shift == self._rx_epoch:
+            return self._rx_cur
+        return self._rx_ctx(counter)
+
+    def _verified(self, counter: int, ctx: AESGCM) -> None:
+        """`counter`'s tag verified under `ctx`: the window moves (only now, RFC 6479)."""
+        replay = self.replay
+        top = replay.top
         epoch = counter >> self.shift
-        ctx = self._rx_cur if epoch == self._rx_epoch else self._rx_ctx(counter)
-        if ctx is None:
-            return None
-        nonce = self._rx_nonce
-        _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
-        out = mv[:end]
-        try:
-            if header and self.encrypt:
-                size = end - header
-                if size > self.max_payload:
-                    self.drops["bad_length"] += 1
-                    return None
-                if mv.readonly:
-                    # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
-                    # and decrypt behind a copy of the headers.
-                    sealed = self._gather[: size + TAG_SIZE]
-                    sealed[:size] = mv[header:end]
-                    sealed[size:] = tag
-                    plain = self._plain
-                    ctx.decrypt_into(nonce, sealed, mv[:header], plain[header:end])
-                    plain[:header] = mv[:header]
-                    out = plain[:end]
-                else:
-                    # A receive buffer of our own (io): the tag moves over the counter, read
-                    # already, and the payload is decrypted where it lies (no staging copy;
-                    # a packet whose tag fails leaves only its own datagram changed).
-                    _TAG.pack_into(mv, end, tag)
-                    ctx.decrypt_into(nonce, mv[header : end + TAG_SIZE], mv[:header], out[header:])
-            else:
-                ctx.decrypt_into(nonce, tag, out, self._empty)
-        except InvalidTag:
-            self.drops["auth"] += 1
-            return None
         if counter > top and counter >> 6 == top >> 6 and epoch == self._rx_epoch:
             # The usual step: newest, in the same block and epoch (the window's first case).
             replay.accept(counter)
@@ -356,7 +318,86 @@ class PacketProtection:
             self._forget_old_epochs()
         else:
             replay.accept(counter)
+
+    def open(self, data: bytes | memoryview, header: int) -> memoryview | None:
+        """The packet without its trailer if its tag verifies and its counter is new, else
+        None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
+        data packet's encrypted payload: a writable `data` (io's receive buffer) is decrypted in
+        place (`open_at`) and the result is a view of it; a read-only one is decrypted into
+        this object's plaintext buffer and the result is a view of that, valid until the next
+        `open`. Otherwise the result is a view of `data`."""
+        mv = memoryview(data) if isinstance(data, bytes) else data  # (a C check compiled)
+        end = len(mv) - TRAILER
+        if end < 0:
+            self.drops["auth"] += 1
+            return None
+        if header and self.encrypt and not mv.readonly:
+            return mv[:end] if self.open_at(mv, 0, len(mv), header) else None
+        # One unpack reads both: the tag is used as it is (auth) or moved (encrypt).
+        counter, tag = _COUNTER_TAG.unpack_from(mv, end)
+        ctx = self._window(counter)
+        if ctx is None:
+            return None
+        nonce = self._rx_nonce
+        _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
+        out = mv[:end]
+        try:
+            if header and self.encrypt:
+                size = end - header
+                if size > self.max_payload:
+                    self.drops["bad_length"] += 1
+                    return None
+                # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
+                # and decrypt behind a copy of the headers.
+                sealed = self._gather[: size + TAG_SIZE]
+                sealed[:size] = mv[header:end]
+                sealed[size:] = tag
+                plain = self._plain
+                ctx.decrypt_into(nonce, sealed, mv[:header], plain[header:end])
+                plain[:header] = mv[:header]
+                out = plain[:end]
+            else:
+                ctx.decrypt_into(nonce, tag, out, self._empty)
+        except InvalidTag:
+            self.drops["auth"] += 1
+            return None
+        self._verified(counter, ctx)
         return out
+
+    def open_at(self, buf: memoryview, at: int, size: int, header: int) -> bool:
+        """`open` in place for the datagram of `size` bytes at `at` in the writable `buf`
+        (io's receive buffer), whose first `header` bytes are a data packet's headers: True if
+        its tag verified and its counter was new (its payload now in clear where it lies in
+        `encrypt` mode), else False (counted). Nothing is read from `buf` but this datagram,
+        and nothing of it changes but its payload and trailer, whether or not it verified:
+        a GRO read's packets are opened where they lie, one after the other, no view each."""
+        end = at + size - TRAILER
+        body = at + header
+        if end < body:
+            self.drops["auth"] += 1
+            return False
+        counter, tag = _COUNTER_TAG.unpack_from(buf, end)
+        ctx = self._window(counter)
+        if ctx is None:
+            return False
+        nonce = self._rx_nonce
+        _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
+        try:
+            if self.encrypt:
+                if end - body > self.max_payload:
+                    self.drops["bad_length"] += 1
+                    return False
+                # The tag moves over the counter, read already, so ciphertext ‖ tag are one
+                # span; the payload is decrypted where it lies (no staging copy).
+                _TAG.pack_into(buf, end, tag)
+                ctx.decrypt_into(nonce, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
+            else:
+                ctx.decrypt_into(nonce, tag, buf[at:end], self._empty)
+        except InvalidTag:
+            self.drops["auth"] += 1
+            return False
+        self._verified(counter, ctx)
+        return True
 
     def open_reply(self, data: bytes | memoryview, private_len: int) -> bytes | None:
         """The REPLY's private data in clear if its tag verifies under counter 0, else None

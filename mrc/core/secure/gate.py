@@ -15,9 +15,9 @@ window → R_Key and bounds → copy → mark. `SecureChannel.open` is the part 
   REQUEST copy only ever makes the responder resend its REPLY bytes, a REJECT only ends a
   connection attempt that is still waiting.
 
-A GRO read's full-size data packets take the same gate one after the other (`full_data`,
-`open_full`: the session's `_secured_run`), then the receiver's one path, as an unsecured
-read's do.
+A GRO read's full-size data packets take the same gate one after the other where they lie in
+the read (`full_at`, `open_full_at`: the session's `_secured_run`), and each run of them that
+opened then takes the receiver's one path as an unsecured read does (`on_data_span`).
 
 `seal_control` seals the control packets of one output pull (data packets are sealed as they
 are framed, sendpath.py). `reply_for` (the responder's REPLY, sealed when secured) and
@@ -111,21 +111,22 @@ class SecureChannel:
                 return None  # a REPLY is never acted on once established
         return self.protection.open(data, 0)
 
-    def full_data(self, data: memoryview, qpn: int) -> bool:
-        """Whether `data` is a full-size FIRST or MIDDLE for QP `qpn` in the sender's layout
-        (`open_full` takes it): the packets of a GRO read of data, but for its last."""
+    def full_at(self, buf: memoryview, at: int, size: int, qpn: int) -> bool:
+        """Whether the datagram of `size` bytes at `at` in `buf` is a full-size FIRST or
+        MIDDLE for QP `qpn` in the sender's layout (`open_full_at` takes it): the packets of a
+        GRO read of data, but for its last."""
         return (
-            len(data) == self._full
-            and data[0] in _FULL
-            and data[4] & _EVX == self._evx
-            and data[8] & _TS != 0
-            and (data[5] << 16 | data[6] << 8 | data[7]) == qpn
+            size == self._full
+            and buf[at] in _FULL
+            and buf[at + 4] & _EVX == self._evx
+            and buf[at + 8] & _TS != 0
+            and (buf[at + 5] << 16 | buf[at + 6] << 8 | buf[at + 7]) == qpn
         )
 
-    def open_full(self, data: memoryview) -> memoryview | None:
-        """`open` for a datagram `full_data` accepted: tag and window, then the packet
-        without its trailer, or None (counted)."""
-        return self.protection.open(data, self._hdr)
+    def open_full_at(self, buf: memoryview, at: int) -> bool:
+        """`open` in place for a datagram `full_at` accepted, in a writable `buf`: tag and
+        window, its payload in clear where it lies (encrypt); False when dropped (counted)."""
+        return self.protection.open_at(buf, at, self._full, self._hdr)
 
     def _open_data(
         self, data: bytes | memoryview, plane: int, tos: int, now: float
