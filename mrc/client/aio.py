@@ -5,7 +5,9 @@ non-blocking Unix socket, one reader task that matches answers to waiting future
 coroutines may have several requests in flight on one control connection, e.g. a long-poll for
 completions while another posts writes), and a send lock that keeps request lines whole. The
 region fd rides on its request line (SCM_RIGHTS). What each operation asks and keeps is `ops`';
-the framing is `rpc`'s; connect errors are worded by `sync.unreachable`.
+the framing is `rpc`'s; connect errors are worded by `sync.unreachable`. Two calls have no
+blocking twin: `write_batch` (WRITEs on several connections in one JSON-RPC batch, optionally
+with a fetch of the completions that came) and `poll_completions` (every connection's at once).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from .rpc import (
     TIMEOUT,
     ClientError,
     LineReader,
-    decode_response,
+    decode_responses,
+    encode_batch,
     encode_request,
 )
 from .sync import check_path, default_socket, unreachable
@@ -153,18 +156,18 @@ class AsyncClient:
                 if not data:
                     break
                 for line in reader.feed(data):
-                    resp = decode_response(line)
-                    req_id = resp.id
-                    if req_id is None:
-                        # The daemon could not tell which request failed: the oldest waiting.
-                        req_id = next(iter(self._pending), None)
-                    fut = self._pending.pop(req_id, None) if req_id is not None else None
-                    if fut is None or fut.done():
-                        continue  # an answer to a request given up on
-                    if resp.error is not None:
-                        fut.set_exception(resp.error)
-                    else:
-                        fut.set_result(resp.result)
+                    for resp in decode_responses(line):  # one, or a batch's answers
+                        req_id = resp.id
+                        if req_id is None:
+                            # The daemon could not tell which request failed: the oldest.
+                            req_id = next(iter(self._pending), None)
+                        fut = self._pending.pop(req_id, None) if req_id is not None else None
+                        if fut is None or fut.done():
+                            continue  # an answer to a request given up on
+                        if resp.error is not None:
+                            fut.set_exception(resp.error)
+                        else:
+                            fut.set_result(resp.result)
         except ClientError as exc:
             failure = exc
         except OSError as exc:
@@ -212,6 +215,62 @@ class AsyncClient:
             ) from None
         finally:
             self._pending.pop(req_id, None)
+
+    async def _call_batch(self, calls: Sequence[Call]) -> list[Any]:
+        """Send `calls` as one JSON-RPC batch (one line, one answer line); each call's result,
+        or its ClientError (returned, not raised), in order. None of them may carry an fd."""
+        sock = self._sock
+        if sock is None:
+            raise self._failure or ClientError(CLOSED, "the client is not open")
+        loop = asyncio.get_running_loop()
+        first = self._next_id
+        self._next_id += len(calls)
+        line = encode_batch([(c.method, c.params, first + i) for i, c in enumerate(calls)])
+        futs = [loop.create_future() for _ in calls]
+        for i, fut in enumerate(futs):
+            self._pending[first + i] = fut
+        within = max(c.answer_within for c in calls)
+        try:
+            async with self._send_lock:
+                await loop.sock_sendall(sock, line)
+            done, _ = await asyncio.wait(futs, timeout=within)
+            if len(done) < len(futs):
+                raise ClientError(TIMEOUT, f"{calls[0].method}: no answer from the daemon "
+                                           f"within {within:g} s")
+            return [f.exception() or f.result() for f in futs]
+        except OSError as exc:
+            self._fail(ClientError(CLOSED, f"control connection failed: {exc.strerror or exc}"))
+            raise ClientError(
+                CLOSED, f"{calls[0].method}: control connection failed: {exc.strerror or exc}"
+            ) from None
+        finally:
+            for i in range(len(calls)):
+                self._pending.pop(first + i, None)
+
+    async def _run_batch(self, ops: Sequence[Op[Any]]) -> list[Any]:
+        """Drive operations whose first request goes in one batch; an operation that asks
+        more goes on alone. Each one's value, or the ClientError it ended with."""
+        calls, live = [], []
+        for op in ops:
+            calls.append(next(op))  # an argument error raises here, before anything is sent
+            live.append(op)
+        results = await self._call_batch(calls)
+        out: list[Any] = []
+        for op, res in zip(live, results, strict=True):
+            try:
+                call = op.throw(res) if isinstance(res, ClientError) else op.send(res)
+                while True:
+                    try:
+                        res = await self._call(call)
+                    except ClientError as exc:
+                        call = op.throw(exc)
+                    else:
+                        call = op.send(res)
+            except StopIteration as stop:
+                out.append(stop.value)
+            except ClientError as exc:
+                out.append(exc)
+        return out
 
     @staticmethod
     async def _send_fd(sock: socket.socket, line: bytes, fd: int) -> int:
@@ -281,6 +340,31 @@ class AsyncClient:
     async def connect(self, peer: str) -> AsyncConnection:
         cid = await self._run(self._core.connect(peer))
         return AsyncConnection(self, cid, peer)
+
+    async def write_batch(
+        self, posts: Sequence[tuple[AsyncConnection, Sequence[Write]]], *,
+        completions: bool = False,
+    ) -> tuple[list[list[int]], list[Completion]]:
+        """Post writes on several connections in one control request (a JSON-RPC batch:
+        one line to the daemon, one answer back): the ids of each post, in order. With
+        `completions`, the batch also fetches, without waiting, the completions that have
+        arrived on any of this client's connections, returned as `poll_completions` returns
+        them. A refused post raises its ClientError once the batch is answered; the posts
+        that were accepted stay posted (their completions come as usual)."""
+        ops: list[Op[Any]] = [self._core.write(conn.id, writes) for conn, writes in posts]
+        if completions:
+            ops.append(self._core.poll_all(0.0))
+        results = await self._run_batch(ops)
+        failed = next((r for r in results if isinstance(r, ClientError)), None)
+        if failed is not None:
+            raise failed
+        return results[:len(posts)], results[len(posts)] if completions else []
+
+    async def poll_completions(self, timeout: float | None = 0.0) -> list[Completion]:
+        """The completions that have arrived on any of this client's connections, waiting up
+        to `timeout` for the first one (one long-poll for them all), in posting order per
+        connection."""
+        return await self._run(self._core.poll_all(timeout))
 
     async def wait_immediates(self, region: AsyncRegion | None = None,
                               timeout: float | None = None,

@@ -237,6 +237,27 @@ class ClientCore:
         ready = [i for i in conn.posted if i in conn.done]
         return self._take(conn, ready[:limit] if limit else ready)
 
+    def poll_all(self, timeout: float | None) -> Op[list[Completion]]:
+        """The completions that have arrived on any of this client's connections (waiting up
+        to `timeout` for the first one): one request for all of them, in posting order per
+        connection."""
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        fetched = False
+        while not any(conn.done for conn in self.conns.values()):
+            wait = _slice(deadline)
+            if wait == 0 and fetched:
+                break
+            result = yield Call("completions", {"timeout": wait},
+                                answer_within=wait + ANSWER_GRACE)
+            self._record(result)
+            fetched = True
+        out: list[Completion] = []
+        for conn in self.conns.values():
+            if conn.done:
+                out += self._take(conn, [i for i in conn.posted if i in conn.done])
+        return out
+
     @staticmethod
     def _take(conn: _Conn, ids: list[int]) -> list[Completion]:
         out = []

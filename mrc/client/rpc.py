@@ -10,7 +10,7 @@ response decoder. It touches no socket: `sync` and `aio` move the bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,8 @@ __all__ = [
     "LineReader",
     "Response",
     "decode_response",
+    "decode_responses",
+    "encode_batch",
     "encode_request",
 ]
 
@@ -114,21 +116,38 @@ class ClientError(Exception):
         return f"ClientError({self.code}, {self.message!r})"
 
 
-def encode_request(method: str, params: Mapping[str, Any], req_id: int | None) -> bytes:
-    """One request line (a notification when `req_id` is None); refuses a line over MAX_LINE
-    here, with the method named, rather than letting the daemon cut the connection short."""
+def _request(method: str, params: Mapping[str, Any], req_id: int | None) -> dict[str, Any]:
     msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": dict(params)}
     if req_id is not None:
         msg["id"] = req_id
+    return msg
+
+
+def _line(doc: Any, what: str) -> bytes:
     try:
-        line = json.dumps(msg, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        line = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode() + b"\n"
     except (TypeError, ValueError) as exc:
-        raise ClientError(INVALID_PARAMS, f"{method}: params are not JSON: {exc}") from None
+        raise ClientError(INVALID_PARAMS, f"{what}: params are not JSON: {exc}") from None
     if len(line) > MAX_LINE:
         raise ClientError(
-            INVALID_PARAMS, f"{method}: request of {len(line)} bytes exceeds {MAX_LINE}"
+            INVALID_PARAMS, f"{what}: request of {len(line)} bytes exceeds {MAX_LINE}"
         )
     return line
+
+
+def encode_request(method: str, params: Mapping[str, Any], req_id: int | None) -> bytes:
+    """One request line (a notification when `req_id` is None); refuses a line over MAX_LINE
+    here, with the method named, rather than letting the daemon cut the connection short."""
+    return _line(_request(method, params, req_id), method)
+
+
+def encode_batch(requests: Sequence[tuple[str, Mapping[str, Any], int]]) -> bytes:
+    """One line holding a JSON-RPC batch of (method, params, id) requests, answered by the
+    daemon with one line holding an array of their answers."""
+    if not requests:
+        raise ClientError(INVALID_PARAMS, "an empty batch")
+    what = "batch of " + ", ".join(dict.fromkeys(m for m, _, _ in requests))
+    return _line([_request(m, p, i) for m, p, i in requests], what)
 
 
 class LineReader:
@@ -175,14 +194,31 @@ class Response:
         return self.result
 
 
-def decode_response(line: bytes) -> Response:
-    """Decode one answer line; anything that is not a JSON-RPC 2.0 response is a BAD_ANSWER."""
+def _load(line: bytes) -> Any:
     try:
-        msg = json.loads(line)
+        return json.loads(line)
     except ValueError as exc:
         raise ClientError(BAD_ANSWER, f"the daemon sent a line that is not JSON: {exc}") from None
     except RecursionError:
         raise ClientError(BAD_ANSWER, "the daemon sent a line nested too deep to read") from None
+
+
+def decode_response(line: bytes) -> Response:
+    """Decode one answer line; anything that is not a JSON-RPC 2.0 response is a BAD_ANSWER."""
+    return _response(_load(line))
+
+
+def decode_responses(line: bytes) -> list[Response]:
+    """Decode one answer line, a single answer or the array answering a batch."""
+    msg = _load(line)
+    if isinstance(msg, list):
+        if not msg:
+            raise ClientError(BAD_ANSWER, "the daemon answered with an empty array")
+        return [_response(m) for m in msg]
+    return [_response(msg)]
+
+
+def _response(msg: Any) -> Response:
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
         raise ClientError(BAD_ANSWER, "the daemon sent something that is not a JSON-RPC answer")
     req_id = msg.get("id")

@@ -44,6 +44,7 @@ from .launch import (
     testbed_daemons,
     testbed_hosts,
 )
+from .mrc_link import MESH_MAX_WORLD
 
 __all__ = ["BUS_FACTOR", "BenchConfig", "bus_factor", "run"]
 
@@ -332,8 +333,9 @@ def goals(cfg: BenchConfig, doc: dict[str, Any]) -> dict[str, Any]:
                                                               for r in small)}
         rtt = doc.get("daemon_round_trip")
         if rtt:
-            # Small all-reduces go as an all-gather: W - 1 hops, each half a round trip
-            # through two daemons; the least they can take.
-            out["small_vs_latency"]["daemon_floor_us"] = round(
-                (cfg.ranks - 1) * rtt["p50"] / 2, 2)
+            # Small all-reduces are one-shot (every rank writes every other at once, one
+            # hop; round the ring, W - 1 hops, past MESH_MAX_WORLD ranks), each hop half a
+            # round trip through two daemons: the least they can take.
+            hops = 1 if cfg.ranks <= MESH_MAX_WORLD else cfg.ranks - 1
+            out["small_vs_latency"]["daemon_floor_us"] = round(hops * rtt["p50"] / 2, 2)
     return out

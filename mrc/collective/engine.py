@@ -91,7 +91,8 @@ class Link(Protocol):
 class MeshLink(Link, Protocol):
     """A link that can also write every other rank at once (one-shot calls, when `mesh`):
     a slot per sending rank and call parity at each rank; the sender waits for its own
-    WRITEs of call n - 2 before it stages call n in their place."""
+    WRITEs of an earlier call (n - 4 over MRC) to complete before it stages call n in their
+    place."""
 
     mesh: bool
     #: One-shot messages of each rank landed here, in order (counted from the start).

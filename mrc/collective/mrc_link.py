@@ -17,11 +17,14 @@ daemon) a hello (its region handles, world, slots, chunk size) until each acknow
 it connects to each of them. The same endpoint carries aborts afterwards: a rank that fails
 tells every other rank why, so they fail at once instead of at their timeouts.
 
-Three long-polls run while the link lives (`AsyncClient` answers them concurrently):
-immediates (chunks, credits and one-shot messages), completions of each connection (a failed
-WRITE is a failure), and messages (aborts, late hellos). Credits are posted without waiting
-for the daemon's answer (a refused one fails the link when it is answered). The engine that
-uses them is `engine`; the communicator `ring`.
+Three pumps run while the link lives (`AsyncClient` answers their long-polls concurrently):
+immediates (chunks, credits and one-shot messages), messages (aborts, late hellos), and the
+completions of every connection (one request for them all; a failed WRITE is a failure),
+long-polled only while the engine waits for some, else swept every SWEEP seconds. A one-shot
+call's WRITEs go in one control request (a batch) that also fetches the completions that
+came, so a small call costs one request line. Credits are posted without waiting for the
+daemon's answer (a refused one fails the link when it is answered). The engine that uses them
+is `engine`; the communicator `ring`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from mrc.client import (
     AsyncConnection,
     AsyncRegion,
     ClientError,
+    Completion,
     Message,
     RegionHandle,
     Write,
@@ -66,6 +70,10 @@ MESH_MAX_WORLD = 64
 _SEQ24 = 0xFFFFFF
 #: Completions kept whose post was not answered yet (credits' too: they are never asked for).
 _EARLY_MAX = 4096
+#: Staging slots of one-shot calls: call n is staged in slot n mod MESH_STAGING, once every
+#: WRITE of call n - MESH_STAGING completed (their completions come back with later calls'
+#: posts, so a call seldom waits for one).
+MESH_STAGING = 4
 
 
 def _catch_up(last: int, imm: int) -> int:
@@ -102,11 +110,13 @@ class MrcLink:
         #: Whether one-shot calls can run (a connection to every other rank).
         self.mesh = len(self._conns) == world - 1
         self.mesh_arrived = [0] * world
-        #: Ids of our one-shot WRITEs not completed yet, by staging half.
-        self._mesh_pending: tuple[set[int], set[int]] = (set(), set())
-        #: Our one-shot posts the daemon has not answered yet, by staging half.
-        self._mesh_posting: tuple[set[asyncio.Task[None]], set[asyncio.Task[None]]] = (
-            set(), set())
+        #: Ids of our one-shot WRITEs not completed yet, by staging slot.
+        self._mesh_pending: list[set[int]] = [set() for _ in range(MESH_STAGING)]
+        #: Our one-shot posts the daemon has not answered yet, by staging slot.
+        self._mesh_posting: list[set[asyncio.Task[None]]] = [
+            set() for _ in range(MESH_STAGING)]
+        #: Connection id → peer name, for what a completion says.
+        self._peer_of = {c.id: c.peer for c in (to_next, to_prev, *self._conns.values())}
         #: Completions whose id was not known yet (the answer to its post still on its way).
         self._early: dict[int, bool] = {}
         self.arrived = 0
@@ -130,9 +140,8 @@ class MrcLink:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        conns = {id(c): c for c in (self.to_next, self.to_prev, *self._conns.values())}
-        self._pumps = [loop.create_task(self._immediates()), loop.create_task(self._messages())]
-        self._pumps += [loop.create_task(self._completions(c)) for c in conns.values()]
+        self._pumps = [loop.create_task(self._immediates()), loop.create_task(self._messages()),
+                       loop.create_task(self._completions())]
 
     # ---- the engine's side ------------------------------------------------------------
 
@@ -172,46 +181,50 @@ class MrcLink:
     async def mesh_send(self, seq: int, payload: bytes, deadline: float,
                         waiting: Callable[[], str]) -> None:
         """Write `payload` (at most MESH_SLOT bytes) into every other rank's slot for us in
-        the half of one-shot call `seq`, from our staging half of that parity, which call
-        `seq` - 2 used: its WRITEs must have completed first. The posts are not waited for
-        (pipelined requests: the call reads what arrives meanwhile); a refused one fails the
-        link when it is answered."""
+        the half of one-shot call `seq`, from our staging slot `seq` mod MESH_STAGING, which
+        call `seq` - MESH_STAGING used: its WRITEs must have completed first. Every WRITE of
+        the call goes in one control request, with a fetch of the completions that arrived
+        meanwhile (so completions cost no request of their own); it is not waited for
+        (the call reads what arrives meanwhile), and a refused one fails the link when it
+        is answered."""
         half = seq % 2
-        pending, posting = self._mesh_pending[half], self._mesh_posting[half]
+        staging = seq % MESH_STAGING
+        pending, posting = self._mesh_pending[staging], self._mesh_posting[staging]
         while pending or posting:
             await self.wait(deadline, waiting, completions=True)
-        at = half * MESH_SLOT
+        at = staging * MESH_SLOT
         self._mesh_out.buf[at:at + len(payload)] = payload
         imm = ((seq & _SEQ24) << 8) | self.rank
+        posts = [(conn, [Write(self._mesh_out, at, len(payload), self._mesh_handles[r],
+                               (self.rank * 2 + half) * MESH_SLOT, imm)])
+                 for r, conn in self._conns.items()]
 
-        async def one(r: int) -> None:
-            conn = self._conns[r]
+        async def post() -> None:
             try:
-                ids = await conn.write_many([Write(
-                    self._mesh_out, at, len(payload), self._mesh_handles[r],
-                    (self.rank * 2 + half) * MESH_SLOT, imm)])
+                ids, done = await self.client.write_batch(posts, completions=True)
             except ClientError as exc:
-                self._fail(f"a one-shot WRITE to {conn.peer}: {exc}")
+                self._fail(f"a one-shot WRITE: {exc}")
                 return
             finally:
                 posting.discard(asyncio.current_task())
-            for i in ids:
-                ok = self._early.pop(i, None)
-                if ok is None:
-                    pending.add(i)
-                elif not ok:
-                    self._fail(f"a one-shot WRITE to {conn.peer} failed (the rank there or "
-                               "its daemon is gone)")
-            if pending:
-                self._want.set()
+            for (conn, _), got in zip(posts, ids, strict=True):
+                for i in got:
+                    ok = self._early.pop(i, None)
+                    if ok is None:
+                        pending.add(i)
+                    elif not ok:
+                        self._fail(f"a one-shot WRITE to {conn.peer} failed (the rank there "
+                                   "or its daemon is gone)")
+            self._absorb(done)
             self._changed.set()
 
-        loop = asyncio.get_running_loop()
-        for r in self._conns:  # tasks start in this order: each peer sees our calls in order
-            posting.add(loop.create_task(one(r)))
+        # Tasks start in the order they are made, and a batch is one line: every peer sees
+        # our calls in order.
+        posting.add(asyncio.get_running_loop().create_task(post()))
 
     def mesh_unfinished(self) -> int:
-        return sum(len(s) for s in (*self._mesh_pending, *self._mesh_posting))
+        return (sum(len(p) for p in self._mesh_pending)
+                + sum(len(p) for p in self._mesh_posting))
 
     def mesh_slot(self, sender: int, seq: int) -> memoryview:
         at = (sender * 2 + seq % 2) * MESH_SLOT
@@ -338,50 +351,56 @@ class MrcLink:
         except ClientError as exc:
             self._fail(f"the local daemon ({self.client.path}): {exc}")
 
-    async def _completions(self, conn: AsyncConnection) -> None:
-        """Completions are fetched when the engine waits for them (a long-poll), else swept
-        every SWEEP seconds: a failed WRITE is still seen, and a small collective does not
-        pay a control round trip per WRITE for completions nobody is waiting for. Every
-        connection may carry WRITEs waited for (chunks to the next rank, one-shot WRITEs to
-        any rank)."""
+    async def _completions(self) -> None:
+        """Completions of every connection (one request for them all) are fetched when the
+        engine waits for them (a long-poll), and come back with every one-shot call's posts;
+        else they are swept every SWEEP seconds, so a failed WRITE is still seen. A small
+        collective pays no control round trip for completions nobody is waiting for."""
         try:
             while not self._closing:
                 if self._want.is_set():
-                    got = await conn.poll(timeout=POLL)
+                    got = await self.client.poll_completions(timeout=POLL)
                 else:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._want.wait(), SWEEP)
                     if self._want.is_set():
                         continue
-                    got = await conn.poll(timeout=0)
-                for c in got:
-                    # A failed chunk is a failure; a failed credit only means the previous
-                    # rank went (it may have finished and closed): if a chunk of it is still
-                    # due, that shows as its absence.
-                    if c.id in self._data_ids:
-                        if not c.ok:
-                            self._fail(f"a WRITE to {conn.peer} ended {c.status} (the rank "
-                                       "there or its daemon is gone)")
-                        self._data_ids.discard(c.id)
-                        self.completed += 1
-                        self._streamed += self._sizes.pop(c.id, 0)
-                    elif c.id in self._mesh_pending[0] or c.id in self._mesh_pending[1]:
-                        if not c.ok:
-                            self._fail(f"a one-shot WRITE to {conn.peer} ended {c.status} "
-                                       "(the rank there or its daemon is gone)")
-                        self._mesh_pending[0].discard(c.id)
-                        self._mesh_pending[1].discard(c.id)
-                    else:  # a credit's, or one whose post is still being answered
-                        self._early[c.id] = c.ok
-                        if len(self._early) > _EARLY_MAX:
-                            del self._early[next(iter(self._early))]
-                if (self.completed >= self._posted and not self._mesh_pending[0]
-                        and not self._mesh_pending[1]):
+                    got = await self.client.poll_completions(timeout=0)
+                self._absorb(got)
+                # Wanted again by whoever still waits (`wait` sets it); chunks of a ring call
+                # keep it while any is in flight.
+                if self.completed >= self._posted:
                     self._want.clear()
                 if got:
                     self._changed.set()
         except ClientError as exc:
-            self._fail(f"connection to {conn.peer}: {exc}")
+            self._fail(f"the local daemon ({self.client.path}): {exc}")
+
+    def _absorb(self, got: Sequence[Completion]) -> None:
+        """Count completions in: a chunk's (a failed one is a failure), a one-shot WRITE's,
+        or one whose post is still being answered (kept for its answer)."""
+        for c in got:
+            # A failed credit only means the previous rank went (it may have finished and
+            # closed): if a chunk of it is still due, that shows as its absence.
+            if c.id in self._data_ids:
+                if not c.ok:
+                    self._fail(f"a WRITE to {self._peer_of.get(c.connection)} ended "
+                               f"{c.status} (the rank there or its daemon is gone)")
+                self._data_ids.discard(c.id)
+                self.completed += 1
+                self._streamed += self._sizes.pop(c.id, 0)
+                continue
+            for pending in self._mesh_pending:
+                if c.id in pending:
+                    if not c.ok:
+                        self._fail(f"a one-shot WRITE to {self._peer_of.get(c.connection)} "
+                                   f"ended {c.status} (the rank there or its daemon is gone)")
+                    pending.discard(c.id)
+                    break
+            else:  # a credit's, or one whose post is still being answered
+                self._early[c.id] = c.ok
+                if len(self._early) > _EARLY_MAX:
+                    del self._early[next(iter(self._early))]
 
     async def _messages(self) -> None:
         endpoint = self.endpoint_of(self.rank)
@@ -495,7 +514,7 @@ async def _bootstrap(client: AsyncClient, rank: int, world: int, peers: list[str
     neighbours = [r for r in range(world) if r != rank] if mesh else sorted({nxt, prv} - {rank})
     mesh_in = await client.register_region((world if mesh else 1) * 2 * MESH_SLOT,
                                            f"coll-mesh-in-{rank}")
-    mesh_out = await client.register_region(2 * MESH_SLOT, f"coll-mesh-out-{rank}")
+    mesh_out = await client.register_region(MESH_STAGING * MESH_SLOT, f"coll-mesh-out-{rank}")
     token = secrets.token_hex(8)
     hello = {"op": "hello", "rank": rank, "world": world, "slots": slots, "chunk": chunk_bytes,
              "token": token, "slots_handle": recv.handle.to_dict(),

@@ -26,6 +26,7 @@ np = pytest.importorskip("numpy", reason="mrc.collective needs numpy (the collec
 from mrc.collective import CollectiveError, open_mrc, open_mrc_async, open_tcp  # noqa: E402
 from mrc.collective.engine import ONE_SHOT_MAX  # noqa: E402
 from mrc.collective.launch import DaemonSpec, environ, loopback_daemons  # noqa: E402
+from mrc.collective.mrc_link import MESH_STAGING  # noqa: E402
 from mrc.collective.ring import Ring, stop_loop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,6 +166,90 @@ def test_small_calls_take_one_hop(daemons: Ring3) -> None:
             assert link.mesh_arrived == [0 if k == r else 5 for k in range(world)]
     finally:
         close_all(comms)
+
+
+def test_a_small_call_is_one_control_request(daemons: Ring3) -> None:
+    """A one-shot call posts its W - 1 WRITEs and fetches the completions that came, in one
+    JSON-RPC batch (one line to the daemon, one back): no request per WRITE and no long-poll
+    for completions nobody waits for; the staging slots wrap several times and every result
+    is numpy's (docs/COLLECTIVE.md §6)."""
+    world = daemons.world
+    comms = daemons.open()
+    calls = 4 * MESH_STAGING + 1
+    count = world + 2
+    asked: list[list[tuple[str, ...]]] = [[] for _ in range(world)]
+
+    def counting(r: int) -> None:
+        link: Any = comms[r].link
+        client = link.client
+        one, batch = client._call, client._call_batch
+
+        async def call(c: Any) -> Any:
+            asked[r].append((c.method,))
+            return await one(c)
+
+        async def call_batch(cs: Any) -> Any:
+            asked[r].append(tuple(c.method for c in cs))
+            return await batch(cs)
+
+        client._call, client._call_batch = call, call_batch
+
+    def body(r: int) -> None:
+        parts = [data_of(k, count, "float64") for k in range(world)]
+        want = np.sum(np.stack(parts), axis=0)
+        for _ in range(calls):
+            assert np.array_equal(comms[r].all_reduce(parts[r], timeout=20), want)
+
+    try:
+        for r in range(world):
+            counting(r)
+        started = time.monotonic()
+        ok(parallel(world, body))
+        sweeps = 2 + int(time.monotonic() - started)  # one a second, and one at either end
+        for r in range(world):
+            batches = [m for m in asked[r] if len(m) > 1]
+            assert batches == [("write",) * (world - 1) + ("completions",)] * calls
+            assert ("write",) not in asked[r]
+            assert asked[r].count(("completions",)) <= sweeps, asked[r]
+    finally:
+        close_all(comms)
+
+
+async def test_write_batch_and_poll_completions(daemons: Ring3) -> None:
+    """What one-shot calls stand on (`AsyncClient.write_batch`, `poll_completions`): WRITEs
+    on two connections in one request, their completions in one long-poll; a bad post
+    raises its error before anything is sent."""
+    if daemons.world != 3:
+        pytest.skip("one world size is enough for the client's batch")
+    from mrc.client import AsyncClient, ClientError, Write
+
+    a, b, c = daemons.specs
+    ca, cb, cc = [await AsyncClient.open(s.socket) for s in (a, b, c)]
+    try:
+        src = await ca.register_region(4096, "batch-src")
+        rb, rc = await cb.register_region(4096, "batch-b"), await cc.register_region(4096, "c")
+        to_b, to_c = await ca.connect(b.host), await ca.connect(c.host)
+        src.buf[:8] = b"12345678"
+        ids, done = await ca.write_batch([(to_b, [Write(src, 0, 8, rb.handle, 0, 7)]),
+                                          (to_c, [Write(src, 0, 8, rc.handle, 8),
+                                                  Write(src, 0, 8, rc.handle, 16)])],
+                                         completions=True)
+        assert [len(i) for i in ids] == [1, 2] and done == []
+        got: list[Any] = []
+        while len(got) < 3:
+            got += await ca.poll_completions(timeout=5.0)
+        assert sorted(x.id for x in got) == sorted(ids[0] + ids[1])
+        assert all(x.ok for x in got)
+        assert bytes(rb.buf[:8]) == b"12345678" == bytes(rc.buf[16:24])
+        assert [i.imm for i in await cb.wait_immediates(rb, timeout=5.0)] == [7]
+        # A post the client can tell is wrong raises before anything is sent.
+        with pytest.raises(ClientError, match="outside the handle"):
+            await ca.write_batch([(to_b, [Write(src, 0, 8, rb.handle, 0)]),
+                                  (to_c, [Write(src, 0, 8, rc.handle, 4095)])])
+        assert to_b.outstanding == 0 and to_c.outstanding == 0
+    finally:
+        for client in (ca, cb, cc):
+            await client.close()
 
 
 async def test_the_asyncio_flavour(daemons: Ring3) -> None:
