@@ -240,3 +240,39 @@ def test_a_region_scoped_to_peers_takes_writes_only_from_their_connections(
         assert story.reader.stats.drops_by_reason == {"not_permitted": 1}
         acks = [a for a in answers if a[0] == "ack"]
         assert acks == [("ack", Syndrome.NAK_REMOTE_ACCESS, 0, 5001)]
+
+
+@pytest.mark.parametrize("security", ["auth", "encrypt"])
+@pytest.mark.parametrize("ev_encoding", ["evxh", "flowlabel"])
+def test_a_packet_failing_its_tag_inside_a_gro_read_costs_only_itself(
+    security: str, ev_encoding: str
+) -> None:
+    """docs/DESIGN.md §8: a secured read's full-size packets are opened where they lie and each
+    run that opened is placed; the one whose tag fails is counted `auth` and skipped, and the
+    packets before and after it in the same read are placed as if it were not there."""
+    story = Story(security, ev_encoding=ev_encoding)
+    p, dma = 5000, 5 * MTU
+    read = [
+        story.frame(p, b"A" * MTU, op=Opcode.WRITE_FIRST, dma=dma),
+        story.frame(p + 1, b"B" * MTU, op=Opcode.WRITE_MIDDLE, at=MTU, dma=dma),
+        story.frame(p + 2, b"C" * MTU, op=Opcode.WRITE_MIDDLE, at=2 * MTU, dma=dma),
+        story.frame(p + 3, b"D" * MTU, op=Opcode.WRITE_MIDDLE, at=3 * MTU, dma=dma),
+    ]
+    forged = bytearray(read[1])
+    forged[-1] ^= 1  # the tag's last bit
+    read[1] = bytes(forged)
+    received = story.reader.stats.plane(0).packets_received
+    buf = memoryview(bytearray(b"".join(read)))
+    story.b.endpoint.receive_reads(0, [(buf, ("a", 0), story.tos, len(read[0]))], story.net.now)
+    assert bytes(story.dst[: 4 * MTU]) == b"A" * MTU + bytes(MTU) + b"C" * MTU + b"D" * MTU
+    assert story.reader.stats.bytes_placed - story.placed_before == 3 * MTU
+    assert story.reader.stats.plane(0).packets_received - received == 4
+    drops = {
+        k: n - story.before.get(k, 0)
+        for k, n in story.reader.stats.drops_by_reason.items()
+        if n != story.before.get(k, 0)
+    }
+    assert drops == {"auth": 1}
+    story.reader.datagrams_to_send(story.net.now)  # the pull moves cack_psn
+    receiver = story.reader.receiver
+    assert receiver is not None and receiver.cack == 5001  # 5001 missing, 5002-5003 held
