@@ -80,7 +80,9 @@ def _pair(encrypt: bool, shift: int = 23) -> Pair:
 def _data_packet(tx: PacketProtection, header: bytes, payload: bytes) -> bytes:
     buf = bytearray(len(header) + len(payload) + TRAILER)
     buf[: len(header)] = header
-    tx.seal_into(memoryview(buf), [(0, len(header), memoryview(payload))])
+    mv, end = memoryview(buf), len(header) + len(payload)
+    first, second = tx.spans(mv, 0, len(header), end)
+    tx.seal_into(mv, [(first, second, memoryview(payload), end)])
     return bytes(buf)
 
 

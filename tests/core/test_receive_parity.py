@@ -111,7 +111,9 @@ class Story:
         hdr = len(data) - len(payload)
         buf = bytearray(len(data) + TRAILER)
         buf[:hdr] = data[:hdr]
-        channel.protection.seal_into(memoryview(buf), [(0, hdr, memoryview(payload))])
+        mv, protection = memoryview(buf), channel.protection
+        first, second = protection.spans(mv, 0, hdr, len(data))
+        protection.seal_into(mv, [(first, second, memoryview(payload), len(data))])
         return bytes(buf)
 
     def datagrams(self) -> list[list[bytes]]:

@@ -198,33 +198,46 @@ class PacketProtection:
         _COUNTER.pack_into(buf, n, counter)
         return bytes(buf)
 
-    def seal_into(self, mv: memoryview, packets: list[tuple[int, int, memoryview]]) -> None:
-        """Seal data packets framed in `mv`: each `(start, body, payload)` has its headers
-        already written at `mv[start:body]`; `payload` goes after them (as ciphertext in
-        `encrypt` mode) and the trailer after that. One call per GSO batch: the loop keeps
-        its state in locals (the per-packet cost is what limits a CPython sender)."""
+    def spans(
+        self, mv: memoryview, start: int, body: int, end: int
+    ) -> tuple[memoryview, memoryview]:  # fmt: skip
+        """The two views of `mv` that `seal_into` seals a data packet through, the packet's
+        headers at `mv[start:body]` and its payload's room up to `end`: in `encrypt` mode
+        (headers, payload ‖ tag: what `encrypt_into` reads and writes), else (payload, headers
+        ‖ payload: where the payload is copied, and what the tag covers). A framer that reuses
+        one buffer can keep them from batch to batch."""
+        if self.encrypt:
+            return mv[start:body], mv[body : end + TAG_SIZE]
+        return mv[body:end], mv[start:end]
+
+    def seal_into(
+        self, mv: memoryview, packets: list[tuple[memoryview, memoryview, memoryview, int]]
+    ) -> None:  # fmt: skip
+        """Seal data packets framed in `mv`: each `(first, second, payload, end)` has its
+        headers already written, `first` and `second` its `spans`, `payload` its payload
+        (written as ciphertext in `encrypt` mode), and its trailer goes at `mv[end:]`. One
+        call per GSO batch: the loop keeps its state in locals (the per-packet cost is what
+        limits a CPython sender)."""
         counter = self.tx_counter
         shift = self.shift
         epoch = self._tx_epoch
         ctx = self._tx_ctx
         nonce = self._tx_nonce
-        pack_counter = _COUNTER.pack_into
         pack_trailer = _COUNTER_TAG.pack_into
         unpack_tag = _TAG.unpack_from
         encrypt = self.encrypt
-        for start, body, payload in packets:
+        for first, second, payload, end in packets:
             if counter >> shift != epoch:
                 epoch = self._tx_epoch = counter >> shift
                 ctx = self._tx_ctx = self._tx_epoch_ctx(epoch)
-            pack_counter(nonce, 4, counter)  # the direction half was written once
-            end = body + len(payload)
+            _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
             if encrypt:
                 # encrypt_into writes ciphertext ‖ tag; the tag then moves past the counter.
-                ctx.encrypt_into(nonce, payload, mv[start:body], mv[body : end + TAG_SIZE])
+                ctx.encrypt_into(nonce, payload, first, second)
                 pack_trailer(mv, end, counter, unpack_tag(mv, end)[0])
             else:
-                mv[body:end] = payload
-                pack_trailer(mv, end, counter, ctx.encrypt(nonce, b"", mv[start:end]))
+                first[:] = payload
+                pack_trailer(mv, end, counter, ctx.encrypt(nonce, b"", second))
             counter += 1
         self.tx_counter = counter
 

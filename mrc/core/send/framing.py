@@ -180,8 +180,13 @@ class Framer:
         self.peer_addrs = peer_addrs
         #: A secured connection's keys: packets are sealed as they are framed.
         self.protection = protection
-        #: The buffer secured packets are framed and sealed in (`_frame_sealed`).
+        #: The buffer secured packets are framed and sealed in (`_frame_sealed`), a view of
+        #: it, and the views `PacketProtection.spans` gives for a full-size packet at each
+        #: multiple of its size: a bulk batch is full-size packets from offset 0, so its
+        #: packets are sealed through views made once, not two slices each.
         self._stage = bytearray(0)
+        self._stage_view = memoryview(self._stage)
+        self._grid: list[tuple[memoryview, memoryview]] = []
         # EVs in the flow label (agreed in CM): headers without EVXH, 4 bytes shorter.
         noevx = config.ev_encoding == "flowlabel"
         self._pack = _pack_noevx if noevx else DATA_HEADER.pack
@@ -318,8 +323,14 @@ class Framer:
         hdr, hdr_imm = HEADER - shrink, HEADER_IMM - shrink
         # Framed in a buffer kept from call to call (no allocation and zeroing per batch);
         # every byte up to `start` is written below, so nothing of an earlier batch is sent.
-        buf = self._stage
-        packets: list[tuple[int, int, memoryview]] = []
+        # It holds the whole call before the first packet (no packet is longer than a full
+        # one with ImmDt), so no view made below outlives its buffer.
+        if n * (full + 4) > len(self._stage):
+            self._grow(n * (full + 4), full, protection)
+        buf, mv = self._stage, self._stage_view
+        grid = self._grid
+        spans = protection.spans
+        packets: list[tuple[memoryview, memoryview, memoryview, int]] = []
         pack = self._pack_into
         pack_imm = self._pack_into_imm
         start = 0
@@ -327,32 +338,35 @@ class Framer:
             src, dma, base_va, msn, rkey, last = _run_fields(msg)
             for index in range(first, first + count):
                 off = index * mtu
-                size = full if index < last else packet_size(msg, index, mtu) + TRAILER - shrink
-                if start + size > len(buf):
-                    buf = self._grow(start, start + size)
                 if index == last:
+                    size = packet_size(msg, index, mtu) + TRAILER - shrink
+                    end = start + size - TRAILER
                     imm = msg.imm
                     w8 = flags | A_BIT | psn
                     if imm is None:
                         op = OP_LAST if index else OP_ONLY
                         pack(buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts,
                              base_va + off, rkey, dma)  # fmt: skip
-                        packets.append((start, start + hdr, src[off:]))
+                        views = spans(mv, start, start + hdr, end)
                     else:
                         op = OP_LAST_IMM if index else OP_ONLY_IMM
                         pack_imm(
-                            buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts, base_va + off,
-                            rkey, dma, imm,
+                            buf, start, op, 0, p_key, w4, w8, ev_o, rqmsn_o, msn, ts,
+                            base_va + off, rkey, dma, imm,
                         )  # fmt: skip
-                        packets.append((start, start + hdr_imm, src[off:]))
+                        views = spans(mv, start, start + hdr_imm, end)
+                    packets.append((views[0], views[1], src[off:], end))
                 else:
+                    size = full
+                    end = start + full - TRAILER
                     op = OP_MIDDLE if index else OP_FIRST
                     pack(buf, start, op, 0, p_key, w4, flags | psn, ev_o, rqmsn_o, msn, ts,
                          base_va + off, rkey, dma)  # fmt: skip
-                    packets.append((start, start + hdr, src[off : off + mtu]))
+                    k = start // full
+                    views = grid[k] if k * full == start else spans(mv, start, start + hdr, end)
+                    packets.append((views[0], views[1], src[off : off + mtu], end))
                 start += size
                 psn = (psn + 1) & PSN_MASK
-        mv = memoryview(buf)
         protection.seal_into(mv, packets)
         plane = ev_plane(ev)
         ps = self.stats.plane(plane)
@@ -366,13 +380,14 @@ class Framer:
                     addr=addr,
                     data=bytes(mv[:start]),
                     ev=ev,
-                    segment_size=packets[1][0] if n > 1 else None,
+                    segment_size=packets[0][3] + TRAILER if n > 1 else None,
                 )
             )
             return
-        # Two batches (`frame`): packet i's bytes run from its start to the next one's.
-        starts = [p[0] for p in packets]
-        starts.append(start)
+        # Two batches (`frame`): packet i's bytes run from its start (the end of the one
+        # before, with its trailer) to the next one's.
+        starts = [0]
+        starts.extend(p[3] + TRAILER for p in packets)
         batches: tuple[list[memoryview], list[memoryview]] = ([], [])
         for i in range(n):
             batches[late >> i & 1].append(mv[starts[i] : starts[i + 1]])
@@ -383,10 +398,14 @@ class Framer:
                 Transmit(plane=plane, addr=addr, data=data, ev=ev, segment_size=segment_size)
             )
 
-    def _grow(self, keep: int, size: int) -> bytearray:
-        """A framing buffer of at least `size` bytes (the largest GSO batch, the first time)
-        holding the first `keep` bytes written so far."""
-        buf = bytearray(max(size, MAX_GSO_BYTES))
-        buf[:keep] = self._stage[:keep]
-        self._stage = buf
-        return buf
+    def _grow(self, size: int, full: int, protection: PacketProtection) -> None:
+        """A framing buffer of at least `size` bytes (the largest GSO batch, the first time),
+        its view, and the sealing views of a full-size packet (`full` bytes) at each multiple
+        of `full` in it."""
+        buf = self._stage = bytearray(max(size, MAX_GSO_BYTES))
+        mv = self._stage_view = memoryview(buf)
+        body = full - self.mtu - TRAILER  # the headers of a full-size packet
+        self._grid = [
+            protection.spans(mv, k, k + body, k + full - TRAILER)
+            for k in range(0, len(buf) - full + 1, full)
+        ]
