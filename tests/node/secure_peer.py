@@ -43,26 +43,15 @@ def main() -> None:
     def on_event(session: Session, event: Event) -> None:
         if isinstance(event, ConnectionEstablished) and session.channel is not None:
             protection = session.channel.protection
-            verify, verify_at = protection.open, protection.open_at
+            verify_at = protection.open_at
 
-            def note() -> None:
-                opens.append((node.now(), protection.replay.top >> shift))
-
-            # A data packet opens through `open_at` (a GRO read's, or any in encrypt mode on
-            # io's writable buffers) or through `open` (auth, but for a read's full packets).
-            def recording_open(data: bytes | memoryview, header: int) -> memoryview | None:
-                out = verify(data, header)
-                if out is not None and header and not protection.encrypt:
-                    note()
-                return out
-
+            # Every packet opens through `open_at` (`open` calls it for a single datagram).
             def recording_open_at(buf: memoryview, at: int, size: int, header: int) -> bool:
                 ok = verify_at(buf, at, size, header)
-                if ok:
-                    note()
+                if ok and header:
+                    opens.append((node.now(), protection.replay.top >> shift))
                 return ok
 
-            protection.open = recording_open  # type: ignore[method-assign]
             protection.open_at = recording_open_at  # type: ignore[method-assign]
         elif isinstance(event, ConnectionClosed) and not done.done():
             done.set_result(session)

@@ -334,56 +334,27 @@ class PacketProtection:
 
     def open(self, data: bytes | memoryview, header: int) -> memoryview | None:
         """The packet without its trailer if its tag verifies and its counter is new, else
-        None (counted). In `encrypt` mode with `header` > 0 the bytes after `header` are a
-        data packet's encrypted payload: a writable `data` (io's receive buffer) is decrypted in
-        place (`open_at`) and the result is a view of it; a read-only one is decrypted into
-        this object's plaintext buffer and the result is a view of that, valid until the next
-        `open`. Otherwise the result is a view of `data`."""
+        None (counted): `open_at` for the whole of `data`. `header` > 0 says the bytes after
+        it are a data packet's payload (encrypted in `encrypt` mode); 0, a control packet, all
+        associated data. The result is a view of `data`, but for an encrypted payload in
+        read-only `data`: that is decrypted into this object's plaintext buffer, behind a copy
+        of the headers, and the result is a view of that, valid until the next `open`."""
         mv = memoryview(data) if isinstance(data, bytes) else data  # (a C check compiled)
+        if not self.open_at(mv, 0, len(mv), header):
+            return None
         end = len(mv) - TRAILER
-        if end < 0:
-            self.drops["auth"] += 1
-            return None
-        if header and self.encrypt and not mv.readonly:
-            return mv[:end] if self.open_at(mv, 0, len(mv), header) else None
-        # One unpack reads both: the tag is used as it is (auth) or moved (encrypt).
-        counter, tag = _COUNTER_TAG.unpack_from(mv, end)
-        ctx = self._window(counter)
-        if ctx is None:
-            return None
-        nonce = self._rx_nonce
-        _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
-        out = mv[:end]
-        try:
-            if header and self.encrypt:
-                size = end - header
-                if size > self.max_payload:
-                    self.drops["bad_length"] += 1
-                    return None
-                # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
-                # and decrypt behind a copy of the headers.
-                sealed = self._gather[: size + TAG_SIZE]
-                sealed[:size] = mv[header:end]
-                sealed[size:] = tag
-                plain = self._plain
-                ctx.decrypt_into(nonce, sealed, mv[:header], plain[header:end])
-                plain[:header] = mv[:header]
-                out = plain[:end]
-            else:
-                ctx.decrypt_into(nonce, tag, out, self._empty)
-        except InvalidTag:
-            self.drops["auth"] += 1
-            return None
-        self._verified(counter, ctx)
-        return out
+        if header and self.encrypt and mv.readonly:
+            return self._plain[:end]
+        return mv[:end]
 
     def open_at(self, buf: memoryview, at: int, size: int, header: int) -> bool:
-        """`open` in place for the datagram of `size` bytes at `at` in the writable `buf`
-        (io's receive buffer), whose first `header` bytes are a data packet's headers: True if
-        its tag verified and its counter was new (its payload now in clear where it lies in
-        `encrypt` mode), else False (counted). Nothing is read from `buf` but this datagram,
-        and nothing of it changes but its payload and trailer, whether or not it verified:
-        a GRO read's packets are opened where they lie, one after the other, no view each."""
+        """Whether the datagram of `size` bytes at `at` in `buf` opens: its counter is new to
+        the window and its tag verifies (the window moves only then); False when not
+        (counted). `header` as for `open`. An encrypted payload in a writable `buf` (io's
+        receive buffer) is decrypted where it lies: nothing of `buf` changes but this
+        datagram's payload and trailer, whether or not it verified, so a GRO read's packets
+        are opened where they lie, one after the other, no view each. In a read-only `buf`
+        it is decrypted into `_plain` (`open`)."""
         end = at + size - TRAILER
         body = at + header
         if end < body:
@@ -396,16 +367,26 @@ class PacketProtection:
         nonce = self._rx_nonce
         _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
         try:
-            if self.encrypt:
-                if end - body > self.max_payload:
-                    self.drops["bad_length"] += 1
-                    return False
+            if not (header and self.encrypt):
+                ctx.decrypt_into(nonce, tag, buf[at:end], self._empty)
+            elif end - body > self.max_payload:
+                self.drops["bad_length"] += 1
+                return False
+            elif not buf.readonly:
                 # The tag moves over the counter, read already, so ciphertext ‖ tag are one
                 # span; the payload is decrypted where it lies (no staging copy).
                 _TAG.pack_into(buf, end, tag)
                 ctx.decrypt_into(nonce, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
             else:
-                ctx.decrypt_into(nonce, tag, buf[at:end], self._empty)
+                # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
+                # and decrypt behind a copy of the headers.
+                n = end - body
+                sealed = self._gather[: n + TAG_SIZE]
+                sealed[:n] = buf[body:end]
+                sealed[n:] = tag
+                plain = self._plain
+                ctx.decrypt_into(nonce, sealed, buf[at:body], plain[header : header + n])
+                plain[:header] = buf[at:body]
         except InvalidTag:
             self.drops["auth"] += 1
             return False
