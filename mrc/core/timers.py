@@ -42,7 +42,13 @@ class TimerTable:
         return self._deadlines.get((timer, plane))
 
     def next_deadline(self) -> float | None:
-        return min(self._deadlines.values(), default=None)
+        # A loop, not `min(..., default=None)`: compiled, a builtin called with a keyword is
+        # a generic call, and this runs at every flush pass (docs/DESIGN.md §11).
+        first: float | None = None
+        for deadline in self._deadlines.values():
+            if first is None or deadline < first:
+                first = deadline
+        return first
 
     def pop_expired(self, now: float) -> list[TimerKey]:
         """Remove and return every key due at `now`, earliest first."""

@@ -157,9 +157,11 @@ class RtoTimers:
                 due = max(fifo[0].sent_at + planes[plane].rtt.current, holds.get(plane, 0.0))
                 timers.set(Timer.RETRANSMIT, due, plane)
                 armed[plane] = due
-            else:
+            elif plane in armed:
+                # Only a plane armed here has a RETRANSMIT to cancel: most planes of a small
+                # message's pull have nothing in flight, and stay so.
                 timers.cancel(Timer.RETRANSMIT, plane)
-                armed.pop(plane, None)
+                del armed[plane]
 
     def judge(
         self, plane: int, oldest: SentCell, fifos: Mapping[int, deque[SentCell]],

@@ -74,9 +74,10 @@ class SilentPlanes:
         suspicion ends (None: nothing to wait for). `resumed_at`:
         the first acknowledgement after a stall of the peer (rto.py's `RtoTimers.resumed_at`)."""
         until = self.until
-        for plane in [p for p, t in until.items()
-                      if t <= now or _answered(planes[p], self._since[p])]:  # fmt: skip
-            del until[plane]
+        if until:
+            for plane in [p for p, t in until.items()
+                          if t <= now or _answered(planes[p], self._since[p])]:  # fmt: skip
+                del until[plane]
         wake: float | None = None
         new: list[int] = []
         for plane, fifo in fifos.items():

@@ -496,6 +496,11 @@ class Receiver:
         """Advance cack_psn, release outcomes, and answer the batch (docs/DESIGN.md §6)."""
         if self._pend_block >= 0:
             self._note_pending()
+        elif not self._blocks and not self._immediate and self._ack_due is None:
+            # Nothing placed, marked or due since the last pull (every placed PSN notes its
+            # block): cack_psn cannot move and nothing is to answer. Most pulls of a small
+            # message's flush are such, the one after its sends among them.
+            return
         self._advance_cack()
         cack = self.cack
         # Oldest block first: the sender infers losses per EV from what it has heard, so it

@@ -184,12 +184,14 @@ class Sender:
         spray policy picked, as one GSO batch (two when their headers differ in size:
         `cut_flowcell`), while the window lets each of them go, until `budget` packets are
         framed (whole flowcells)."""
+        pending = self.pending
+        if not pending:
+            return  # most pulls: nothing posted waits
         flowcell = self.config.flowcell
         mtu = self.config.payload_mtu
         # Sized for the longest packet, so the batch of either header size fits in one call.
         cell_limit = flowcell_limit(flowcell, mtu + HEADER_IMM + self.framer.overhead)
         tx_ts = tx_timestamp(now)
-        pending = self.pending
         while pending and budget > 0 and (room := self.flight.room(self.next_psn, self.una)) > 0:
             ev = self.choice.next_ev(now)
             if ev is None:
