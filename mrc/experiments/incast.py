@@ -125,8 +125,7 @@ class _IncastSender:
                 if not self.pending:
                     self.done_at = h.net.now
 
-        host.on_event = on_event
-        self.session = host.connect(rx, config, private_data=bytes([index]))
+        self.session = host.connect(rx, config, private_data=bytes([index]), on_event=on_event)
 
 
 def _fabric(net: Network, trim: bool) -> Clos:

@@ -259,8 +259,7 @@ class Run:
         self.sessions = []
         for i, f in enumerate(self.flows):
             src = self.hosts[f.src]
-            src.on_event = on_event
-            session = src.connect(self.hosts[f.dst], config)
+            session = src.connect(self.hosts[f.dst], config, on_event=on_event)
             by_qpn[(src.name, session.qpn)] = i
             self.sessions.append(session)
 

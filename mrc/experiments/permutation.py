@@ -156,7 +156,8 @@ class FlowRun:
 
 
 class _Runner:
-    """Connects every flow and records its WRITE's completion time."""
+    """Connects every flow, each with `_on_event` as its handler, and records its WRITE's
+    completion time."""
 
     def __init__(
         self, net: Network, fab: Fabric, flows: list[Flow], config: SessionConfig, verify: bool
@@ -188,8 +189,6 @@ class _Runner:
                 return _REPLY.pack(r.base_va + o[_INDEX.unpack(pd)[0]], r.rkey)
 
             host.listen(config, accept)
-        for host in fab.hosts:
-            host.on_event = self._on_event
         for i, f in enumerate(flows):
             host = fab.hosts[f.src]
             if f.src not in self.out:
@@ -200,7 +199,8 @@ class _Runner:
         self, fab: Fabric, i: int, f: Flow, config: SessionConfig
     ) -> Callable[[], None]:
         def connect() -> None:
-            session = fab.hosts[f.src].connect(fab.hosts[f.dst], config, _INDEX.pack(i))
+            src, dst = fab.hosts[f.src], fab.hosts[f.dst]
+            session = src.connect(dst, config, _INDEX.pack(i), on_event=self._on_event)
             self.by_session[id(session)] = i
 
         return connect

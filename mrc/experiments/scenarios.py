@@ -82,7 +82,8 @@ class Outcome:
 
 class Transfer:
     """`size` bytes from `a` to `b` in WRITEs of `msg` bytes, posted once connected; `b`
-    listens with `listen` (default: `config`); `trace` receives `a`'s session's records."""
+    listens with `listen` (default: `config`); `trace` receives `a`'s session's records. The
+    session hands its events to the transfer, which it is connected with."""
 
     def __init__(
         self, net: Network, a: Host, b: Host, config: SessionConfig, size: int, msg: int,
@@ -112,8 +113,7 @@ class Transfer:
                 if self.completed == len(self.messages):
                     self.done_at = self.net.now
 
-        a.on_event = on_event
-        self.session = a.connect(b, config, trace=trace)
+        self.session = a.connect(b, config, trace=trace, on_event=on_event)
 
     def done(self) -> bool:
         return self.done_at is not None

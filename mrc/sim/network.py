@@ -18,8 +18,9 @@ batches) and `Network` (the event loop a link runs in, link.EventLoop), and `fla
 What it leaves to others: links, their queues and the packet tuples (link.py; queue decisions
 are the shared model's, mrc.switchq), protocol behaviour (mrc.core), switches, trimming and Clos
 fabrics (fabric.py: its switch ports are `Link`s with a priority queue), fabric shapes
-(topology.py), and application logic (tests and experiments attach `on_event` / `on_receive`
-callbacks).
+(topology.py), and application logic: the event handler a host is built with (`on_event`) or
+a connection is made with (`Host.connect`), and the `on_receive` taps tests and experiments
+attach.
 """
 
 from __future__ import annotations
@@ -58,12 +59,16 @@ class Forwarder(Protocol):
 
 
 class Host:
-    """One simulated machine: a core Endpoint and one link per plane."""
+    """One simulated machine: a core Endpoint and one link per plane.
+
+    `on_event` is the application's handler of every event of the host's sessions, given when
+    the host is built (`Network.add_host`, `Network.pair`, `topology.build` pass it on); a
+    connection's own handler is given to `connect`."""
 
     #: A link end (link.LinkEnd) that reads its arrivals in receive batches.
     is_host: ClassVar[bool] = True
 
-    def __init__(self, net: Network, name: str) -> None:
+    def __init__(self, net: Network, name: str, on_event: EventHook | None = None) -> None:
         self.net = net
         self.name = name
         self.regions = RegionTable(net.rng)
@@ -71,7 +76,10 @@ class Host:
         self.links: dict[int, Link] = {}
         #: Every event any of this host's sessions raised: (time, session, event).
         self.events: list[tuple[float, Session, Event]] = []
-        self.on_event: EventHook | None = None
+        #: Takes every event of every session of this host, after it is recorded in `events`.
+        self.on_event = on_event
+        #: The handlers sessions were connected with (`connect`): each takes its session's.
+        self._session_hooks: dict[Session, EventHook] = {}
         #: Sees every receive batch before the endpoint does: (host, plane, datagrams).
         self.on_receive: ReceiveHook | None = None
         #: Its sockets read flow labels (io's `flowlabel`): each arrival's EV label goes to the
@@ -101,10 +109,14 @@ class Host:
 
     def connect(
         self, peer: Host, config: SessionConfig, private_data: bytes = b"", *,
-        trace: TraceSink | None = None,
+        trace: TraceSink | None = None, on_event: EventHook | None = None,
     ) -> Session:  # fmt: skip
+        """A connection to `peer`; `on_event` takes its events from the first (after the
+        host's own handler, when it has one)."""
         addrs = {p: peer.name for p in config.planes}
         session = self.endpoint.connect(config, addrs, private_data, self.net.now, trace=trace)
+        if on_event is not None:
+            self._session_hooks[session] = on_event
         self.flush(session)
         return session
 
@@ -134,10 +146,15 @@ class Host:
             self.net.push(deadline, "timer", (self, session))
 
     def deliver(self, session: Session, events: list[Event], now: float) -> None:
+        hook = self.on_event
+        own = self._session_hooks.get(session) if self._session_hooks else None
         for event in events:
             self.events.append((now, session, event))
-            if self.on_event is not None:
-                self.on_event(self, session, event)
+            if hook is not None:
+                hook(self, session, event)
+            if own is not None:
+                own(self, session, event)
+            if hook is not None or own is not None:
                 # The hook may have posted WRITEs without flushing: pull once more.
                 self._flusher.flush(session)
 
@@ -341,8 +358,9 @@ class Network:
 
     # -- building ------------------------------------------------------------------------------
 
-    def add_host(self, name: str) -> Host:
-        host = self.hosts[name] = Host(self, name)
+    def add_host(self, name: str, on_event: EventHook | None = None) -> Host:
+        """A host named `name`, built with its event handler (`Host`)."""
+        host = self.hosts[name] = Host(self, name, on_event)
         return host
 
     def link(self, a: Host, b: Host, plane: int, params: LinkParams | None = None) -> None:
@@ -354,9 +372,14 @@ class Network:
         ba = b.links[plane] = Link(b, a, plane, replace(p))
         ab.reverse, ba.reverse = ba, ab
 
-    def pair(self, planes: int = 4, params: LinkParams | None = None) -> tuple[Host, Host]:
-        """Two hosts "a" and "b" joined by `planes` direct planes."""
-        a, b = self.add_host("a"), self.add_host("b")
+    def pair(
+        self, planes: int = 4, params: LinkParams | None = None, *,
+        handlers: Mapping[str, EventHook] | None = None,
+    ) -> tuple[Host, Host]:  # fmt: skip
+        """Two hosts "a" and "b" joined by `planes` direct planes; `handlers` holds the event
+        handler each is built with, by name (a host not named has none)."""
+        on = handlers or {}
+        a, b = self.add_host("a", on.get("a")), self.add_host("b", on.get("b"))
         for plane in range(planes):
             self.link(a, b, plane, params)
         return a, b

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .link import Delivery
-from .network import Host, Network
+from .network import EventHook, Host, Network
 from .roce import DATA, HEADER, RoceDecodeError, RoceParams, RoceReceiver, RoceSender, decode
 
 RoceQp = RoceSender | RoceReceiver
@@ -25,8 +25,8 @@ RoceQp = RoceSender | RoceReceiver
 class RoceHost(Host):
     """A simulated machine whose NIC speaks the RoCE baseline on each of its plane links."""
 
-    def __init__(self, net: Network, name: str) -> None:
-        super().__init__(net, name)
+    def __init__(self, net: Network, name: str, on_event: EventHook | None = None) -> None:
+        super().__init__(net, name, on_event)
         self.qps: dict[int, RoceQp] = {}
         #: Where each QP sends: (plane, peer host name, EV).
         self.routes: dict[int, tuple[int, str, int]] = {}
@@ -109,8 +109,8 @@ class RoceHost(Host):
 class RoceNetwork(Network):
     """A Network whose hosts run the RoCE baseline (fabric builders call `add_host`)."""
 
-    def add_host(self, name: str) -> Host:
-        host = self.hosts[name] = RoceHost(self, name)
+    def add_host(self, name: str, on_event: EventHook | None = None) -> Host:
+        host = self.hosts[name] = RoceHost(self, name, on_event)
         return host
 
 

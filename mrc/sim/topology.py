@@ -13,7 +13,8 @@ What it holds:
 - `read_htsim_topo(path)`: a `FabricSpec` from an htsim `.topo` file (the `Nodes / Tiers /
   Podsize / Tier n` format of htsim's `topologies/`, e.g. `fat_tree_1024.topo`); errors are one
   line (`TopologyError`).
-- `build(net, spec) -> Fabric`: hosts `h0..h{hosts-1}` and every switch and cable on `net`.
+- `build(net, spec) -> Fabric`: hosts `h0..h{hosts-1}` and every switch and cable on `net`;
+  `handlers` gives hosts by name the event handler they are built with.
   `Fabric` is a `fabric.Clos` (so failures, `link()`, `set_switch()` work the same) plus the
   fat tree's `tier2` and the `spec`. `clos(...)`, the small two-tier Clos of tests and
   experiments, is `build` of a one-pod spec.
@@ -32,14 +33,14 @@ experiments (mrc.experiments).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..switchq import MIN_TRIM_SIZE
 from .fabric import Clos, Port, Switch
 from .link import Link, LinkParams, TrainQueue
-from .network import Network
+from .network import EventHook, Network
 
 
 class TopologyError(ValueError):
@@ -317,8 +318,11 @@ def _cable(
         a.uplinks.append(ab)
 
 
-def build(net: Network, spec: FabricSpec) -> Fabric:
-    """Build `spec` on `net` (module docstring): hosts, switches, cables, static routes."""
+def build(
+    net: Network, spec: FabricSpec, *, handlers: Mapping[str, EventHook] | None = None
+) -> Fabric:
+    """Build `spec` on `net` (module docstring): hosts, switches, cables, static routes. Each
+    host is built with its event handler in `handlers`, by name (a host not named has none)."""
     spec.check()
     if spec.control_priority and not net.trains:
         raise TopologyError("control_priority needs a network of packet trains (trains=True)")
@@ -333,7 +337,8 @@ def build(net: Network, spec: FabricSpec) -> Fabric:
     names = [f"h{i}" for i in range(spec.hosts)]
     if any(name in net.hosts for name in names):
         raise TopologyError("the network already has hosts named h0, h1, …")
-    hosts = [net.add_host(name) for name in names]
+    on = handlers or {}
+    hosts = [net.add_host(name, on.get(name)) for name in names]
     per_rack = spec.hosts_per_rack
     rack_of = {h.name: i // per_rack for i, h in enumerate(hosts)}
     rpp = spec.racks_per_pod or spec.racks
@@ -395,12 +400,14 @@ def clos(
     ecn_threshold: int | None = None,
     trim: bool = False,
     trim_size: int = 64,
+    *,
+    handlers: Mapping[str, EventHook] | None = None,
 ) -> Fabric:
     """Build a two-tier multi-plane Clos on `net`: hosts `h0..h{racks × hosts_per_rack - 1}`
     (rack r holds the next `hosts_per_rack`), switches `p{plane}.t0.r{rack}` and
     `p{plane}.t1.{route}`. `host_link` is used by host–tier-0 cables, `fabric_link` by
     tier-0–tier-1 cables; every switch port gets `ecn_threshold`, `trim` and `trim_size`
-    (hosts neither mark nor trim)."""
+    (hosts neither mark nor trim). `handlers` as in `build`."""
     if planes < 1 or racks < 1 or hosts_per_rack < 1 or tier1 < 1:
         raise ValueError("a Clos needs at least one plane, rack, host per rack and tier-1")
     spec = FabricSpec(
@@ -414,4 +421,4 @@ def clos(
         trim=trim,
         trim_size=trim_size,
     )
-    return build(net, spec)
+    return build(net, spec, handlers=handlers)

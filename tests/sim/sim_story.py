@@ -74,8 +74,17 @@ def make_transfer(
     seed: int = 1,
     build: Callable[[Network, Host, Host], None] | None = None,
 ) -> Transfer:
+    def on_event(host: Host, session: Session, event: Event) -> None:
+        if isinstance(event, ConnectionEstablished):
+            va, rkey = REPLY.unpack(event.private_data)
+            for offset, length, imm in messages:
+                t.posted.append(
+                    session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
+                )
+
     net = Network(seed=seed)
-    a, b = net.pair(planes, params or LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20))
+    link = params or LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20)
+    a, b = net.pair(planes, link, handlers={"a": on_event})
     if build is not None:
         build(net, a, b)
     src = pattern(size)
@@ -85,16 +94,6 @@ def make_transfer(
     )
     cfg = config or SessionConfig(plane_mask=(1 << planes) - 1, flowcell=1)
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
-
-    def on_event(host: Host, session: Session, event: Event) -> None:
-        if isinstance(event, ConnectionEstablished):
-            va, rkey = REPLY.unpack(event.private_data)
-            for offset, length, imm in messages:
-                t.posted.append(
-                    session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
-                )
-
-    a.on_event = on_event
     t.session = a.connect(b, cfg)
     return t
 

@@ -391,8 +391,17 @@ def clos_transfer(
     **fabric: Any,
 ) -> tuple[Transfer, Clos]:
     """sim_story.make_transfer over `clos(...)`: h{writer} writes into h{responder}."""
+
+    def on_event(host: Host, session: Session, event: Event) -> None:
+        if isinstance(event, ConnectionEstablished):
+            va, rkey = REPLY.unpack(event.private_data)
+            for offset, length, imm in messages:
+                t.posted.append(
+                    session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
+                )
+
     net = Network(seed=seed)
-    fab = clos(net, **fabric)
+    fab = clos(net, **fabric, handlers={f"h{writer}": on_event})
     a, b = fab.hosts[writer], fab.hosts[responder]
     src = pattern(size)
     dst = bytearray(size)
@@ -405,16 +414,6 @@ def clos_transfer(
         # Selectors spread over the fabric's paths (docs/DESIGN.md §4), once the core takes them.
         cfg = replace(cfg, plane_paths=fab.plane_paths)  # type: ignore[call-arg,unused-ignore]
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
-
-    def on_event(host: Host, session: Session, event: Event) -> None:
-        if isinstance(event, ConnectionEstablished):
-            va, rkey = REPLY.unpack(event.private_data)
-            for offset, length, imm in messages:
-                t.posted.append(
-                    session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
-                )
-
-    a.on_event = on_event
     t.session = a.connect(b, cfg)
     return t, fab
 

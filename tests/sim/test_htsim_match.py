@@ -94,16 +94,7 @@ def first_burst(**kw: int) -> int:
     """Data packets a 1 MB WRITE puts on the wire the moment it is posted, before any SACK:
     two hosts at 100 Gbit/s, NSCC at a 10 µs base RTT (window 1.5 × 125,000 = 187,500
     bytes: 45 packets of 4,096)."""
-    net = Network(seed=1, trains=True)
-    link = LinkParams(rate_bps=100e9, latency=1e-6, queue_bytes=1 << 30)
-    fab = build(net, FabricSpec(hosts=2, planes=1, hosts_per_rack=1, tier1=1,
-                                host_link=link, fabric_link=link))  # fmt: skip
-    config = mrc_config(fab, base_rtt=10e-6, payload_mtu=4096, **kw)
-    a, b = fab.hosts
     size = 1 << 20
-    dst = b.regions.register(bytearray(size), prefault_pages=False)
-    src = a.regions.register(bytearray(size), prefault_pages=False)
-    b.listen(config, lambda pd: _REPLY.pack(dst.base_va, dst.rkey))
     posted: list[Session] = []
 
     def on_event(host: Host, session: Session, event: Event) -> None:
@@ -112,7 +103,16 @@ def first_burst(**kw: int) -> int:
             session.post_write(src, 0, size, va, rkey)
             posted.append(session)
 
-    a.on_event = on_event
+    net = Network(seed=1, trains=True)
+    link = LinkParams(rate_bps=100e9, latency=1e-6, queue_bytes=1 << 30)
+    fab = build(net, FabricSpec(hosts=2, planes=1, hosts_per_rack=1, tier1=1,
+                                host_link=link, fabric_link=link),
+                handlers={"h0": on_event})  # fmt: skip
+    config = mrc_config(fab, base_rtt=10e-6, payload_mtu=4096, **kw)
+    a, b = fab.hosts
+    dst = b.regions.register(bytearray(size), prefault_pages=False)
+    src = a.regions.register(bytearray(size), prefault_pages=False)
+    b.listen(config, lambda pd: _REPLY.pack(dst.base_va, dst.rkey))
     a.connect(b, config)
     assert net.drive_until(lambda: bool(posted), timeout=0.01)
     (session,) = posted

@@ -28,16 +28,6 @@ MiB = 1 << 20
 def _one_at_a_time(until: float, down_at: float) -> tuple[list[tuple[float, float]], Any, Any]:
     """h0 writes 1 MiB into h3 (the other rack), the next WRITE 2 ms after each completion,
     until `until`; plane 0's link from h0's tier-0 to its first tier-1 dies at `down_at`."""
-    net = Network(seed=3)
-    link = LinkParams(rate_bps=10e9, latency=5e-6, queue_bytes=8 << 20)
-    fab = clos(net, planes=4, racks=2, hosts_per_rack=2, tier1=2, host_link=link,
-               fabric_link=link)  # fmt: skip
-    a, b = fab.hosts[0], fab.hosts[3]
-    src = a.regions.register(bytearray(MiB))
-    dst = b.regions.register(bytearray(MiB))
-    cfg = SessionConfig(plane_mask=0b1111, cc_min_base_rtt=0.0, flowcell=1,
-                        plane_paths=fab.plane_paths)  # fmt: skip
-    b.listen(cfg, accept=lambda _pd: REPLY.pack(dst.base_va, dst.rkey))
     took: list[tuple[float, float]] = []
     posted = [0.0]
     remote: list[int] = []
@@ -57,7 +47,16 @@ def _one_at_a_time(until: float, down_at: float) -> tuple[list[tuple[float, floa
             if net.now < until:
                 net.at(net.now + 0.002, lambda: post(session))
 
-    a.on_event = on_event
+    net = Network(seed=3)
+    link = LinkParams(rate_bps=10e9, latency=5e-6, queue_bytes=8 << 20)
+    fab = clos(net, planes=4, racks=2, hosts_per_rack=2, tier1=2, host_link=link,
+               fabric_link=link, handlers={"h0": on_event})  # fmt: skip
+    a, b = fab.hosts[0], fab.hosts[3]
+    src = a.regions.register(bytearray(MiB))
+    dst = b.regions.register(bytearray(MiB))
+    cfg = SessionConfig(plane_mask=0b1111, cc_min_base_rtt=0.0, flowcell=1,
+                        plane_paths=fab.plane_paths)  # fmt: skip
+    b.listen(cfg, accept=lambda _pd: REPLY.pack(dst.base_va, dst.rkey))
     a.connect(b, cfg)
     dead = fab.link(fab.tier0[0][0], fab.tier1[0][0])
     net.set_cable(dead, False, at=down_at, notify=False)

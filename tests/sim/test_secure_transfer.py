@@ -127,19 +127,8 @@ def test_a_congested_tier1_trims_and_each_trim_of_a_secured_flow_is_answered() -
     """As in test_fabric, with `auth`: trimmed packets lost their trailer, skip the tag, and
     are answered with a NACK; each is resent once and every byte still lands once."""
     fast = LinkParams(rate_bps=10e9, latency=5e-6, queue_bytes=8 << 20)
-    net = Network(seed=1)
-    fab = clos(net, planes=4, racks=2, hosts_per_rack=2, tier1=4, host_link=fast,
-               fabric_link=fast, trim=True)  # fmt: skip
-    a, b = fab.hosts[0], fab.hosts[3]
-    keys(net, a, b)
     size = 8 * MiB
-    src, dst = pattern(size), bytearray(size)
     messages = chunks(size, MiB)
-    t = Transfer(net, a, b, src, dst, a.regions.register(bytearray(src)), b.regions.register(dst),
-                 messages)  # fmt: skip
-    cfg = SessionConfig(plane_mask=0b1111, cc_min_base_rtt=0.0, security="auth")
-    cfg = replace(cfg, plane_paths=fab.plane_paths)
-    b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
 
     def on_event(host: Host, session: Session, event: Event) -> None:
         if isinstance(event, ConnectionEstablished):
@@ -147,7 +136,17 @@ def test_a_congested_tier1_trims_and_each_trim_of_a_secured_flow_is_answered() -
             for offset, length, imm in messages:
                 session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
 
-    a.on_event = on_event
+    net = Network(seed=1)
+    fab = clos(net, planes=4, racks=2, hosts_per_rack=2, tier1=4, host_link=fast,
+               fabric_link=fast, trim=True, handlers={"h0": on_event})  # fmt: skip
+    a, b = fab.hosts[0], fab.hosts[3]
+    keys(net, a, b)
+    src, dst = pattern(size), bytearray(size)
+    t = Transfer(net, a, b, src, dst, a.regions.register(bytearray(src)), b.regions.register(dst),
+                 messages)  # fmt: skip
+    cfg = SessionConfig(plane_mask=0b1111, cc_min_base_rtt=0.0, security="auth")
+    cfg = replace(cfg, plane_paths=fab.plane_paths)
+    b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
     t.session = a.connect(b, cfg)
     port = fab.link(fab.tier1[0][1], fab.tier0[0][1])
     port.params.rate_bps, port.params.queue_bytes = 1e9, 64 * 1024
