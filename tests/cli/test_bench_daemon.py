@@ -287,7 +287,7 @@ def test_encrypted_daemons_as_the_bench_starts_them(tmp_path: Path) -> None:
     daemons = TwoDaemons(tmp_path, security="encrypt")
     try:
         daemons.start()
-        srv, cli = pair_run(["-s", "--daemon", str(daemons.a.sock)],
+        srv, _cli = pair_run(["-s", "--daemon", str(daemons.a.sock)],
                             ["-c", "a", "--daemon", str(daemons.b.sock), "-n", "16M", "-l", "1M",
                              "--verify"], "encrypted daemons")
         assert srv["end"]["mrc"]["integrity"] == "ok"
