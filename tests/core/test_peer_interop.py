@@ -168,3 +168,36 @@ def test_a_connectionless_endpoint_request_reaches_the_peers_connection(story: S
     # From an address that is no connection's peer: counted, nothing answered.
     sessions = story.a.endpoint.receive_datagrams(0, [(probe, "stranger", 2)], now)
     assert sessions == [] and story.a.endpoint.drops["endpoint_qpn"] == 1
+
+
+@pytest.mark.parametrize(
+    ("shift", "syndrome"),
+    [
+        (0x400000, 0x62),  # far outside what is in flight, failing the WRITE
+        (0x400000, 0x1F),  # far outside, completing it
+        (0, 0x1F),  # at the LAST itself: the peer's cack_psn has not passed it
+        (2, 0x1F),  # past our next PSN: nothing we sent
+    ],
+)
+def test_an_aeth_whose_psn_does_not_cover_its_message_is_dropped(
+    story: Story, shift: int, syndrome: int
+) -> None:
+    # A blind forgery on an unsecured connection (found by fuzzing: one such ACK settled a
+    # message's lost packets as arrived, una passed the peer's cack_psn for good and each
+    # new packet drew a PSN_OOR_WINDOW NACK and a resend, without end): an AETH counts only
+    # when its BTH.PSN, the responder's cack_psn, lies after its message's LAST and at most
+    # at our next PSN. The genuine ACK, 30 µs later, completes the WRITE as ever.
+    t0 = story.net.now
+    pkt = story.write_one_packet(t0)
+    forged = AckPacket(dest_qp=story.sa.qpn, psn=(pkt.psn + shift) & 0xFFFFFF, ev=0x01000003,
+                       aeth=AETH(syndrome=syndrome, msn=pkt.msn)).encode()  # fmt: skip
+    story.deliver(forged, t0 + 40e-6)
+    assert [e for e in story.events if isinstance(e, WriteCompleted)] == []
+    assert story.sa.stats.drops_by_reason["aeth_psn"] == 1
+    assert story.sa.stats.bytes_acked == 0
+    genuine = AckPacket(dest_qp=story.sa.qpn, psn=(pkt.psn + 1) & 0xFFFFFF, ev=0x01000003,
+                        aeth=AETH(syndrome=0x1F, msn=pkt.msn)).encode()  # fmt: skip
+    story.deliver(genuine, t0 + 70e-6)
+    done = [e for e in story.events if isinstance(e, WriteCompleted)]
+    assert done == [WriteCompleted(msn=pkt.msn, status=0)]
+    assert story.sa.stats.bytes_acked == 100

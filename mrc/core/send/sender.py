@@ -475,6 +475,14 @@ class Sender:
             if msg is not None or not 0 < (oldest - msn) & MSN_MASK < 0x8000:
                 self.drops["stale_aeth"] += 1
             return
+        if not 0 < (psn - msg.last_psn) & PSN_MASK <= (self.next_psn - msg.last_psn) & PSN_MASK:
+            # The responder answers a message once its cack_psn passed the message's LAST,
+            # so BTH.PSN lies after that LAST and at most at our next PSN. An AETH that says
+            # otherwise is not the peer's (a blind forgery on an unsecured connection): taken,
+            # it would settle PSNs that never arrived, and una would pass the peer's cack_psn
+            # for good.
+            self.drops["aeth_psn"] += 1
+            return
         touched: set[int] = set()
         acked_before = self.stats.bytes_acked
         # The responder leaves out the SACKs an ACK covers whole (docs/DESIGN.md §6): then
