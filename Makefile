@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
-# mrc/wire and mrc/core compiled in place with mypyc (tools/build_mypyc.py): rebuilt whenever a
+# mrc/wire, mrc/core and mrc/io compiled in place with mypyc (tools/build_mypyc.py): rebuilt whenever a
 # source changed, skipped with one line without a C compiler, pure Python on any failure.
 .PHONY: compiled
 compiled: venv

@@ -20,7 +20,7 @@ if not _COMPILED:
 
 
 def compiled() -> bool:
-    """Whether mrc.wire and mrc.core run as mypyc-compiled modules (False: pure Python)."""
+    """Whether mrc.wire, mrc.core and mrc.io run as mypyc-compiled modules (False: pure Python)."""
     return _COMPILED
 
 

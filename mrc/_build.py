@@ -1,8 +1,8 @@
-"""Which implementation of mrc.wire and mrc.core runs: the mypyc-compiled one or the pure one.
+"""Which implementation of mrc.wire, mrc.core and mrc.io runs: mypyc-compiled or pure Python.
 
-`make install` compiles mrc/wire and mrc/core with mypyc (tools/build_mypyc.py) and writes a
-stamp holding a digest of the sources it compiled. Extension modules shadow the .py files beside
-them, so this module decides at `import mrc` time, before either package is imported, and
+`make install` compiles mrc/wire, mrc/core and mrc/io with mypyc (tools/build_mypyc.py) and writes
+a stamp holding a digest of the sources it compiled. Extension modules shadow the .py files beside
+them, so this module decides at `import mrc` time, before any of them is imported, and
 installs a finder that loads the .py files whenever the compiled ones must not run: MRC_PURE=1,
 or sources that changed since the build (a stale .so must never hide an edit). The build itself,
 and the list of modules left interpreted, live in tools/build_mypyc.py; this module holds only
@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent
-PACKAGES = ("wire", "core")
+PACKAGES = ("wire", "core", "io")
 STAMP = ROOT / "_mypyc_stamp.json"
 PURE_ENV = "MRC_PURE"
 
@@ -78,7 +78,7 @@ def choose(environ: Mapping[str, str]) -> tuple[bool, str]:
 
 
 class PureFinder:
-    """Loads mrc.wire and mrc.core from their .py files even where a compiled module exists
+    """Loads mrc.wire, mrc.core and mrc.io from their .py files even where a compiled module exists
     (a meta path finder: `find_spec` is all the import system asks of one)."""
 
     def find_spec(

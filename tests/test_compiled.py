@@ -1,4 +1,4 @@
-"""The compiled build of mrc.wire and mrc.core is the one imported, MRC_PURE=1 the pure one.
+"""The compiled build of mrc.wire, mrc.core and mrc.io is the one imported, MRC_PURE=1 the pure one.
 
 `make install` compiles the two packages with mypyc (tools/build_mypyc.py); mrc/_build.py decides
 at `import mrc` which modules load. Each check imports mrc in a fresh interpreter, so the choice
@@ -24,16 +24,19 @@ from tools import build_mypyc
 REPO = Path(__file__).resolve().parent.parent
 SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
-# Imports every module of both packages and reports which file each came from.
+# Imports every module of the compiled packages and reports which file each came from.
 PROBE = """
 import importlib, json, pkgutil, sys
-import mrc, mrc.core, mrc.wire
-for pkg in (mrc.wire, mrc.core):
-    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+import mrc
+from mrc import _build
+prefixes = tuple("mrc." + name for name in _build.PACKAGES)
+for prefix in prefixes:
+    pkg = importlib.import_module(prefix)
+    for info in pkgutil.walk_packages(pkg.__path__, prefix + "."):
         if not info.name.endswith("__mypyc"):  # a compiled module's library, not a module
             importlib.import_module(info.name)
 files = {n: m.__file__ for n, m in sys.modules.items()
-         if n.startswith(("mrc.wire", "mrc.core")) and not n.endswith("__mypyc")}
+         if n.startswith(prefixes) and not n.endswith("__mypyc")}
 print(json.dumps({"compiled": mrc.compiled(), "implementation": mrc.implementation(),
                   "files": files}))
 """

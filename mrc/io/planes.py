@@ -162,6 +162,9 @@ class PlaneSocket:
         self.bytes_sent = 0
         self.packets_received = self.bytes_received = 0
         self.drained = 0  # datagrams the last drain read
+        #: Drains asked for and error-queue looks taken: each is at least a syscall, so
+        #: io's wake-up spends them only on the planes that need them (tests read them).
+        self.drains = self.error_checks = 0
         self.connected: SockAddr | None = None
         #: Wake-ups that carried a socket error (an ICMP error pinned on the socket or queued
         #: under IP_RECVERR): each one was an EPOLLERR.
@@ -295,6 +298,7 @@ class PlaneSocket:
 
     def drain_reads(self, limit: int = 64, errors: bool = True) -> list[Read]:
         """`drain`, a GRO batch left whole; `drained` counts the datagrams the reads hold."""
+        self.drains += 1
         out: list[Read] = []
         if self._mmsg is None or self.sock is not self._mmsg_sock:
             self._drain_recvmsg(limit, out)
@@ -311,6 +315,7 @@ class PlaneSocket:
         report the socket ready until they are read. Counted in `error_events` when it held
         any. A syscall and a raised OSError even when empty (about 1.5 µs), so io asks only on
         its socket's own wake-up, not on every drain."""
+        self.error_checks += 1
         if _pending_icmp(self.sock, self.unreachable):
             self.counters["icmp_errors"] += 1
             self.error_events += 1

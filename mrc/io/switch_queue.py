@@ -200,7 +200,7 @@ class EgressPort:
         bucket.refill(now, not self._data and not self._prio)
         data_queued, prio_queued = self.occupancy()
         if bucket.tokens <= 0:
-            data_queued = self.data_bytes
+            data_queued = float(self.data_bytes)
         verdict, tos, size = decide(
             self.policy, data_queued, prio_queued, size, tos, is_data(packet)
         )
