@@ -258,16 +258,7 @@ class AsyncClient:
         out: list[Any] = []
         for op, res in zip(live, results, strict=True):
             try:
-                call = op.throw(res) if isinstance(res, ClientError) else op.send(res)
-                while True:
-                    try:
-                        res = await self._call(call)
-                    except ClientError as exc:
-                        call = op.throw(exc)
-                    else:
-                        call = op.send(res)
-            except StopIteration as stop:
-                out.append(stop.value)
+                out.append(await self._drive(op, res))
             except ClientError as exc:
                 out.append(exc)
         return out
@@ -290,6 +281,20 @@ class AsyncClient:
     async def _run(self, op: Op[T]) -> T:
         try:
             call = next(op)
+        except StopIteration as stop:
+            done: T = stop.value
+            return done
+        try:
+            result: Any = await self._call(call)
+        except ClientError as exc:
+            result = exc
+        return await self._drive(op, result)
+
+    async def _drive(self, op: Op[T], result: Any) -> T:
+        """Run `op` on from the answer to its last request (`result`, or the ClientError it
+        raised), each further request answered in turn, to its value."""
+        try:
+            call = op.throw(result) if isinstance(result, ClientError) else op.send(result)
             while True:
                 try:
                     result = await self._call(call)

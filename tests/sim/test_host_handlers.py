@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import struct
+import sys
 from pathlib import Path
 
 from mrc.core.config import SessionConfig
@@ -22,29 +23,14 @@ from mrc.sim import FabricSpec, Host, LinkParams, Network, build, clos
 from mrc.sim.network import EventHook
 
 ROOT = Path(__file__).resolve().parents[2]
+# The assignment targets of a statement, as tests/core/test_construction.py reads them.
+sys.path.insert(0, str(ROOT / "tests" / "core"))
+from test_construction import _targets  # noqa: E402
+
 #: Where no handler may be patched in: the package, and the tests of sim and experiments.
 CHECKED = ("mrc", "tests/sim", "tests/experiments")
 FIELD = "on_event"
 REPLY = struct.Struct(">QI")
-
-
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        raw = list(node.targets)
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        raw = [node.target]
-    else:
-        return []
-    out: list[ast.expr] = []
-    while raw:
-        t = raw.pop()
-        if isinstance(t, (ast.Tuple, ast.List)):
-            raw.extend(t.elts)
-        elif isinstance(t, ast.Starred):
-            raw.append(t.value)
-        else:
-            out.append(t)
-    return out
 
 
 def patched_handlers(tree: ast.Module) -> list[int]:
