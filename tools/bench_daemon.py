@@ -178,12 +178,10 @@ class TwoDaemons:
 
 
 def keygen(path: Path) -> tuple[Path, str]:
-    """A new private key file at `path` (`mrc keygen`) and its public key, base64."""
-    done = subprocess.run([sys.executable, "-m", "mrc", "keygen", str(path)], capture_output=True,
-                          text=True, cwd=ROOT, env=env(), timeout=60, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"mrc keygen exited {done.returncode}: {done.stderr.strip()[-200:]}")
-    return path, done.stdout.strip().splitlines()[-1]
+    """A new private key file at `path` (as `mrc keygen` writes it) and its public key."""
+    from mrc.node.keys import create_private_key, public_key_text
+
+    return path, public_key_text(create_private_key(str(path)))
 
 
 @contextlib.contextmanager

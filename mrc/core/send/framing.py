@@ -323,10 +323,11 @@ class Framer:
         hdr, hdr_imm = HEADER - shrink, HEADER_IMM - shrink
         # Framed in a buffer kept from call to call (no allocation and zeroing per batch);
         # every byte up to `start` is written below, so nothing of an earlier batch is sent.
-        # It holds the whole call before the first packet (no packet is longer than a full
-        # one with ImmDt), so no view made below outlives its buffer.
-        if n * (full + 4) > len(self._stage):
-            self._grow(n * (full + 4), full, protection)
+        # It holds the whole call before the first packet (none is longer than a full one
+        # with ImmDt), so no view made below outlives its buffer.
+        need = n * (full + HEADER_IMM - HEADER)
+        if need > len(self._stage):
+            self._grow(need, full, protection)
         buf, mv = self._stage, self._stage_view
         grid = self._grid
         spans = protection.spans
