@@ -2,6 +2,7 @@
 
     python -m tools.bench_core [-l 1M] [-n 256M] [--planes 4] [--imm] [--repeat 5]
                                [--security none|auth|encrypt]
+    python -m tools.bench_core --latency [-l 64] [--iterations 10000] [--repeat 5]
 
 The writer posts `-l`-byte WRITEs (with an immediate each under `--imm`, as `mrc bench --verify`
 sends them) until `-n` bytes are acknowledged; every transmit goes to the other side's core
@@ -18,6 +19,13 @@ a packet's cost the io layer and the kernel do not add. The host's own speed dri
 compare two builds by alternating runs, and take each run's best of `--repeat`. Prints one
 JSON document: µs per data packet and per message on each side, for the best run and for
 every run.
+
+`--latency` is `mrc bench --latency` without sockets: one `-l`-byte WRITE_WITH_IMM in flight,
+answered by one back as soon as its immediate is delivered, `--iterations` times. Each side runs
+what io runs on a wake-up (the read handed to `Endpoint.receive_reads`, then the shared output
+loop, `mrc.core.flush.Flusher`, over the sessions that got input, its timer armed and its
+events delivered), so the figure is the core's CPU per round trip on each side, the part of
+`mrc bench --latency`'s `cpu_*_us_per_round_trip` that io, uvloop and the kernel do not add.
 """
 
 from __future__ import annotations
@@ -32,9 +40,11 @@ from typing import Any, Final
 import mrc
 from mrc.core.config import DEFAULT_FLOWCELL, SessionConfig
 from mrc.core.endpoint import Endpoint
-from mrc.core.events import ImmediateReceived, WriteCompleted
+from mrc.core.events import Event, ImmediateReceived, WriteCompleted
+from mrc.core.flush import Flusher, SendResult
 from mrc.core.memory import RegionTable
 from mrc.core.secure.handshake import Identity
+from mrc.core.session import Session
 from mrc.core.transmit import Transmit
 from mrc.io.loop import freeze_heap
 
@@ -189,11 +199,136 @@ def run(
     }
 
 
+#: Virtual seconds a hop takes in `--latency` (one side's turn: what it was sent arrives).
+HOP = 100e-6
+
+
+class _PingSink:
+    """One side's end of the output loop in `--latency`: transmits queue for the other side,
+    the armed deadline is kept, events go to the round-trip handler."""
+
+    def __init__(self, side: _Side, handler: Any) -> None:
+        self.side = side
+        self.handler = handler
+        self.queue: list[Transmit] = []
+        self.deadlines: dict[int, tuple[Session, float]] = {}
+
+    def send(self, tx: Transmit, now: float) -> SendResult:
+        self.queue.append(tx)
+        return SendResult.SENT
+
+    def arm(self, session: Session, deadline: float | None, now: float) -> None:
+        if deadline is None:
+            self.deadlines.pop(id(session), None)
+        else:
+            self.deadlines[id(session)] = (session, deadline)
+
+    def deliver(self, session: Session, events: list[Event], now: float) -> None:
+        self.handler(session, events)
+
+
+def pingpong(size: int, iterations: int, planes: int, security: str = "none") -> dict[str, Any]:
+    """`--latency`: `iterations` round trips of one `size`-byte WRITE_WITH_IMM each way; the
+    CPU each side spends in the core per round trip (receive, output loop, timers, events)."""
+    ida, idb = _identities(security)
+    a, b = _Side("a", 1, ida), _Side("b", 2, idb)
+    config = SessionConfig(plane_mask=(1 << planes) - 1, security=security).validate()
+    regions = {
+        side.name: (
+            side.endpoint.regions.register(bytearray(b"\x01") * size),
+            side.endpoint.regions.register(bytearray(size)),
+        )
+        for side in (a, b)
+    }
+    done = [0]
+
+    def answer(side: _Side, peer: _Side) -> Any:
+        src = regions[side.name][0]
+        dst = regions[peer.name][1]
+
+        def handler(session: Session, events: list[Event]) -> None:
+            for event in events:
+                if type(event) is ImmediateReceived:
+                    if side is a:
+                        done[0] += 1
+                        if done[0] >= iterations:
+                            continue
+                    session.post_write(src, 0, size, dst.base_va, dst.rkey, imm=event.imm + 1)
+                    flushers[side.name].flush(session)
+
+        return handler
+
+    sinks = {a.name: _PingSink(a, answer(a, b)), b.name: _PingSink(b, answer(b, a))}
+    now = [0.0]
+    flushers = {name: Flusher(sink, lambda: now[0]) for name, sink in sinks.items()}
+    b.endpoint.listen(config, lambda _pd: b"")
+    sa = a.endpoint.connect(config, b.addr, b"", now[0])
+    flushers[a.name].flush(sa)
+    started = False
+    frozen = False
+    measured: dict[str, float] = {}
+    rounds = 0
+    while done[0] < iterations:
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise RuntimeError(f"no end after {MAX_ROUNDS} rounds")
+        for side, peer in ((b, a), (a, b)):
+            sink, flusher = sinks[side.name], flushers[side.name]
+            peer_sink = sinks[peer.name]
+            txs = peer_sink.queue + peer.endpoint.datagrams_to_send()
+            peer_sink.queue = []
+            reads: dict[int, list[tuple[memoryview, Any, int, int]]] = {}
+            for tx in txs:
+                # A buffer of the receiver's own, as io's `recvmsg_into` fills (not timed).
+                data = memoryview(bytearray(tx.data))
+                reads.setdefault(tx.plane, []).append(
+                    (data, peer.addr[tx.plane], 0, tx.segment_size or 0)
+                )
+            t = time.perf_counter()
+            touched: dict[int, Session] = {}
+            for plane, batch in reads.items():
+                for s in side.endpoint.receive_reads(plane, batch, now[0]):
+                    touched.setdefault(id(s), s)
+            for key, (s, deadline) in list(sink.deadlines.items()):
+                if deadline <= now[0]:
+                    del sink.deadlines[key]
+                    s.handle_timer(now[0])
+                    touched.setdefault(key, s)
+            for s in touched.values():
+                flusher.flush(s)
+            side.seconds += time.perf_counter() - t
+        now[0] += HOP
+        if not started and sa.sender is not None and b.endpoint.sessions:
+            started = True
+            freeze_heap()
+            frozen = True
+            a.seconds = b.seconds = 0.0
+            measured["start"] = now[0]
+            dst = regions[b.name][1]
+            t = time.perf_counter()
+            sa.post_write(regions[a.name][0], 0, size, dst.base_va, dst.rkey, imm=0)
+            flushers[a.name].flush(sa)
+            a.seconds += time.perf_counter() - t
+        if sa.is_closed:
+            raise RuntimeError("the client's session closed")
+    assert frozen
+    return {
+        "round_trips": done[0],
+        "virtual_seconds": round(now[0] - measured["start"], 6),
+        "retransmits": sa.stats.retransmits,
+        "secured": sa.channel is not None,
+        "client_us_per_round_trip": round(a.seconds / done[0] * 1e6, 3),
+        "server_us_per_round_trip": round(b.seconds / done[0] * 1e6, 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.bench_core", description=__doc__.split("\n")[0]
     )
-    p.add_argument("-l", "--length", default="1M", help="message (WRITE) size (1M)")
+    p.add_argument(
+        "-l", "--length", default=None, help="message (WRITE) size (1M; 64 with --latency)"
+    )
     p.add_argument("-n", "--bytes", default="256M", help="bytes per run (256M)")
     p.add_argument("--planes", type=int, default=4, help="planes (4)")
     p.add_argument("--payload-mtu", type=int, default=4096, help="payload bytes a packet (4096)")
@@ -211,9 +346,17 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         help="packet protection (none; auth and encrypt as the daemon's connections)",
     )
+    p.add_argument(
+        "--latency", action="store_true", help="round trips of one WRITE_WITH_IMM each way"
+    )
+    p.add_argument(
+        "--iterations", type=int, default=10_000, help="round trips a --latency run (10000)"
+    )
     args = p.parse_args(argv)
+    if args.latency:
+        return _latency_main(args)
     try:
-        size, total = _size(args.length), _size(args.bytes)
+        size, total = _size(args.length or "1M"), _size(args.bytes)
     except ValueError as exc:
         print(f"bench_core: {exc}", file=sys.stderr)
         return 2
@@ -231,6 +374,32 @@ def main(argv: list[str] | None = None) -> int:
         "bytes": total,
         "planes": args.planes,
         "imm": args.imm,
+        "security": args.security,
+        "best": best,
+        "runs": runs,
+    }
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+def _latency_main(args: argparse.Namespace) -> int:
+    try:
+        size = _size(args.length or "64")
+    except ValueError as exc:
+        print(f"bench_core: {exc}", file=sys.stderr)
+        return 2
+    if size < 1 or args.iterations < 1 or args.repeat < 1 or not 1 <= args.planes <= 8:
+        print("bench_core: need -l >= 1, --iterations >= 1, --repeat >= 1, 1..8 planes",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    runs = [pingpong(size, args.iterations, args.planes, args.security) for _ in range(args.repeat)]
+    best = min(runs, key=lambda r: r["client_us_per_round_trip"] + r["server_us_per_round_trip"])
+    doc = {
+        "implementation": mrc.implementation(),
+        "latency": True,
+        "msg_size": size,
+        "iterations": args.iterations,
+        "planes": args.planes,
         "security": args.security,
         "best": best,
         "runs": runs,

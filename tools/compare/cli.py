@@ -5,7 +5,10 @@ then the MPTCP and mrc failover runs (one MPTCP run and `--repeat` mrc runs for 
 kind: link-down, then blackhole), then the round trips (UDP and TCP ping-pong, `mrc bench
 --latency`) and the `mrc bench --sweep` of message sizes (`latency`). A run that fails is
 recorded as `{"error": …}` with a one-line reason on stderr and the others go on; the exit
-status is then 1. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is
+status is then 1. `--rounds N` runs the mrc throughput rows (plain, pure, auth, encrypt) N
+times, alternated round by round, and keeps every round: each row shows its median round, and
+a variant's ratio to the plain run is the median of the rounds' ratios (`report.ratios`): on a
+shared host one run's goodput moves by a third from minute to minute. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is
 stopped and the testbed is removed with `tools.testbed`'s `down` before the command returns.
 Not root: one line on stderr, exit 2.
 """
@@ -103,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
                         "down; blackhole: nftables drop both ways); default link-down,blackhole")
     p.add_argument("--repeat", type=int, default=10,
                    help="mrc failover runs per fault (10; the goal is <= 10 ms in 10 of 10)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="alternated rounds of the mrc throughput rows; medians reported (1)")
     p.add_argument("--only", help=f"comma-separated subset of: {', '.join(RUNS)}")
     p.add_argument("--run-timeout", type=float, default=240.0,
                    help="deadline of each run in seconds (240)")
@@ -173,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         _say(f"unknown run(s) {', '.join(sorted(unknown))}; choose from {', '.join(RUNS)}")
         return 2
-    if args.repeat < 1:
-        _say("--repeat must be >= 1")
+    if args.repeat < 1 or args.rounds < 1:
+        _say("--repeat and --rounds must be >= 1")
         return 2
     if not 0 <= args.fail_plane < args.planes or args.planes < 2:
         _say("--planes must be >= 2 and --fail-plane one of them")
@@ -199,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "failover_seconds": args.failover_seconds,
                                       "fault_after": args.fault_after,
                                       "fail_plane": args.fail_plane, "fault": args.fault,
-                                      "repeat": args.repeat,
+                                      "repeat": args.repeat, "rounds": args.rounds,
                                       "mrc_args": args.mrc_args, "runs": sorted(only)},
                            "throughput": {}, "failover": {}, "latency": {}, "sweep": {},
                            "errors": []}
@@ -252,8 +257,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if only & {"mptcp", "failover-mptcp"}:
             runs.mptcp_setup(bed)
         todo = [step for step in plan if step[0] in only]
+        rowed = [step for step in todo if step[0] in report.ROUNDED]
+        if rowed and args.rounds > 1:
+            # The mrc rows are adjacent in the plan: their rounds go where they stood.
+            at = todo.index(rowed[0])
+            rest = [step for step in todo if step[0] not in report.ROUNDED]
+            todo = rest[:at] + rowed * args.rounds + rest[at:]
+        rounds: dict[str, list[dict[str, Any]]] = {}
         for i, (run, section, short, fn) in enumerate(todo, 1):
             key = run if section != "failover" else f"{run} ({short})"
+            if args.rounds > 1 and run in report.ROUNDED:
+                key = f"{run} (round {len(rounds.get(short, [])) + 1}/{args.rounds})"
             _say(f"[{i}/{len(todo)}] {key} …")
             t0 = time.monotonic()
             busy0 = _busy()
@@ -270,7 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "cpu_seconds" in result:
                 result["other_load_cpu_s"] = round(
                     max(0.0, result["host_cpu_busy_s"] - result["cpu_seconds"]), 2)
-            doc[section][short] = result
+            if args.rounds > 1 and run in report.ROUNDED:
+                rounds.setdefault(short, []).append(result)
+                doc[section][short] = report.median_round(rounds[short])
+            else:
+                doc[section][short] = result
             if "error" in result:
                 rc = 1
                 doc["errors"].append(f"{key}: {result['error']}")

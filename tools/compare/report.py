@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 LABELS = {
@@ -20,6 +21,8 @@ SECURED = ("mrc_auth", "mrc_encrypt")
 #: on the pure-Python build (MRC_PURE=1; the plain run uses the compiled one when built).
 VARIANTS = ("mrc_pure", *SECURED)
 PEERS = ("iperf3", "mptcp", "aioquic", "raw_udp")
+#: The rows `--rounds` repeats, alternated (cli.py).
+ROUNDED = ("mrc", *VARIANTS)
 # Goals (issues 5 and 15): (description, key, comparison, threshold). aioquic always encrypts,
 # so mrc's encrypt run is the one held against it.
 GOALS = (
@@ -57,10 +60,34 @@ LATENCY_LABELS = {"udp": "UDP ping-pong, 1 plane", "tcp": "TCP ping-pong, 1 plan
                   "mrc": "mrc bench --latency"}
 
 
+def median_round(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of `--rounds`: the round of median goodput among those that did not fail (the
+    last failure when all did), with every round's goodput, CPU s/GB and retransmits under
+    `rounds` (a failed round as its error), in the order they ran."""
+    good = sorted((r for r in results if "error" not in r), key=lambda r: r["goodput_bps"])
+    row = dict(good[(len(good) - 1) // 2] if good else results[-1])
+    row["rounds"] = [{"error": r["error"]} if "error" in r else
+                     {k: r.get(k) for k in ("goodput_bps", "cpu_s_per_gb", "retransmits")}
+                     for r in results]
+    return row
+
+
+def _paired(throughput: dict[str, dict[str, Any]], key: str, field: str) -> float | None:
+    """The median over `--rounds` of `key`'s `field` over the plain run's of the same round
+    (None without rounds, or with no round where both ran)."""
+    mine = throughput.get(key, {}).get("rounds")
+    plain = throughput.get("mrc", {}).get("rounds")
+    if not mine or not plain or len(mine) != len(plain):
+        return None
+    pairs = [m[field] / p[field] for m, p in zip(mine, plain) if m.get(field) and p.get(field)]
+    return statistics.median(pairs) if pairs else None
+
+
 def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """mrc/peer for goodput (`mrc/PEER`) and for CPU seconds per GB (`cpu mrc/PEER`); each
     variant's goodput over the plain run's (`VARIANT/mrc`), and a secured one's CPU seconds per
-    GB over the plain run's (`cpu VARIANT/mrc`)."""
+    GB over the plain run's (`cpu VARIANT/mrc`). With `--rounds`, a variant's ratios are the
+    medians of each round's (`_paired`), not the ratio of the median rows."""
     out: dict[str, Any] = {}
     mrc = throughput.get("mrc", {})
     for peer in PEERS:
@@ -74,11 +101,19 @@ def ratios(throughput: dict[str, dict[str, Any]]) -> dict[str, Any]:
     quic = throughput.get("aioquic", {}).get("goodput_bps")
     for key in VARIANTS:
         g_s = throughput.get(key, {}).get("goodput_bps")
-        out[f"{key}/mrc"] = round(g_s / g_plain, 4) if g_s and g_plain else None
+        paired = _paired(throughput, key, "goodput_bps")
+        if paired is not None:
+            out[f"{key}/mrc"] = round(paired, 4)
+        else:
+            out[f"{key}/mrc"] = round(g_s / g_plain, 4) if g_s and g_plain else None
         if key not in SECURED:
             continue
         c_s = throughput.get(key, {}).get("cpu_s_per_gb")
-        out[f"cpu {key}/mrc"] = round(c_s / c_plain, 3) if c_s and c_plain else None
+        paired = _paired(throughput, key, "cpu_s_per_gb")
+        if paired is not None:
+            out[f"cpu {key}/mrc"] = round(paired, 3)
+        else:
+            out[f"cpu {key}/mrc"] = round(c_s / c_plain, 3) if c_s and c_plain else None
         out[f"{key}/aioquic"] = round(g_s / quic, 4) if g_s and quic else None
     return out
 
@@ -163,6 +198,11 @@ def _note(key: str, r: dict[str, Any]) -> str:
     if key == "mrc" or key in VARIANTS:
         bits.append(f"{r.get('implementation')}, integrity {r.get('integrity')}, "
                     f"{r.get('retransmits')} retransmits")
+    done = [x["goodput_bps"] for x in r.get("rounds", []) if x.get("goodput_bps")]
+    if done:
+        # (the ratio column is then the median of the rounds' ratios: `ratios`)
+        bits.append(f"median of {len(done)} of {len(r['rounds'])} rounds, "
+                    f"{rate(min(done)).strip()} to {rate(max(done)).strip()}")
     if r.get("other_load_cpu_s", 0) > 0.5 * r.get("wall_seconds", 1e9):
         bits.append(f"other load {r['other_load_cpu_s']:.1f} CPU s")
     if r.get("warning"):
