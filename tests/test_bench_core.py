@@ -61,3 +61,29 @@ def test_a_secured_transfer_runs_through_the_cipher_on_both_sides(
     assert run["messages"] == 8 and run["data_packets_received"] == 128
     assert run["retransmits"] == 0
     assert run["sender_us_per_packet"] > 0 and run["receiver_us_per_packet"] > 0
+
+
+@pytest.mark.parametrize("security", ["none", "encrypt"])
+def test_latency_runs_one_write_each_way_per_round_trip_and_times_both_sides(
+    security: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--latency", "--iterations", "50", "--repeat", "2", "--security", security]
+    assert bench_core.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["latency"] is True and doc["msg_size"] == 64 and doc["iterations"] == 50
+    assert len(doc["runs"]) == 2 and doc["best"] in doc["runs"]
+    for run in doc["runs"]:
+        assert run["round_trips"] == 50 and run["retransmits"] == 0
+        assert run["secured"] is (security != "none")
+        # One hop a side a round (bench_core.HOP): the echo comes back in the same round.
+        assert run["virtual_seconds"] == pytest.approx(50 * bench_core.HOP)
+        assert run["client_us_per_round_trip"] > 0 and run["server_us_per_round_trip"] > 0
+
+
+@pytest.mark.parametrize("argv", [["--iterations", "0"], ["-l", "0"], ["--planes", "9"]])
+def test_bad_latency_arguments_are_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench_core.main(["--latency", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench_core: ") and err.count("\n") == 1

@@ -146,6 +146,34 @@ def test_report_text_and_goals() -> None:
     assert "4.00 Gbit/s" in text
 
 
+def test_rounds_row_is_the_median_round_and_ratios_are_the_medians_of_each_rounds() -> None:
+    def run(gbps: float, cpu: float) -> dict[str, Any]:
+        return {"goodput_bps": gbps * 1e9, "bytes": 1 << 30, "seconds": 1.0,
+                "cpu_s_per_gb": cpu, "integrity": "ok", "retransmits": 0}
+
+    # Round 2 ran on a slow host minute: every row of it is slow, so its ratios hold.
+    plain = [run(12.0, 1.5), run(6.0, 3.0), run(14.0, 1.4)]
+    auth = [run(6.0, 2.7), run(3.0, 6.0), run(8.4, 2.1)]
+    enc = [run(5.4, 3.0), {"error": "mrc bench: boom"}, run(7.0, 2.8)]
+    tp = {"mrc": report.median_round(plain), "mrc_auth": report.median_round(auth),
+          "mrc_encrypt": report.median_round(enc)}
+    assert tp["mrc"]["goodput_bps"] == 12e9 and tp["mrc_auth"]["goodput_bps"] == 6e9
+    assert tp["mrc_encrypt"]["goodput_bps"] == 5.4e9  # the lower of the two that ran
+    assert [r.get("goodput_bps") for r in tp["mrc_encrypt"]["rounds"]] == [5.4e9, None, 7e9]
+    assert tp["mrc_encrypt"]["rounds"][1] == {"error": "mrc bench: boom"}
+    ratios = report.ratios(tp)
+    # auth/none per round 0.5, 0.5, 0.6; the ratio of the median rows would say 0.5 too, but
+    # encrypt's would say 5.4/12 = 0.45 where its rounds say 0.45 and 0.5 (median 0.475).
+    assert ratios["mrc_auth/mrc"] == pytest.approx(0.5)
+    assert ratios["mrc_encrypt/mrc"] == pytest.approx(0.475)
+    assert ratios["cpu mrc_auth/mrc"] == pytest.approx(1.8)  # 1.8, 2.0, 1.5
+    assert ratios["cpu mrc_encrypt/mrc"] == pytest.approx(2.0)  # 3.0 / 1.5, 2.8 / 1.4
+    text = report.text({"throughput": tp, "ratios": ratios})
+    (enc_row,) = [ln for ln in text.splitlines() if ln.startswith("mrc --verify --security encr")]
+    assert "median of 2 of 3 rounds, 5.40 Gbit/s to 7.00 Gbit/s" in enc_row
+    assert "0.475" in enc_row
+
+
 def test_not_root_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)

@@ -8,9 +8,9 @@ recorded as `{"error": …}` with a one-line reason on stderr and the others go 
 status is then 1. `--rounds N` runs the mrc throughput rows (plain, pure, auth, encrypt) N
 times, alternated round by round, and keeps every round: each row shows its median round, and
 a variant's ratio to the plain run is the median of the rounds' ratios (`report.ratios`): on a
-shared host one run's goodput moves by a third from minute to minute. Whatever happens (an error, Ctrl-C, SIGTERM, SIGHUP), every child process is
-stopped and the testbed is removed with `tools.testbed`'s `down` before the command returns.
-Not root: one line on stderr, exit 2.
+shared host one run's goodput moves by a third from minute to minute. Whatever happens (an
+error, Ctrl-C, SIGTERM, SIGHUP), every child process is stopped and the testbed is removed
+with `tools.testbed`'s `down` before the command returns. Not root: one line on stderr, exit 2.
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ def _paired(throughput: dict[str, dict[str, Any]], key: str, field: str) -> floa
     plain = throughput.get("mrc", {}).get("rounds")
     if not mine or not plain or len(mine) != len(plain):
         return None
-    pairs = [m[field] / p[field] for m, p in zip(mine, plain) if m.get(field) and p.get(field)]
+    pairs = [m[field] / p[field] for m, p in zip(mine, plain, strict=True)
+             if m.get(field) and p.get(field)]
     return statistics.median(pairs) if pairs else None
 
 
