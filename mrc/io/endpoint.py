@@ -435,13 +435,16 @@ class IoEndpoint(Generic[S]):
             self._drain_start = start + 1
             order = order[start:] + order[:start]
         touched: dict[int, S] = {}
-        for _ in range(_DRAIN_PASSES):
+        for pass_ in range(_DRAIN_PASSES):
             now = self.now()
             got = False
             ready, errs = self._ready(order)
             for plane in ready:
                 sock = self.planes[plane]
-                batch = sock.drain_reads(self.batch, errors=False)
+                # A plane whose last drain took one datagram is read once in the first pass:
+                # the next pass's poll says whether more came (PlaneSocket.drain_reads).
+                once = pass_ == 0 and sock.drained <= 1 and self._poll is not None
+                batch = sock.drain_reads(self.batch, errors=False, once=once)
                 if not batch:
                     continue
                 got = True

@@ -296,11 +296,18 @@ class PlaneSocket:
                 out.append((view, addr, tos))
         return out
 
-    def drain_reads(self, limit: int = 64, errors: bool = True) -> list[Read]:
-        """`drain`, a GRO batch left whole; `drained` counts the datagrams the reads hold."""
+    def drain_reads(self, limit: int = 64, errors: bool = True, once: bool = False) -> list[Read]:
+        """`drain`, a GRO batch left whole; `drained` counts the datagrams the reads hold.
+
+        `once`: one read, not a read until the socket is empty. The read that finds a socket
+        empty costs a syscall and a raised `BlockingIOError` (its message decoded, a traceback
+        built): a wake-up for one datagram paid it every time (io asks for `once` when the last
+        drain took one datagram and polls again before it would read more)."""
         self.drains += 1
         out: list[Read] = []
-        if self._mmsg is None or self.sock is not self._mmsg_sock:
+        if once and self._last_reads < self.mmsg_min_reads:
+            self._last_reads = self._drain_recvmsg(1, out)
+        elif self._mmsg is None or self.sock is not self._mmsg_sock:
             self._drain_recvmsg(limit, out)
         elif self._last_reads >= self.mmsg_min_reads:
             self._last_reads = self._drain_mmsg(limit, out)

@@ -443,6 +443,61 @@ def test_what_arrives_on_a_drained_plane_during_a_wake_up_is_read_before_the_flu
             p.close()
 
 
+def test_a_wake_up_for_one_datagram_reads_once_and_the_next_pass_reads_the_rest() -> None:
+    """A plane whose last drain took one datagram is read once in a wake-up's first pass (no
+    read that finds it empty: a syscall and a raised BlockingIOError); what came with it is
+    read by the second pass, before the flush."""
+    loop, _core, io, peers = make(1)
+    try:
+        session = io.connect(SessionConfig(plane_mask=1), {0: peers[0].local_addr}, b"")
+        io.flush(session)
+        sock = io.planes[0]
+        counting = _CountingReads(sock.sock)
+        sock.sock = counting  # type: ignore[assignment]
+        peers[0].send(b"one", sock.local_addr)
+        # (select, not `run`: the loop would read it with its own callback)
+        assert select.select([sock.fileno()], [], [], 1.0)[0]
+        sock.drained = 1  # (the last drain took one datagram)
+        io._on_readable(0)
+        assert session.received[-1] == (0, [b"one"])
+        assert (counting.reads, counting.empty) == (1, 0)
+        # Two at once: the first pass reads one, its poll finds the other, the second pass
+        # reads it (then the socket is empty), and the session is flushed once for both.
+        for d in (b"two", b"three"):
+            peers[0].send(d, sock.local_addr)
+        assert select.select([sock.fileno()], [], [], 1.0)[0]
+        pulls = session.pulls
+        io._on_readable(0)
+        assert session.received[-2:] == [(0, [b"two"]), (0, [b"three"])]
+        assert (counting.reads, counting.empty) == (4, 1)
+        assert session.pulls == pulls + 2  # one flush: the pull of both echoes, an empty one
+    finally:
+        io.close()
+        loop.close()
+        for p in peers:
+            p.close()
+
+
+class _CountingReads:
+    """A plane's socket that counts its reads and the reads that found it empty."""
+
+    def __init__(self, sock: object) -> None:
+        self.sock = sock
+        self.reads = 0
+        self.empty = 0
+
+    def recvmsg_into(self, buffers: list[memoryview], ancbufsize: int) -> object:
+        self.reads += 1
+        try:
+            return self.sock.recvmsg_into(buffers, ancbufsize)  # type: ignore[attr-defined]
+        except BlockingIOError:
+            self.empty += 1
+            raise
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.sock, name)
+
+
 def test_closed_session_is_discarded_and_close_cleans_up() -> None:
     loop, core, io, peers = make(1)
     try:

@@ -280,3 +280,47 @@ def test_icmp_port_unreachable_names_the_destination_for_io() -> None:
         finally:
             sock.close()
             live.close()
+
+
+class _CountingSocket:
+    """A plane's socket that counts its reads and the reads that found it empty."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reads = 0
+        self.empty = 0
+
+    def recvmsg_into(self, buffers: list[memoryview], ancbufsize: int) -> tuple[object, ...]:
+        self.reads += 1
+        try:
+            return self.sock.recvmsg_into(buffers, ancbufsize)
+        except BlockingIOError:
+            self.empty += 1
+            raise
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.sock, name)
+
+
+def test_a_drain_once_reads_one_datagram_and_never_finds_the_socket_empty() -> None:
+    a = PlaneSocket(0, "127.0.0.2", 0)
+    b = PlaneSocket(0, "127.0.0.3", 0)
+    counting = _CountingSocket(b.sock)
+    real = b.sock
+    b.sock = counting  # type: ignore[assignment]
+    try:
+        for i in range(3):
+            a.send(bytes([i]) * 10, b.local_addr)
+        wait_readable(b)
+        (read,) = b.drain_reads(once=True)
+        assert bytes(read[0]) == b"\x00" * 10 and b.drained == 1
+        assert (counting.reads, counting.empty) == (1, 0)
+        # A drain without `once` reads until the socket is empty: the two left, then EAGAIN.
+        rest = b.drain_reads()
+        assert [bytes(r[0])[0] for r in rest] == [1, 2] and b.drained == 2
+        assert (counting.reads, counting.empty) == (4, 1)
+        assert b.drain_reads(once=True) == [] and (counting.reads, counting.empty) == (5, 2)
+    finally:
+        b.sock = real
+        a.close()
+        b.close()
