@@ -130,10 +130,9 @@ class IoEndpoint(Generic[S]):
         #: unreachable) a plane socket read about a datagram of ours; returns the sessions it
         #: gave the news to, which io flushes (docs/DESIGN.md §4). None: counted only.
         self.on_unreachable = on_unreachable
-        #: SRv6 path sockets (closed with this endpoint); None = every plane is direct.
+        #: SRv6 path sockets (closed with this endpoint); None = every plane is direct. Paths
+        #: that fail to open on first use are reported from its `errors` (`_path_errors`).
         self.paths = paths
-        if paths is not None and paths.on_error is None:
-            paths.on_error = self._path_error
         #: io-level drops and incidents: injected blackhole drops, sends to planes we lack, …
         self.counters: Counter[str] = Counter()
         self.faults: list[Fault] = []
@@ -235,6 +234,7 @@ class IoEndpoint(Generic[S]):
                 if sock is None:
                     continue
                 if self.paths is not None and self.paths.source_routed(sock, addr):
+                    self._path_errors(self.paths)
                     continue
                 if sock.pool:
                     continue  # the peer's pool sends from many ports: do not filter them
@@ -309,8 +309,12 @@ class IoEndpoint(Generic[S]):
             self.counters["injected_plane_down"] += -(-len(tx.data) // seg) if seg else 1
             return None
         addr = cast(SockAddr, tx.addr)
-        if self.paths is not None:
-            return sock.send(tx.data, addr, tx.segment_size, self.paths.via(sock, addr, tx.ev))
+        paths = self.paths
+        if paths is not None:
+            via = paths.via(sock, addr, tx.ev)
+            if paths.errors:
+                self._path_errors(paths)
+            return sock.send(tx.data, addr, tx.segment_size, via)
         if sock.flowlabel:
             # The EV's low 20 bits in the flow label: what ECMP switches hash on.
             return sock.send(tx.data, addr, tx.segment_size, label=tx.ev)
@@ -507,12 +511,13 @@ class IoEndpoint(Generic[S]):
         if sessions is None or session in sessions.values():
             self.core.discard(session)
 
-    def _path_error(self, message: str) -> None:
-        self.counters["path_open_error"] += 1
-        if self.on_error is not None:
-            self.on_error(message)
-        else:
-            log.error("%s", message)
+    def _path_errors(self, paths: PathSockets) -> None:
+        for message in paths.take_errors():
+            self.counters["path_open_error"] += 1
+            if self.on_error is not None:
+                self.on_error(message)
+            else:
+                log.error("%s", message)
 
     def _internal_error(self, where: str, exc: Exception) -> None:
         """A bug surfaced in the core: counted, kept (the first one), and reported. io goes on

@@ -198,7 +198,8 @@ class PathSockets:
     """Per-path send sockets of one endpoint, opened per (plane, peer address).
 
     `open` does it up front (errors are raised); `via` opens on first use for a peer it has not
-    seen (errors are then reported to `on_error` once and that peer's plane stays direct).
+    seen (an error is then kept once in `errors`, for the owner to take with `take_errors`, and
+    that peer's plane stays direct).
     Planes and peers the table does not name are direct: `via` returns None.
     """
 
@@ -208,12 +209,12 @@ class PathSockets:
         *,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         tos: int = ECT0,
-        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.table = table
         self.buffer_bytes = buffer_bytes
         self.tos = tos
-        self.on_error = on_error
+        #: Paths that failed to open on first use, one line each, until taken.
+        self.errors: list[str] = []
         self._routes: dict[tuple[int, Any], tuple[socket.socket | None, ...]] = {}
         self._opened: dict[tuple[int, Any], PlanePaths] = {}
         self._steered: set[int] = set()
@@ -293,9 +294,15 @@ class PathSockets:
             return self.open(plane, peer).socks
         except (PathTableError, ValueError) as exc:
             self._routes[key] = ()
-            if self.on_error is not None:
-                self.on_error(str(exc))
+            self.errors.append(str(exc))
             return ()
+
+    def take_errors(self) -> list[str]:
+        """The errors of paths opened on first use since the last call."""
+        found = self.errors
+        if found:
+            self.errors = []
+        return found
 
     def source_routed(self, plane: PlaneSocket, peer: Any) -> bool:
         """Does anything toward `peer` on `plane` leave on a path socket (opening them now)?

@@ -6,10 +6,12 @@ The last tests build a tiny kernel SRv6 fabric (`srv6_minifabric`: A — S1 / S2
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import errno
 import ipaddress
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -22,6 +24,10 @@ import pytest
 from srv6_minifabric import A_ADDR, B_ADDR, CAPTURE, SID, MiniFabric, child_env, skip_reason
 
 from mrc.cli import main
+from mrc.core.endpoint import Endpoint
+from mrc.core.flush import SendResult
+from mrc.core.transmit import Transmit
+from mrc.io.endpoint import IoEndpoint
 from mrc.io.pathtable import PathEntry, PathTable, PathTableError, SrPath
 from mrc.io.planes import PlaneSocket
 from mrc.io.srv6 import MRC_DATA_HEADERS, PathMtuError, PathSockets, check_path_mtu, packet_size
@@ -344,16 +350,40 @@ def test_path_sockets_need_a_reuseport_plane_socket() -> None:
         pytest.skip("no IPv6 loopback")
     lo = ipaddress.IPv6Address("::1")
     ps = PathSockets(PathTable([PathEntry(lo, lo, 0, "a", "b", (_path("p0", 1),))]))
-    errors: list[str] = []
-    ps.on_error = errors.append
     try:
         with pytest.raises(PathTableError, match="opened without reuseport"):
             ps.open(plane, ("::1", 9, 0, 0))
-        assert ps.via(plane, ("::1", 9, 0, 0), 0) is None and len(errors) == 1
-        assert ps.via(plane, ("::1", 9, 0, 0), 1) is None and len(errors) == 1  # reported once
+        assert ps.errors == []  # (raised, not kept)
+        assert ps.via(plane, ("::1", 9, 0, 0), 0) is None
+        (error,) = ps.take_errors()
+        assert "opened without reuseport" in error and ps.take_errors() == []
+        assert ps.via(plane, ("::1", 9, 0, 0), 1) is None and ps.errors == []  # reported once
     finally:
         ps.close()
         plane.close()
+
+
+def test_io_reports_a_path_that_fails_to_open_on_first_use_once() -> None:
+    try:
+        plane = PlaneSocket(0, "::1", 0)
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    lo = ipaddress.IPv6Address("::1")
+    ps = PathSockets(PathTable([PathEntry(lo, lo, 0, "a", "b", (_path("p0", 1),))]))
+    errors: list[str] = []
+    loop = asyncio.new_event_loop()
+    core = Endpoint(rng=random.Random(1))
+    io: IoEndpoint[Any] = IoEndpoint(loop, core, {0: plane}, paths=ps, on_error=errors.append)
+    try:
+        peer = ("::1", 9, 0, 0)
+        for ev in range(3):
+            # Each send goes out direct (the plane's own socket) once the paths failed.
+            assert io.send(Transmit(0, peer, b"x", ev), 0.0) is SendResult.SENT
+        assert len(errors) == 1 and "opened without reuseport" in errors[0]
+        assert io.counters["path_open_error"] == 1 and ps.errors == []
+    finally:
+        io.close()
+        loop.close()
 
 
 # -- a real kernel SRv6 fabric ----------------------------------------------------------------
