@@ -299,9 +299,8 @@ def run_with_pen(pen: int) -> tuple[int, float, bool]:
                 pkt.cc = replace(pkt.cc, rcv_cwnd_pen=pen)
                 batch[i] = (pkt.encode(), addr, tos)
 
-    a.on_event = on_event
     a.on_receive = push_back
-    session = a.connect(b, cfg)
+    session = a.connect(b, cfg, on_event=on_event)
     net.drive_until(lambda: bool(done), timeout=1.0)
     assert isinstance(session.cc, Nscc)
     return max(inflight), session.cc.p.maxwnd, bool(done) and bytes(dst) == src

@@ -73,9 +73,8 @@ class Story:
             if self.first_answer is None and any(d[0][0] < 0xE0 for d in batch):
                 self.first_answer = self.net.now  # not a CM packet: an acknowledgement
 
-        self.a.on_event = on_event
         self.a.on_receive = on_receive
-        self.a.connect(self.b, cfg)
+        self.a.connect(self.b, cfg, on_event=on_event)
 
     def post(self, session: Session) -> None:
         va, rkey = self.remote

@@ -410,8 +410,7 @@ def write_dropping_once(seed: int, target: int, src: bytes, length: int) -> OneD
                 session.post_write(src_region, off, length, va + off, rkey, off // length)
 
     b.on_receive = on_receive
-    a.on_event = on_event
-    session = a.connect(b, cfg)
+    session = a.connect(b, cfg, on_event=on_event)
     count = len(src) // length
     assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == count, timeout=5.0)
     return OneDrop(a, b, session, dst, dropped, resent)

@@ -204,8 +204,7 @@ def test_bad_rkey_and_out_of_bounds_writes_complete_with_their_status() -> None:
             s.post_write(src, 0, 100_000, va + (1 << 20) - 50_000, rkey)  # runs past the end
             s.post_write(src, 0, 10_000, va + 500_000, rkey)  # fine
 
-    a.on_event = on_event
-    a.connect(b, cfg)
+    a.connect(b, cfg, on_event=on_event)
     assert net.drive_until(lambda: len(a.events_of(WriteCompleted)) == 3, timeout=1.0)
     assert a.events_of(WriteCompleted) == [
         WriteCompleted(msn=0, status=0x62),

@@ -44,8 +44,7 @@ class Story:
                     n = min(msg, size - off)
                     session.post_write(src_region, off, n, va + off, rkey, None)
 
-        self.a.on_event = on_event
-        self.a.connect(self.b, cfg)
+        self.a.connect(self.b, cfg, on_event=on_event)
 
     @property
     def sa(self) -> Session:

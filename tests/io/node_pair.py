@@ -1,6 +1,7 @@
 """Two `Node`s on loopback moving one WRITE, for the io tests of EV encodings: the server `a`
-listens, the client `b` connects through a relay (a tap the test reads) and writes `size` bytes;
-returns the client's session after checking every byte arrived."""
+listens, the client `b` (built with `recorder(events)` as its event handler) connects through a
+relay (a tap the test reads) and writes `size` bytes; returns the client's session after
+checking every byte arrived."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ from mrc.core.session import Session
 from mrc.node import Node, resolve_peer
 
 
+def recorder(events: list[Event]) -> Callable[[Session, Event], None]:
+    """An event handler that records into `events` (the client's, for `move_one_write`)."""
+    return lambda _session, event: events.append(event)
+
+
 def move_one_write(
     loop: asyncio.AbstractEventLoop,
     a: Node,
     b: Node,
+    events: list[Event],
     config: SessionConfig,
     relay: tuple[str, int],
     size: int,
@@ -24,10 +31,9 @@ def move_one_write(
     check: Callable[[Session], None] | None = None,
 ) -> Session:
     """`b` connects to `a` through `relay` with `config` and writes `size` bytes into a region
-    of `a`; `check` runs on the established session before the write. Closes both nodes."""
-    events: list[Event] = []
+    of `a`, `events` the list `b`'s handler records into; `check` runs on the established
+    session before the write. Closes both nodes."""
     try:
-        b.on_event = lambda s, e: events.append(e)
         dst = a.regions.register(bytearray(size))
         src = b.regions.register(bytearray(bytes(range(256)) * (size // 256)))
         a.listen(config, lambda private: b"ok")

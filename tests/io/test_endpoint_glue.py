@@ -140,22 +140,21 @@ def run(loop: asyncio.AbstractEventLoop, until: Callable[[], bool], timeout: flo
 
 
 def make(
-    n: int = 2,
+    n: int = 2, on_event: Callable[[FakeSession, Event], None] | None = None
 ) -> tuple[asyncio.AbstractEventLoop, FakeCore, IoEndpoint[FakeSession], list[PlaneSocket]]:
     loop = asyncio.new_event_loop()
     core = FakeCore()
     planes = {p: PlaneSocket(p, f"127.0.0.{2 + p}", 0) for p in range(n)}
     peers = [PlaneSocket(p, f"127.0.0.{10 + p}", 0) for p in range(n)]
-    io: IoEndpoint[FakeSession] = IoEndpoint(loop, core, planes)
+    io: IoEndpoint[FakeSession] = IoEndpoint(loop, core, planes, on_event)
     io.start()
     return loop, core, io, peers
 
 
 def test_batches_go_to_the_core_once_per_plane_and_outputs_are_flushed() -> None:
-    loop, core, io, peers = make()
+    events: list[Event] = []
+    loop, core, io, peers = make(on_event=lambda s, e: events.append(e))
     try:
-        events: list[Event] = []
-        io.on_event = lambda s, e: events.append(e)
         session = io.connect(
             SessionConfig(plane_mask=3), {p: s.local_addr for p, s in enumerate(peers)}, b""
         )
@@ -202,18 +201,17 @@ def test_one_timer_per_session_rearmed_and_fired() -> None:
 
 
 def test_reentrant_flush_from_on_event() -> None:
-    loop, _core, io, peers = make(1)
+    seen: list[Event] = []
+
+    def on_event(s: FakeSession, e: Event) -> None:
+        seen.append(e)
+        if len(seen) == 1:  # the application reacts by queueing more output
+            s.outbox.append(Transmit(0, peers[0].local_addr, b"reaction"))
+            s.events.append(PlaneUp(7))
+            io.flush(s)
+
+    loop, _core, io, peers = make(1, on_event)
     try:
-        seen: list[Event] = []
-
-        def on_event(s: FakeSession, e: Event) -> None:
-            seen.append(e)
-            if len(seen) == 1:  # the application reacts by queueing more output
-                s.outbox.append(Transmit(0, peers[0].local_addr, b"reaction"))
-                s.events.append(PlaneUp(7))
-                io.flush(s)
-
-        io.on_event = on_event
         session = io.connect(SessionConfig(), {0: peers[0].local_addr}, b"")
         session.events.append(PlaneUp(0))
         io.flush(session)

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 from loopback import ipv6_loopback
-from node_pair import move_one_write
+from node_pair import move_one_write, recorder
 
 from mrc.core.config import SessionConfig
+from mrc.core.events import Event
 from mrc.core.session import Session
 from mrc.io.loop import new_event_loop
 from mrc.io.planes import IPV6_FLOWINFO_SEND, PlaneSocket
@@ -132,10 +133,11 @@ def test_a_flowlabel_node_puts_every_datagrams_ev_in_its_label(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
     a = Node(loop, ["::1"], 0, serve=True)
-    b = Node(loop, ["::1"], 0, ev_encoding="flowlabel")
+    events: list[Event] = []
+    b = Node(loop, ["::1"], 0, ev_encoding="flowlabel", on_event=recorder(events))
     tap = LabelTap(("::1", a.port))
     try:
-        move_one_write(loop, a, b, SessionConfig(plane_mask=0b1),
+        move_one_write(loop, a, b, events, SessionConfig(plane_mask=0b1),
                        ("::1", tap.front.getsockname()[1]), 4 << 20)  # fmt: skip
     finally:
         tap.close()
@@ -153,14 +155,15 @@ def test_two_flowlabel_nodes_agree_and_leave_the_evxh_out(
     the client's EVs in its SACKs."""
     config = SessionConfig(plane_mask=0b1, ev_encoding="flowlabel")
     a = Node(loop, ["::1"], 0, serve=True, ev_encoding="flowlabel")
-    b = Node(loop, ["::1"], 0, ev_encoding="flowlabel")
+    events: list[Event] = []
+    b = Node(loop, ["::1"], 0, ev_encoding="flowlabel", on_event=recorder(events))
     tap = LabelTap(("::1", a.port))
 
     def agreed(session: Session) -> None:
         assert session.config.ev_encoding == "flowlabel"
 
     try:
-        session = move_one_write(loop, a, b, config, ("::1", tap.front.getsockname()[1]),
+        session = move_one_write(loop, a, b, events, config, ("::1", tap.front.getsockname()[1]),
                                  4 << 20, check=agreed)  # fmt: skip
         ours = set(session.paths.evs.by_ev)
     finally:

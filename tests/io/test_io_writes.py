@@ -56,8 +56,8 @@ def _side(loop: asyncio.AbstractEventLoop, hosts: list[str], seed: int) -> Side:
     rng = random.Random(seed)
     core = Endpoint(rng=rng, regions=RegionTable(rng))
     planes = {p: PlaneSocket(p, h, 0) for p, h in enumerate(hosts)}
-    side = Side(IoEndpoint(loop, core, planes))
-    side.io.on_event = lambda s, e: side.events.append((s, e))
+    events: list[tuple[Session, Event]] = []
+    side = Side(IoEndpoint(loop, core, planes, lambda s, e: events.append((s, e))), events)
     side.io.start()
     return side
 

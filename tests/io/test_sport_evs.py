@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from node_pair import move_one_write
+from node_pair import move_one_write, recorder
 
 from mrc.core.config import SessionConfig
+from mrc.core.events import Event
 from mrc.core.session import Session
 from mrc.io.loop import new_event_loop
 from mrc.io.planes import PlaneSocket
@@ -96,7 +97,8 @@ def test_two_udp_nodes_spread_their_evs_over_source_ports(loop: asyncio.Abstract
     config = SessionConfig(plane_mask=0b1, ev_encoding="udp", ev_per_plane=128, flowcell=1,
                            max_inflight=32)  # fmt: skip
     a = Node(loop, ["127.0.0.2"], 0, serve=True, ev_encoding="udp")
-    b = Node(loop, ["127.0.0.6"], 0, ev_encoding="udp")
+    events: list[Event] = []
+    b = Node(loop, ["127.0.0.6"], 0, ev_encoding="udp", on_event=recorder(events))
     tap = PortTap(("127.0.0.2", a.port))
     pool_ports = {p.getsockname()[1] for p in b.planes[0].pool}
     assert len(pool_ports) == SPORT_POOL
@@ -105,8 +107,8 @@ def test_two_udp_nodes_spread_their_evs_over_source_ports(loop: asyncio.Abstract
         assert session.config.ev_encoding == "udp"
 
     try:
-        move_one_write(loop, a, b, config, ("127.0.0.20", tap.front.getsockname()[1]), 2 << 20,
-                       check=agreed)  # fmt: skip
+        move_one_write(loop, a, b, events, config, ("127.0.0.20", tap.front.getsockname()[1]),
+                       2 << 20, check=agreed)  # fmt: skip
     finally:
         tap.close()
     # Every EV always left from the one port it picks; the data used most of the pool.

@@ -35,8 +35,6 @@ def main() -> None:
     loop = new_event_loop()
     identity = Identity(SERVER_KEY, [Identity(CLIENT_KEY).public_key], entropy=random.randbytes)
     endpoint = Endpoint(rng=random.Random(), identity=identity)
-    node = Node(loop, BINDS, 0, serve=True, rng=endpoint.rng, endpoint=endpoint)
-    dst = node.regions.register(bytearray(size))
     opens: list[tuple[float, int]] = []
     done: asyncio.Future[Session] = loop.create_future()
 
@@ -56,7 +54,9 @@ def main() -> None:
         elif isinstance(event, ConnectionClosed) and not done.done():
             done.set_result(session)
 
-    node.on_event = on_event
+    node = Node(loop, BINDS, 0, serve=True, rng=endpoint.rng, endpoint=endpoint,
+                on_event=on_event)  # fmt: skip
+    dst = node.regions.register(bytearray(size))
     config = SessionConfig(plane_mask=0b11, security=level, rekey_shift=shift)
     node.listen(config, lambda _: REGION.pack(dst.base_va, dst.rkey))
     node.start()

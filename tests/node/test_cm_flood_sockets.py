@@ -41,10 +41,10 @@ def test_forged_requests_on_loopback_do_not_stop_the_genuine_peer() -> None:
     try:
         s_ep = Endpoint(rng=random.Random(), identity=Identity(SERVER_KEY, [CLIENT_PUB]),
                         ids=random.SystemRandom())  # fmt: skip
-        server = Node(loop, [SERVER], 0, serve=True, rng=s_ep.rng, endpoint=s_ep)
-        nodes.append(server)
         server_events: list[Event] = []
-        server.on_event = lambda _s, e: server_events.append(e)
+        server = Node(loop, [SERVER], 0, serve=True, rng=s_ep.rng, endpoint=s_ep,
+                      on_event=lambda _s, e: server_events.append(e))  # fmt: skip
+        nodes.append(server)
         server.start()
         server.listen(CONFIG, lambda _pd: b"ok")
         attacker.bind((ATTACKER, 0))
@@ -63,10 +63,10 @@ def test_forged_requests_on_loopback_do_not_stop_the_genuine_peer() -> None:
         # its retry 0.1 s later does not.
         c_ep = Endpoint(rng=random.Random(), identity=Identity(CLIENT_KEY, [SERVER_PUB]),
                         ids=random.SystemRandom())  # fmt: skip
-        client = Node(loop, [CLIENT], 0, rng=c_ep.rng, endpoint=c_ep)
-        nodes.append(client)
         client_events: list[Event] = []
-        client.on_event = lambda _s, e: client_events.append(e)
+        client = Node(loop, [CLIENT], 0, rng=c_ep.rng, endpoint=c_ep,
+                      on_event=lambda _s, e: client_events.append(e))  # fmt: skip
+        nodes.append(client)
         client.start()
         start = loop.time()
         session: Session = client.connect(CONFIG, resolve_peer([SERVER], server.port), b"")

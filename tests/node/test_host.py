@@ -48,11 +48,9 @@ def test_an_unknown_interface_and_an_unresolvable_name_are_one_line() -> None:
 def test_two_nodes_move_a_write_with_an_immediate(loop: asyncio.AbstractEventLoop) -> None:
     events: dict[str, list[Event]] = {"a": [], "b": []}
     config = SessionConfig(plane_mask=0b11)
-    a = Node(loop, A, 0, serve=True)
-    b = Node(loop, B, 0)
+    a = Node(loop, A, 0, serve=True, on_event=lambda s, e: events["a"].append(e))
+    b = Node(loop, B, 0, on_event=lambda s, e: events["b"].append(e))
     try:
-        a.on_event = lambda s, e: events["a"].append(e)
-        b.on_event = lambda s, e: events["b"].append(e)
         dst = a.regions.register(bytearray(1 << 20))
         payload = bytes(range(256)) * 4096
         src = b.regions.register(bytearray(payload))

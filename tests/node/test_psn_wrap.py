@@ -32,11 +32,9 @@ def test_a_transfer_across_the_psn_wrap_places_every_byte(
     events: dict[str, list[Event]] = {"a": [], "b": []}
     base = SessionConfig(plane_mask=0b1111)
     size = 32 << 20  # 8192 packets of 4 KiB: the wrap comes after the first 300
-    a = Node(loop, A, 0, serve=True)
-    b = Node(loop, B, 0)
+    a = Node(loop, A, 0, serve=True, on_event=lambda s, e: events["a"].append(e))
+    b = Node(loop, B, 0, on_event=lambda s, e: events["b"].append(e))
     try:
-        a.on_event = lambda s, e: events["a"].append(e)
-        b.on_event = lambda s, e: events["b"].append(e)
         dst = a.regions.register(bytearray(size))
         payload = bytes(i * 7 % 251 for i in range(1 << 16)) * (size >> 16)
         src = b.regions.register(bytearray(payload))

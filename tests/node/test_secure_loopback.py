@@ -67,9 +67,9 @@ def test_rekeys_every_256_packets_on_loopback_without_a_stall(
         port = json.loads(peer.stdout.readline())["port"]
         identity = Identity(CLIENT_KEY, [Identity(SERVER_KEY).public_key])
         endpoint = Endpoint(rng=random.Random(), identity=identity)
-        node = Node(loop, CLIENT, 0, rng=endpoint.rng, endpoint=endpoint)
         events: list[Event] = []
-        node.on_event = lambda s, e: events.append(e)
+        node = Node(loop, CLIENT, 0, rng=endpoint.rng, endpoint=endpoint,
+                    on_event=lambda s, e: events.append(e))  # fmt: skip
         node.start()
         config = SessionConfig(plane_mask=0b11, security=level, rekey_shift=shift)
         session = node.connect(config, resolve_peer(SERVER, port), b"")
