@@ -111,22 +111,27 @@ class ClientState:
 
         async def poll() -> Item:
             deadline = loop.time() + timeout
-            while not ready():
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
+            while not ready() and loop.time() < deadline:
                 fut: asyncio.Future[None] = loop.create_future()
                 self.waiters.append(fut)
+                # The deadline resolves the future as a wake does (a timer handle, not
+                # asyncio.wait_for: its second future and callbacks per long-poll cost more
+                # than a small message's answer).
+                expiry = loop.call_at(deadline, _expire, fut)
                 try:
-                    await asyncio.wait_for(fut, left)
-                except TimeoutError:
-                    break
+                    await fut
                 finally:
+                    expiry.cancel()
                     if fut in self.waiters:
                         self.waiters.remove(fut)
             return take()
 
         return poll()
+
+
+def _expire(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def long_poll(p: Params, key: str) -> tuple[int | None, int, float]:

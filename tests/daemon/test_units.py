@@ -4,6 +4,7 @@ metrics page."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import mmap
 import os
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from mrc.daemon import rpc
+from mrc.daemon.clients import ClientState
 from mrc.daemon.conns import Hello, write_status
 from mrc.daemon.methods import METHODS
 from mrc.daemon.notify import Notifier
@@ -286,3 +288,42 @@ def test_region_quotas_per_client_and_per_uid_and_the_admin_uids() -> None:
         regions.close()
         for fd in fds:
             os.close(fd)
+
+
+class _Owner:
+    """What ClientState reads of its control connection."""
+
+    id, pid, uid = 1, 2, 3
+
+
+def test_a_long_poll_answers_at_its_first_item_or_empty_at_its_deadline() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        state = ClientState(_Owner(), loop)  # type: ignore[arg-type]
+        assert state.immediates_when(None, 8, 0.0) == {"immediates": []}  # no wait at all
+        # Nothing comes: empty at the deadline, no waiter left.
+        t0 = loop.time()
+        assert loop.run_until_complete(state.immediates_when(None, 8, 0.05)) == {
+            "immediates": []
+        }
+        assert loop.time() - t0 >= 0.05 and state.waiters == []
+        # An item woken in long before the deadline is answered at once.
+        item = {"region": 7, "imm": 1, "peer": "b", "connection": 1}
+
+        def arrive() -> None:
+            state.immediates.append(item)
+            state.wake()
+
+        loop.call_later(0.01, arrive)
+        t0 = loop.time()
+        got = loop.run_until_complete(state.immediates_when(7, 8, 30.0))
+        assert got == {"immediates": [item]} and loop.time() - t0 < 5.0
+        assert state.waiters == []
+        # A client that goes cancels its long-polls.
+        task = loop.create_task(state.immediates_when(None, 8, 30.0))
+        loop.call_later(0.01, state.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            loop.run_until_complete(task)
+        assert state.waiters == []
+    finally:
+        loop.close()
