@@ -15,19 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from .memory import RegionBase, SharedMemory
-from .objects import Completion, Immediate, Message, RegionHandle, Write
+from .objects import Completion, Immediate, Message, RegionHandle, Write, answer_list
 from .ops import Call, ClientCore, Op
 from .rpc import (
     CLOSED,
+    INVALID_PARAMS,
     TIMEOUT,
     ClientError,
     LineReader,
-    decode_responses,
+    Notification,
+    decode_message,
     encode_batch,
     encode_request,
 )
@@ -119,6 +121,8 @@ class AsyncClient:
         self._send_lock = asyncio.Lock()
         self._reader_task: asyncio.Task[None] | None = None
         self._failure: ClientError | None = None
+        #: Takes the immediates the daemon pushes, once `subscribe_immediates` asked for them.
+        self._on_immediates: Callable[[list[Immediate]], None] | None = None
 
     @classmethod
     async def open(cls, path: str | None = None, *, connect_timeout: float = 5.0) -> AsyncClient:
@@ -156,7 +160,11 @@ class AsyncClient:
                 if not data:
                     break
                 for line in reader.feed(data):
-                    for resp in decode_responses(line):  # one, or a batch's answers
+                    msg = decode_message(line)
+                    if isinstance(msg, Notification):
+                        self._notified(msg)
+                        continue
+                    for resp in msg:  # one answer, or a batch's
                         req_id = resp.id
                         if req_id is None:
                             # The daemon could not tell which request failed: the oldest.
@@ -173,6 +181,21 @@ class AsyncClient:
         except OSError as exc:
             failure = ClientError(CLOSED, f"control connection failed: {exc.strerror or exc}")
         self._fail(failure)
+
+    def _notified(self, msg: Notification) -> None:
+        """A pushed message: immediates go to the subscriber's handler (in arrival order); any
+        other kind, or immediates nobody subscribed to, is ignored. A handler that raises
+        fails the client (every waiting call gets the error) rather than end the reader
+        silently."""
+        handler = self._on_immediates
+        if msg.method != "immediates" or handler is None:
+            return
+        got = [Immediate.decode(item) for item in answer_list(msg.params, "immediates")]
+        try:
+            handler(got)
+        except Exception as exc:
+            raise ClientError(CLOSED, f"the immediates handler raised {type(exc).__name__}: "
+                                      f"{exc}") from None  # fmt: skip
 
     def _fail(self, failure: ClientError) -> None:
         self._failure = failure
@@ -375,6 +398,21 @@ class AsyncClient:
                               timeout: float | None = None,
                               max: int | None = None) -> list[Immediate]:
         return await self._run(self._core.immediates(region, timeout, max))
+
+    async def subscribe_immediates(self, handler: Callable[[list[Immediate]], None]) -> None:
+        """Have the daemon push this client's immediates: from the answer on, `handler` gets
+        each notification's immediates (in arrival order, from the reader, so it must not
+        block) and `wait_immediates` is refused. For a program that always waits on its
+        immediates this saves the long-poll each arrival would ask for again: a control
+        request and a wake-up of the daemon each (docs/DAEMON.md, `subscribe`)."""
+        if self._on_immediates is not None:
+            raise ClientError(INVALID_PARAMS, "subscribe_immediates: already subscribed")
+        self._on_immediates = handler
+        try:
+            await self._run(self._core.subscribe_immediates())
+        except BaseException:
+            self._on_immediates = None
+            raise
 
     async def bind(self, endpoint: str) -> None:
         await self._run(self._core.bind(endpoint))

@@ -292,6 +292,10 @@ class ClientCore:
             if got:
                 return got
 
+    def subscribe_immediates(self) -> Op[None]:
+        """Have the daemon push this client's immediates as notifications (docs/DAEMON.md)."""
+        yield Call("subscribe", {"immediates": True})
+
     def bind(self, endpoint: str) -> Op[None]:
         yield Call("bind", {"endpoint": check_endpoint(endpoint)})
         self.inbox.setdefault(endpoint, deque())

@@ -56,7 +56,9 @@ __all__ = [
     "UNREACHABLE",
     "ClientError",
     "LineReader",
+    "Notification",
     "Response",
+    "decode_message",
     "decode_response",
     "decode_responses",
     "encode_batch",
@@ -194,6 +196,15 @@ class Response:
         return self.result
 
 
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A message the daemon sent unasked, to a client that subscribed (docs/DAEMON.md): its
+    `method` and `params`; it answers no request."""
+
+    method: str
+    params: dict[str, Any]
+
+
 def _load(line: bytes) -> Any:
     try:
         return json.loads(line)
@@ -210,7 +221,22 @@ def decode_response(line: bytes) -> Response:
 
 def decode_responses(line: bytes) -> list[Response]:
     """Decode one answer line, a single answer or the array answering a batch."""
+    return _responses(_load(line))
+
+
+def decode_message(line: bytes) -> list[Response] | Notification:
+    """Decode one line of a client that may have subscribed: a notification, or an answer
+    line as `decode_responses` reads it."""
     msg = _load(line)
+    if isinstance(msg, dict) and "method" in msg and "id" not in msg:
+        method, params = msg["method"], msg.get("params")
+        if msg.get("jsonrpc") != "2.0" or not isinstance(method, str) or type(params) is not dict:
+            raise ClientError(BAD_ANSWER, "the daemon sent a malformed notification")
+        return Notification(method, params)
+    return _responses(msg)
+
+
+def _responses(msg: Any) -> list[Response]:
     if isinstance(msg, list):
         if not msg:
             raise ClientError(BAD_ANSWER, "the daemon answered with an empty array")

@@ -42,6 +42,7 @@ from mrc.client import (
     AsyncRegion,
     ClientError,
     Completion,
+    Immediate,
     Message,
     RegionHandle,
     Write,
@@ -326,30 +327,41 @@ class MrcLink:
         self._changed.set()
 
     async def _immediates(self) -> None:
+        """The daemon pushes our immediates (one notification for those of one of its wake-ups,
+        no request per arrival: docs/COLLECTIVE.md §2); a daemon that does not know `subscribe`
+        is asked with one long-poll after another."""
         try:
+            try:
+                await self.client.subscribe_immediates(self._absorb_immediates)
+                return
+            except ClientError as exc:
+                if exc.code != rpc.METHOD_NOT_FOUND:
+                    raise
             while not self._closing:
-                got = await self.client.wait_immediates(timeout=POLL)
-                for imm in got:
-                    if imm.region == self.recv.id:
-                        if imm.imm != self.arrived & _U32:
-                            self._fail(f"chunk {imm.imm} from rank {self._prev()} arrived "
-                                       f"where chunk {self.arrived & _U32} was due")
-                            continue
-                        self.arrived += 1
-                    elif imm.region == self.credits.id:
-                        self.credit = max(self.credit, _catch_up(self.credit, imm.imm))
-                    elif imm.region == self._mesh_in.id:
-                        sender, seq = imm.imm & 0xFF, imm.imm >> 8
-                        if (sender >= self.world or sender == self.rank
-                                or seq != self.mesh_arrived[sender] & _SEQ24):
-                            self._fail(f"one-shot message {seq} from rank {sender} arrived "
-                                       "out of turn")
-                            continue
-                        self.mesh_arrived[sender] += 1
-                if got:
-                    self._changed.set()
+                self._absorb_immediates(await self.client.wait_immediates(timeout=POLL))
         except ClientError as exc:
             self._fail(f"the local daemon ({self.client.path}): {exc}")
+
+    def _absorb_immediates(self, got: list[Immediate]) -> None:
+        for imm in got:
+            if imm.region == self.recv.id:
+                if imm.imm != self.arrived & _U32:
+                    self._fail(f"chunk {imm.imm} from rank {self._prev()} arrived "
+                               f"where chunk {self.arrived & _U32} was due")
+                    continue
+                self.arrived += 1
+            elif imm.region == self.credits.id:
+                self.credit = max(self.credit, _catch_up(self.credit, imm.imm))
+            elif imm.region == self._mesh_in.id:
+                sender, seq = imm.imm & 0xFF, imm.imm >> 8
+                if (sender >= self.world or sender == self.rank
+                        or seq != self.mesh_arrived[sender] & _SEQ24):
+                    self._fail(f"one-shot message {seq} from rank {sender} arrived "
+                               "out of turn")
+                    continue
+                self.mesh_arrived[sender] += 1
+        if got:
+            self._changed.set()
 
     async def _completions(self) -> None:
         """Completions of every connection (one request for them all) are fetched when the

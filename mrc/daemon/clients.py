@@ -1,11 +1,11 @@
 """Per application: the queues a control client reads, its long-polls, and its WRITEs' checks.
 
 Holds `ClientState` (the completions of each of its connections in MSN order, the immediates of
-WRITE_WITH_IMMs that landed in its regions, and the futures of its long-polls, woken when
-something arrives) and `check_write`, which turns one entry of a `write` call into the
-arguments of `Session.post_write` or refuses it with the error docs/DAEMON.md gives (naming
-the entry's index and key). What a client may do, and what happens when it goes, is
-`service`'s.
+WRITE_WITH_IMMs that landed in its regions, or, once it subscribed, the notifications that push
+them, and the futures of its long-polls, woken when something arrives) and `check_write`,
+which turns one entry of a `write` call into the arguments of `Session.post_write` or refuses
+it with the error docs/DAEMON.md gives (naming the entry's index and key). What a client may
+do, and what happens when it goes, is `service`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mrc.control import U64_MAX
 
 from .conns import Connection
 from .regions import DaemonRegion, Regions
-from .rpc import INVALID_PARAMS, OUT_OF_BOUNDS, UNKNOWN_REGION, Params, RpcError
+from .rpc import INVALID_PARAMS, OUT_OF_BOUNDS, UNKNOWN_REGION, Params, RpcError, notification
 
 if TYPE_CHECKING:
     from .control import ControlClient
@@ -51,12 +51,37 @@ class ClientState:
         self.completions: dict[int, deque[Item]] = {}
         self.immediates: deque[Item] = deque()
         self.waiters: list[asyncio.Future[None]] = []
+        #: Set by `subscribe`: immediates go out as notifications (`push`), not into
+        #: `immediates` for a long-poll to fetch.
+        self.subscribed = False
+        self._send = client.send
+        self._outbox: list[Item] = []
 
     def wake(self) -> None:
         for fut in self.waiters:
             if not fut.done():
                 fut.set_result(None)
         self.waiters.clear()
+
+    def subscribe(self) -> None:
+        """From now on every immediate is pushed; those already waiting go first."""
+        self.subscribed = True
+        if self.immediates:
+            waiting, self.immediates = self.immediates, deque()
+            for item in waiting:
+                self.push(item)
+
+    def push(self, item: Item) -> None:
+        """Send `item` in the next notification: one for all that land in one turn of the
+        event loop (a drain's worth), sent once the turn's answers went out."""
+        if not self._outbox:
+            self.loop.call_soon(self._notify)
+        self._outbox.append(item)
+
+    def _notify(self) -> None:
+        items, self._outbox = self._outbox, []
+        for at in range(0, len(items), MAX_ITEMS):
+            self._send(notification("immediates", {"immediates": items[at : at + MAX_ITEMS]}))
 
     def cancel(self) -> None:
         for fut in self.waiters:

@@ -44,6 +44,7 @@ METHODS: dict[str, Method] = {
     "write": Service.write,
     "completions": Service.completions,
     "immediates": Service.immediates,
+    "subscribe": Service.subscribe,
     "bind": Service.bind,
     "send_message": Service.send_message,
     "recv_message": Service.recv_message,

@@ -135,6 +135,11 @@ def answer(req_id: Any, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": req_id, "result": result}
 
 
+def notification(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A message the daemon sends unasked (to a client that subscribed): no id, no answer."""
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
 def failure(req_id: Any, err: RpcError) -> dict[str, Any]:
     error: dict[str, Any] = {"code": err.code, "message": err.message}
     if err.data is not None:

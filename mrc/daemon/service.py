@@ -56,6 +56,7 @@ from .regions import DaemonRegion, Regions
 from .rpc import (
     BAD_MEMORY,
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     NOT_CONNECTED,
     RESOURCE_LIMIT,
     SHUTTING_DOWN,
@@ -401,9 +402,19 @@ class Service:
 
     def immediates(self, cs: ClientState, p: Params) -> Any:
         region_id, limit, timeout = long_poll(p, "region")
+        if cs.subscribed:
+            raise RpcError(INVALID_PARAMS, "immediates: this client subscribed to its immediates:"
+                                           " they come as notifications")  # fmt: skip
         if region_id is not None:
             self._own_region(cs, region_id, "immediates")
         return cs.immediates_when(region_id, limit, timeout)
+
+    def subscribe(self, cs: ClientState, p: Params) -> Any:
+        if p.raw("immediates") is not True:
+            raise p.bad("immediates", "must be true (the one kind of notification there is)")
+        p.done()
+        cs.subscribe()
+        return {}
 
     def bind(self, cs: ClientState, p: Params) -> Any:
         name = p.text("endpoint", max_len=MAX_NAME)  # checked before any quota
@@ -628,13 +639,16 @@ class Service:
         if cs is None:
             self.counters["immediates_orphaned"] += 1
             return
+        region.immediates += 1
+        item = {"region": region.id, "imm": event.imm, "peer": conn.peer, "connection": conn.id}
+        if cs.subscribed:
+            self.counters["immediates_pushed"] += 1
+            cs.push(item)
+            return
         if len(cs.immediates) >= MAX_IMMEDIATES:
             cs.immediates.popleft()
             self.counters["immediates_dropped"] += 1
-        region.immediates += 1
-        cs.immediates.append(
-            {"region": region.id, "imm": event.imm, "peer": conn.peer, "connection": conn.id}
-        )
+        cs.immediates.append(item)
         self.wake(cs.id)
 
     def _closed(self, conn: Connection, reason: str) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mrc.client import AsyncClient, Client, ClientError, RegionHandle, Write, rpc
+from mrc.client import AsyncClient, Client, ClientError, Immediate, RegionHandle, Write, rpc
 from tools.bench_daemon import TwoDaemons
 
 
@@ -82,3 +82,37 @@ async def test_async_clients_across_two_daemons(pair: TwoDaemons) -> None:
         assert views[0]["regions"] >= 1 and any(r["region"] == dst.id for r in views[1])
         await dst.close()
         assert dst.closed
+
+
+async def test_a_subscribed_client_gets_its_immediates_pushed(pair: TwoDaemons) -> None:
+    async with AsyncClient(str(pair.a.sock)) as a, AsyncClient(str(pair.b.sock)) as b:
+        dst = await a.register_region(1 << 20)
+        src = await b.register_region(1 << 20)
+        src.buf[:8] = b"pushed!!"
+        async with await b.connect("a") as conn:
+            # One lands before A subscribes: it is pushed first, after the answer.
+            (first,) = await conn.write_many([Write(src, 0, 8, dst.handle, 0, imm=1)])
+            await conn.wait([first], timeout=20)
+            got: list[tuple[int, str, int]] = []
+            arrived = asyncio.Event()
+
+            def on_immediates(batch: list[Immediate]) -> None:
+                got.extend((i.imm, i.peer, i.region) for i in batch)
+                if len(got) >= 4:
+                    arrived.set()
+
+            await a.subscribe_immediates(on_immediates)
+            ids = await conn.write_many([Write(src, 0, 8, dst.handle, 8 * k, imm=1 + k)
+                                         for k in range(1, 4)])
+            await conn.wait(ids, timeout=20)
+            await asyncio.wait_for(arrived.wait(), 20)
+        assert got == [(k, "b", dst.id) for k in (1, 2, 3, 4)]
+        assert bytes(dst.buf[24:32]) == b"pushed!!"
+        # Subscribed: a long-poll for them is refused, and so is a second subscription; the
+        # client stays usable.
+        with pytest.raises(ClientError, match="subscribed") as err:
+            await a.wait_immediates(dst, timeout=1)
+        assert err.value.code == rpc.INVALID_PARAMS
+        with pytest.raises(ClientError, match="already subscribed"):
+            await a.subscribe_immediates(on_immediates)
+        assert (await a.status())["regions"] >= 1

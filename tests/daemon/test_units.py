@@ -291,9 +291,15 @@ def test_region_quotas_per_client_and_per_uid_and_the_admin_uids() -> None:
 
 
 class _Owner:
-    """What ClientState reads of its control connection."""
+    """What ClientState reads of its control connection; it keeps what it was sent."""
 
     id, pid, uid = 1, 2, 3
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, doc: Any) -> None:
+        self.sent.append(doc)
 
 
 def test_a_long_poll_answers_at_its_first_item_or_empty_at_its_deadline() -> None:
@@ -325,5 +331,29 @@ def test_a_long_poll_answers_at_its_first_item_or_empty_at_its_deadline() -> Non
         with pytest.raises(asyncio.CancelledError):
             loop.run_until_complete(task)
         assert state.waiters == []
+    finally:
+        loop.close()
+
+
+def test_a_subscriber_gets_a_turns_immediates_in_one_notification_after_those_waiting() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        owner = _Owner()
+        state = ClientState(owner, loop)  # type: ignore[arg-type]
+        item = [{"region": 7, "imm": i, "peer": "b", "connection": 1} for i in range(5)]
+        state.immediates.extend(item[:2])  # landed before the client subscribed
+        state.subscribe()
+        assert state.subscribed and not state.immediates and owner.sent == []
+        state.push(item[2])
+        state.push(item[3])  # the same turn of the loop
+        loop.run_until_complete(asyncio.sleep(0))
+        assert owner.sent == [
+            {"jsonrpc": "2.0", "method": "immediates", "params": {"immediates": item[:4]}}
+        ]
+        state.push(item[4])  # a later turn: a notification of its own
+        loop.run_until_complete(asyncio.sleep(0))
+        assert owner.sent[1:] == [
+            {"jsonrpc": "2.0", "method": "immediates", "params": {"immediates": item[4:]}}
+        ]
     finally:
         loop.close()
