@@ -760,6 +760,20 @@ def slow_reader(env: Env, c: Check) -> None:
     c.counted["paused_clients"] = 1
 
 
+def subscriptions(env: Env, c: Check) -> None:
+    """`subscribe` with anything but `{"immediates": true}` is one invalid-params line; once
+    subscribed, a long-poll for immediates is refused the same way and the client is served
+    as before (its pushes go through the same bounded output as its answers: slow_reader)."""
+    cl = env.connect(env.hostile, "hostile")
+    for params in ({}, {"immediates": False}, {"immediates": 1}, {"immediates": "yes"},
+                   {"immediates": True, "completions": True}, [True]):
+        _exchange(c, cl, _req("subscribe", params), INVALID_PARAMS, f"subscribe {params}")
+    c.ok(cl.request("subscribe", {"immediates": True}, timeout=3.0), "subscribe")
+    c.ok(cl.request("subscribe", {"immediates": True}, timeout=3.0), "subscribe again")
+    _exchange(c, cl, _req("immediates", {"timeout": 1}), INVALID_PARAMS,
+              "a subscriber's immediates long-poll")
+
+
 CASES: dict[str, Callable[[Env, Check], None]] = {
     "view_regions": view_regions,
     "view_connections": view_connections,
@@ -777,6 +791,7 @@ CASES: dict[str, Callable[[Env, Check], None]] = {
     "sparse_memfd": sparse_memfd,
     "long_polls": long_polls,
     "slow_reader": slow_reader,
+    "subscriptions": subscriptions,
 }
 
 
