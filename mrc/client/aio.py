@@ -20,7 +20,15 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .memory import RegionBase, SharedMemory
-from .objects import Completion, Immediate, Message, RegionHandle, Write, answer_list
+from .objects import (
+    Completion,
+    Immediate,
+    Message,
+    RegionHandle,
+    Write,
+    answer_list,
+    check_timeout,
+)
 from .ops import Call, ClientCore, Op
 from .rpc import (
     CLOSED,
@@ -121,8 +129,10 @@ class AsyncClient:
         self._send_lock = asyncio.Lock()
         self._reader_task: asyncio.Task[None] | None = None
         self._failure: ClientError | None = None
-        #: Takes the immediates the daemon pushes, once `subscribe_immediates` asked for them.
+        #: Takes the immediates the daemon pushes, if `subscribe_immediates` was given one;
+        #: else they wait in the core for `wait_immediates`, which `_pushed` wakes.
         self._on_immediates: Callable[[list[Immediate]], None] | None = None
+        self._pushed = asyncio.Event()
 
     @classmethod
     async def open(cls, path: str | None = None, *, connect_timeout: float = 5.0) -> AsyncClient:
@@ -188,7 +198,11 @@ class AsyncClient:
         fails the client (every waiting call gets the error) rather than end the reader
         silently."""
         handler = self._on_immediates
-        if msg.method != "immediates" or handler is None:
+        if msg.method != "immediates" or not self._core.subscribed:
+            return
+        if handler is None:
+            self._core.pushed_arrived(msg.params)
+            self._pushed.set()
             return
         got = [Immediate.decode(item) for item in answer_list(msg.params, "immediates")]
         try:
@@ -199,6 +213,7 @@ class AsyncClient:
 
     def _fail(self, failure: ClientError) -> None:
         self._failure = failure
+        self._pushed.set()  # a wait for pushed immediates ends with the failure
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -397,15 +412,39 @@ class AsyncClient:
     async def wait_immediates(self, region: AsyncRegion | None = None,
                               timeout: float | None = None,
                               max: int | None = None) -> list[Immediate]:
-        return await self._run(self._core.immediates(region, timeout, max))
+        """As `Client.wait_immediates`: once subscribed without a handler, from what the
+        daemon pushed, with no request; with a handler they are its, and this is refused."""
+        if not self._core.subscribed:
+            return await self._run(self._core.immediates(region, timeout, max))
+        if self._on_immediates is not None:
+            raise ClientError(INVALID_PARAMS, "wait_immediates: the immediates go to the "
+                                              "handler given to subscribe_immediates")
+        timeout = check_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            got = self._core.take_pushed(region, max)
+            if got:
+                return got
+            if self._sock is None:
+                raise self._failure or ClientError(CLOSED, "the client is not open")
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return []
+            self._pushed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pushed.wait(), left)
 
-    async def subscribe_immediates(self, handler: Callable[[list[Immediate]], None]) -> None:
+    async def subscribe_immediates(
+        self, handler: Callable[[list[Immediate]], None] | None = None
+    ) -> None:
         """Have the daemon push this client's immediates: from the answer on, `handler` gets
         each notification's immediates (in arrival order, from the reader, so it must not
-        block) and `wait_immediates` is refused. For a program that always waits on its
-        immediates this saves the long-poll each arrival would ask for again: a control
-        request and a wake-up of the daemon each (docs/DAEMON.md, `subscribe`)."""
-        if self._on_immediates is not None:
+        block) and `wait_immediates` is refused; without a handler `wait_immediates` hands
+        them out as before, waiting for pushes instead of asking. For a program that always
+        waits on its immediates this saves the long-poll each arrival would ask for again: a
+        control request and a wake-up of the daemon each (docs/DAEMON.md, `subscribe`)."""
+        if self._core.subscribed:
             raise ClientError(INVALID_PARAMS, "subscribe_immediates: already subscribed")
         self._on_immediates = handler
         try:

@@ -78,12 +78,23 @@ class _Conn:
         self.done: dict[int, Completion] = {}
 
 
+#: Pushed immediates kept for `wait_immediates` at most (the daemon's bound on those waiting
+#: for an `immediates` call, docs/DAEMON.md); past it the oldest go, counted.
+MAX_PUSHED = 1 << 16
+
+
 class ClientCore:
     def __init__(self) -> None:
         self.regions: dict[int, RegionBase] = {}
         self.conns: dict[int, _Conn] = {}
         #: Messages fetched for an endpoint and not yet handed out.
         self.inbox: dict[str, deque[Message]] = {}
+        #: Set by `subscribe_immediates` (from before its request: a notification may follow
+        #: its answer at once): the daemon pushes the immediates, and those not handed out
+        #: wait in `pushed`.
+        self.subscribed = False
+        self.pushed: deque[Immediate] = deque()
+        self.pushed_dropped = 0
 
     # ---- regions -------------------------------------------------------------------------
 
@@ -124,6 +135,8 @@ class ClientCore:
             return
         try:
             if self.regions.pop(region.id, None) is not None:
+                if self.pushed:  # its pushed immediates will never be asked for
+                    self.pushed = deque(i for i in self.pushed if i.region != region.id)
                 yield Call("deregister_region", {"region": region.id})
         finally:
             region._release()
@@ -294,7 +307,38 @@ class ClientCore:
 
     def subscribe_immediates(self) -> Op[None]:
         """Have the daemon push this client's immediates as notifications (docs/DAEMON.md)."""
-        yield Call("subscribe", {"immediates": True})
+        if self.subscribed:
+            raise ClientError(INVALID_PARAMS, "subscribe_immediates: already subscribed")
+        self.subscribed = True
+        try:
+            yield Call("subscribe", {"immediates": True})
+        except BaseException:
+            self.subscribed = False
+            raise
+
+    def pushed_arrived(self, params: dict[str, Any]) -> list[Immediate]:
+        """The immediates of one `immediates` notification, kept in `pushed` too."""
+        got = [Immediate.decode(item) for item in answer_list(params, "immediates")]
+        self.pushed.extend(got)
+        while len(self.pushed) > MAX_PUSHED:  # as the daemon keeps them unasked: the oldest go
+            self.pushed.popleft()
+            self.pushed_dropped += 1
+        return got
+
+    def take_pushed(self, region: RegionBase | None, limit: int | None) -> list[Immediate]:
+        """What `wait_immediates` hands out of `pushed` now (of `region`, at most `limit`)."""
+        region_id = None if region is None else self._own_region(region, "wait_immediates").id
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise ClientError(INVALID_PARAMS, f"max must be a positive integer: {limit!r}")
+        out: list[Immediate] = []
+        keep: deque[Immediate] = deque()
+        for imm in self.pushed:
+            if (limit is None or len(out) < limit) and region_id in (None, imm.region):
+                out.append(imm)
+            else:
+                keep.append(imm)
+        self.pushed = keep
+        return out
 
     def bind(self, endpoint: str) -> Op[None]:
         yield Call("bind", {"endpoint": check_endpoint(endpoint)})

@@ -13,22 +13,25 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from .memory import RegionBase, SharedMemory
-from .objects import Completion, Immediate, Message, RegionHandle, Write
+from .objects import Completion, Immediate, Message, RegionHandle, Write, check_timeout
 from .ops import Call, ClientCore, Op
 from .rpc import (
+    BAD_ANSWER,
     CLOSED,
     TIMEOUT,
     UNREACHABLE,
     ClientError,
     LineReader,
+    Notification,
     Response,
-    decode_response,
+    decode_message,
     encode_request,
 )
 
@@ -232,13 +235,60 @@ class Client:
                 ) from None
 
     def _read(self, sock: socket.socket) -> Response:
-        while not self._lines:
-            data = sock.recv(1 << 16)
-            if not data:
-                self._drop()
-                raise ClientError(CLOSED, "the daemon closed the control connection")
-            self._lines.extend(self._reader.feed(data))
-        return decode_response(self._lines.popleft())
+        """The next answer; the notifications read on the way are kept (`_notified`)."""
+        while True:
+            while not self._lines:
+                self._receive(sock)
+            msg = decode_message(self._lines.popleft())
+            if isinstance(msg, Notification):
+                self._notified(msg)
+                continue
+            if len(msg) != 1:
+                raise ClientError(BAD_ANSWER, "the daemon answered one request with an array")
+            return msg[0]
+
+    def _receive(self, sock: socket.socket) -> None:
+        data = sock.recv(1 << 16)
+        if not data:
+            self._drop()
+            raise ClientError(CLOSED, "the daemon closed the control connection")
+        self._lines.extend(self._reader.feed(data))
+
+    def _notified(self, msg: Notification) -> None:
+        """Pushed immediates wait in the core for `wait_immediates`; nothing else is pushed."""
+        if msg.method == "immediates" and self._core.subscribed:
+            self._core.pushed_arrived(msg.params)
+
+    def _wait_pushed(
+        self, region: Region | None, timeout: float | None, limit: int | None
+    ) -> list[Immediate]:
+        """`wait_immediates` of a subscribed client: from what was pushed, reading the socket
+        (no request) until some come or `timeout` passes."""
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                while self._lines:  # read after an answer: pushes (or answers given up on)
+                    msg = decode_message(self._lines.popleft())
+                    if isinstance(msg, Notification):
+                        self._notified(msg)
+                got = self._core.take_pushed(region, limit)
+                left = None if deadline is None else deadline - time.monotonic()
+                if got or (left is not None and left <= 0):
+                    return got
+                sock = self._sock
+                if sock is None:
+                    raise ClientError(CLOSED, "the client is closed")
+                try:
+                    sock.settimeout(left)
+                    self._receive(sock)
+                except TimeoutError:
+                    continue
+                except OSError as exc:
+                    self._drop()
+                    raise ClientError(
+                        CLOSED, f"wait_immediates: control connection failed: {exc.strerror or exc}"
+                    ) from None
 
     def _drop(self) -> None:
         if self._sock is not None:
@@ -289,8 +339,17 @@ class Client:
     def wait_immediates(self, region: Region | None = None, timeout: float | None = None,
                         max: int | None = None) -> list[Immediate]:
         """Immediates that landed in this client's regions (or in `region`), waiting up to
-        `timeout` for the first; [] on timeout."""
+        `timeout` for the first; [] on timeout. Once subscribed, from those the daemon pushed,
+        with no request."""
+        if self._core.subscribed:
+            return self._wait_pushed(region, timeout, max)
         return self._run(self._core.immediates(region, timeout, max))
+
+    def subscribe_immediates(self) -> None:
+        """Have the daemon push this client's immediates (docs/DAEMON.md, `subscribe`):
+        `wait_immediates` then waits on the socket instead of asking, which saves a request,
+        and a wake-up of the daemon, per arrival."""
+        self._run(self._core.subscribe_immediates())
 
     def bind(self, endpoint: str) -> None:
         self._run(self._core.bind(endpoint))

@@ -110,9 +110,53 @@ async def test_a_subscribed_client_gets_its_immediates_pushed(pair: TwoDaemons) 
         assert bytes(dst.buf[24:32]) == b"pushed!!"
         # Subscribed: a long-poll for them is refused, and so is a second subscription; the
         # client stays usable.
-        with pytest.raises(ClientError, match="subscribed") as err:
+        with pytest.raises(ClientError, match="go to the handler") as err:
             await a.wait_immediates(dst, timeout=1)
         assert err.value.code == rpc.INVALID_PARAMS
         with pytest.raises(ClientError, match="already subscribed"):
             await a.subscribe_immediates(on_immediates)
         assert (await a.status())["regions"] >= 1
+
+
+def _requests(c: Client) -> int:
+    """Requests the daemon served, this client's `status` included."""
+    return int(c.status()["control"]["requests"])
+
+
+def test_a_subscribed_blocking_client_waits_for_pushes_without_a_request(
+    pair: TwoDaemons,
+) -> None:
+    with Client(str(pair.a.sock)) as a, Client(str(pair.b.sock)) as b:
+        dst = a.register_region(1 << 20)
+        src = b.register_region(1 << 20)
+        with b.connect("a") as conn:
+            conn.wait(conn.write_many([Write(src, 0, 8, dst.handle, 0, imm=1)]), timeout=20)
+            a.subscribe_immediates()  # the immediate already waiting is pushed first
+            before = _requests(a)
+            conn.wait(conn.write_many([Write(src, 0, 8, dst.handle, 8 * k, imm=1 + k)
+                                       for k in range(1, 4)]), timeout=20)
+            got: list[int] = []
+            while len(got) < 4:
+                batch = a.wait_immediates(dst, timeout=10)
+                assert batch, f"immediates so far {got}"
+                got += [i.imm for i in batch]
+            assert got == [1, 2, 3, 4]
+            assert a.wait_immediates(timeout=0.05) == []
+            assert _requests(a) == before + 1  # the second status: no request to wait
+        with pytest.raises(ClientError, match="already subscribed"):
+            a.subscribe_immediates()
+
+
+async def test_a_subscribed_async_client_without_a_handler_waits_for_pushes(
+    pair: TwoDaemons,
+) -> None:
+    async with AsyncClient(str(pair.a.sock)) as a, AsyncClient(str(pair.b.sock)) as b:
+        dst = await a.register_region(1 << 20)
+        src = await b.register_region(1 << 20)
+        await a.subscribe_immediates()
+        waiting = asyncio.ensure_future(a.wait_immediates(dst, timeout=20))
+        async with await b.connect("a") as conn:
+            await conn.wait(await conn.write_many([Write(src, 0, 8, dst.handle, 0, imm=9)]),
+                            timeout=20)
+        assert [(i.imm, i.peer) for i in await waiting] == [(9, "b")]
+        assert await a.wait_immediates(timeout=0.05) == []
