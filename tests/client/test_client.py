@@ -372,3 +372,31 @@ def test_an_answer_nested_too_deep_is_a_bad_answer_not_a_recursion_error() -> No
     with pytest.raises(ClientError) as err:
         rpc.decode_response(b"[" * 100_000)
     assert err.value.code == rpc.BAD_ANSWER and "nested too deep" in str(err.value)
+
+
+def test_pushed_immediates_are_handed_out_by_region_and_max_and_dropped_with_their_region(
+    client: Client,
+) -> None:
+    from mrc.client.ops import MAX_PUSHED
+
+    a, b = client.register_region(4096), client.register_region(4096)
+    core = client._core
+    core.subscribed = True  # (as `subscribe_immediates` leaves it; the stand-in pushes nothing)
+
+    def push(*pairs: tuple[int, int]) -> None:
+        core.pushed_arrived({"immediates": [{"region": r, "imm": i, "peer": "self",
+                                             "connection": 1} for r, i in pairs]})
+
+    push((a.id, 1), (b.id, 2), (a.id, 3), (a.id, 4))
+    assert [i.imm for i in client.wait_immediates(a, timeout=0, max=2)] == [1, 3]
+    assert [i.imm for i in client.wait_immediates(timeout=0)] == [2, 4]  # in arrival order
+    assert client.wait_immediates(timeout=0) == []
+    push((a.id, 5), (b.id, 6))
+    b.close()  # its pushed immediates can never be asked for: they go with it
+    assert [i.imm for i in core.pushed] == [5]
+    with pytest.raises(ClientError, match="max must be a positive integer"):
+        client.wait_immediates(timeout=0, max=0)
+    # Unasked, at most MAX_PUSHED wait: the oldest go, counted.
+    push(*[(a.id, k) for k in range(MAX_PUSHED + 2)])
+    assert len(core.pushed) == MAX_PUSHED and core.pushed_dropped == 3
+    assert core.pushed[0].imm == 2
