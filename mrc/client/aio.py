@@ -27,9 +27,8 @@ from .objects import (
     RegionHandle,
     Write,
     answer_list,
-    check_timeout,
 )
-from .ops import Call, ClientCore, Op
+from .ops import Call, ClientCore, Op, Pushed, push_kinds
 from .rpc import (
     CLOSED,
     INVALID_PARAMS,
@@ -129,8 +128,8 @@ class AsyncClient:
         self._send_lock = asyncio.Lock()
         self._reader_task: asyncio.Task[None] | None = None
         self._failure: ClientError | None = None
-        #: Takes the immediates the daemon pushes, if `subscribe_immediates` was given one;
-        #: else they wait in the core for `wait_immediates`, which `_pushed` wakes.
+        #: Takes the immediates the daemon pushes, if `subscribe` was given one; else they
+        #: wait in the core for `wait_immediates`. `_pushed` wakes the waits for pushes.
         self._on_immediates: Callable[[list[Immediate]], None] | None = None
         self._pushed = asyncio.Event()
 
@@ -193,23 +192,35 @@ class AsyncClient:
         self._fail(failure)
 
     def _notified(self, msg: Notification) -> None:
-        """A pushed message: immediates go to the subscriber's handler (in arrival order); any
-        other kind, or immediates nobody subscribed to, is ignored. A handler that raises
-        fails the client (every waiting call gets the error) rather than end the reader
-        silently."""
+        """A pushed message: immediates go to the subscriber's handler when there is one (in
+        arrival order), else, as completions do, into the core for the waits it wakes; a kind
+        not subscribed to is ignored. A handler that raises fails the client (every waiting
+        call gets the error) rather than end the reader silently."""
         handler = self._on_immediates
-        if msg.method != "immediates" or not self._core.subscribed:
+        if msg.method == "immediates" and handler is not None:
+            if "immediates" not in self._core.pushes:
+                return
+            got = [Immediate.decode(item) for item in answer_list(msg.params, "immediates")]
+            try:
+                handler(got)
+            except Exception as exc:
+                raise ClientError(CLOSED, f"the immediates handler raised {type(exc).__name__}: "
+                                          f"{exc}") from None  # fmt: skip
             return
-        if handler is None:
-            self._core.pushed_arrived(msg.params)
-            self._pushed.set()
-            return
-        got = [Immediate.decode(item) for item in answer_list(msg.params, "immediates")]
-        try:
-            handler(got)
-        except Exception as exc:
-            raise ClientError(CLOSED, f"the immediates handler raised {type(exc).__name__}: "
-                                      f"{exc}") from None  # fmt: skip
+        self._core.notified(msg.method, msg.params)
+        self._pushed.set()
+
+    async def _wait_push(self, seconds: float) -> None:
+        """Until the daemon pushes something or `seconds` pass (a subscribed client's wait,
+        with no request); the client's failure ends it. The operation that asks looked at
+        what arrived just before, with no await between: no push is missed."""
+        if self._sock is None:
+            raise self._failure or ClientError(CLOSED, "the client is not open")
+        self._pushed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._pushed.wait(), seconds)
+        if self._sock is None:
+            raise self._failure or ClientError(CLOSED, "the client is not open")
 
     def _fail(self, failure: ClientError) -> None:
         self._failure = failure
@@ -288,17 +299,27 @@ class AsyncClient:
     async def _run_batch(self, ops: Sequence[Op[Any]]) -> list[Any]:
         """Drive operations whose first request goes in one batch; an operation that asks
         more goes on alone. Each one's value, or the ClientError it ended with."""
-        calls, live = [], []
-        for op in ops:
-            calls.append(next(op))  # an argument error raises here, before anything is sent
-            live.append(op)
-        results = await self._call_batch(calls)
+        firsts: list[Call | Pushed | None] = []
         out: list[Any] = []
-        for op, res in zip(live, results, strict=True):
+        for op in ops:
+            try:  # an argument error raises here, before anything is sent
+                firsts.append(next(op))
+                out.append(None)
+            except StopIteration as stop:  # done without asking (what was pushed sufficed)
+                firsts.append(None)
+                out.append(stop.value)
+        calls = [c for c in firsts if isinstance(c, Call)]
+        results = iter(await self._call_batch(calls) if calls else [])
+        for i, (op, first) in enumerate(zip(ops, firsts, strict=True)):
+            if first is None:
+                continue
             try:
-                out.append(await self._drive(op, res))
+                if isinstance(first, Pushed):
+                    out[i] = await self._step(op, first)
+                else:
+                    out[i] = await self._drive(op, next(results))
             except ClientError as exc:
-                out.append(exc)
+                out[i] = exc
         return out
 
     @staticmethod
@@ -322,8 +343,16 @@ class AsyncClient:
         except StopIteration as stop:
             done: T = stop.value
             return done
+        return await self._step(op, call)
+
+    async def _step(self, op: Op[T], call: Call | Pushed) -> T:
+        """Do `call` (a request, or a wait for pushes), then drive `op` on to its value."""
+        result: Any = None
         try:
-            result: Any = await self._call(call)
+            if isinstance(call, Pushed):
+                await self._wait_push(call.seconds)
+            else:
+                result = await self._call(call)
         except ClientError as exc:
             result = exc
         return await self._drive(op, result)
@@ -335,7 +364,11 @@ class AsyncClient:
             call = op.throw(result) if isinstance(result, ClientError) else op.send(result)
             while True:
                 try:
-                    result = await self._call(call)
+                    if isinstance(call, Pushed):
+                        await self._wait_push(call.seconds)
+                        result = None
+                    else:
+                        result = await self._call(call)
                 except ClientError as exc:
                     call = op.throw(exc)
                 else:
@@ -412,45 +445,31 @@ class AsyncClient:
     async def wait_immediates(self, region: AsyncRegion | None = None,
                               timeout: float | None = None,
                               max: int | None = None) -> list[Immediate]:
-        """As `Client.wait_immediates`: once subscribed without a handler, from what the
-        daemon pushed, with no request; with a handler they are its, and this is refused."""
-        if not self._core.subscribed:
-            return await self._run(self._core.immediates(region, timeout, max))
+        """As `Client.wait_immediates`; with an immediates handler given to `subscribe` they
+        are its, and this is refused."""
         if self._on_immediates is not None:
             raise ClientError(INVALID_PARAMS, "wait_immediates: the immediates go to the "
-                                              "handler given to subscribe_immediates")
-        timeout = check_timeout(timeout)
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            got = self._core.take_pushed(region, max)
-            if got:
-                return got
-            if self._sock is None:
-                raise self._failure or ClientError(CLOSED, "the client is not open")
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return []
-            self._pushed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._pushed.wait(), left)
+                                              "handler given to subscribe")
+        return await self._run(self._core.immediates(region, timeout, max))
 
-    async def subscribe_immediates(
-        self, handler: Callable[[list[Immediate]], None] | None = None
-    ) -> None:
-        """Have the daemon push this client's immediates: from the answer on, `handler` gets
-        each notification's immediates (in arrival order, from the reader, so it must not
-        block) and `wait_immediates` is refused; without a handler `wait_immediates` hands
-        them out as before, waiting for pushes instead of asking. For a program that always
-        waits on its immediates this saves the long-poll each arrival would ask for again: a
-        control request and a wake-up of the daemon each (docs/DAEMON.md, `subscribe`)."""
-        if self._core.subscribed:
-            raise ClientError(INVALID_PARAMS, "subscribe_immediates: already subscribed")
-        self._on_immediates = handler
+    async def subscribe(
+        self, *, immediates: bool = True, completions: bool = True,
+        on_immediates: Callable[[list[Immediate]], None] | None = None,
+    ) -> None:  # fmt: skip
+        """As `Client.subscribe`. With `on_immediates`, that handler gets each push of
+        immediates (in arrival order, from the reader, so it must not block) and
+        `wait_immediates` is refused; without, the waits hand them out as before."""
+        kinds = push_kinds(immediates, completions)
+        if on_immediates is not None and "immediates" not in kinds:
+            raise ClientError(INVALID_PARAMS, "subscribe: on_immediates without immediates")
+        op = self._core.subscribe(kinds)  # (checks before the handler is kept)
+        call = next(op)
+        self._on_immediates = on_immediates or self._on_immediates
         try:
-            await self._run(self._core.subscribe_immediates())
+            await self._step(op, call)
         except BaseException:
-            self._on_immediates = None
+            if on_immediates is not None:
+                self._on_immediates = None
             raise
 
     async def bind(self, endpoint: str) -> None:

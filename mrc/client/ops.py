@@ -39,7 +39,7 @@ from .rpc import (
     ClientError,
 )
 
-__all__ = ["POLL_SLICE", "VIEWS", "Call", "ClientCore", "Op"]
+__all__ = ["POLL_SLICE", "PUSHED", "VIEWS", "Call", "ClientCore", "Op", "Pushed", "push_kinds"]
 
 T = TypeVar("T")
 
@@ -63,21 +63,43 @@ class Call:
     fd: int | None = None
 
 
-Op = Generator[Call, Any, T]
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """Not a request: wait up to `seconds` for what the daemon pushes unasked (a subscribed
+    client's immediates and completions, `ClientCore.notified`); answered with None, the
+    operation then looks again at what arrived."""
+
+    seconds: float
+
+
+Op = Generator[Call | Pushed, Any, T]
+#: The kinds a client may have pushed to it (docs/DAEMON.md, `subscribe`).
+PUSHED = ("immediates", "completions")
+
+
+def push_kinds(immediates: bool, completions: bool) -> list[str]:
+    """The kinds of `subscribe` from its two flags."""
+    return [k for k, on in zip(PUSHED, (immediates, completions), strict=True) if on]
 
 
 class _Conn:
     """What the core keeps per connection: ids posted and not yet returned (in posting order)
     and the completions already fetched for them."""
 
-    __slots__ = ("done", "peer", "posted")
+    __slots__ = ("done", "early", "peer", "posted")
 
     def __init__(self, peer: str) -> None:
         self.peer = peer
         self.posted: dict[int, None] = {}
         self.done: dict[int, Completion] = {}
+        #: Pushed completions of ids whose `write` answer the operation has not read yet (the
+        #: reader files a push the moment it arrives, the answer before it may still wait for
+        #: its operation to run on); at most MAX_EARLY, the oldest go.
+        self.early: dict[int, Completion] = {}
 
 
+#: Pushed completions kept per connection for ids not known yet (see `_Conn.early`).
+MAX_EARLY = 4096
 #: Pushed immediates kept for `wait_immediates` at most (the daemon's bound on those waiting
 #: for an `immediates` call, docs/DAEMON.md); past it the oldest go, counted.
 MAX_PUSHED = 1 << 16
@@ -89,10 +111,10 @@ class ClientCore:
         self.conns: dict[int, _Conn] = {}
         #: Messages fetched for an endpoint and not yet handed out.
         self.inbox: dict[str, deque[Message]] = {}
-        #: Set by `subscribe_immediates` (from before its request: a notification may follow
-        #: its answer at once): the daemon pushes the immediates, and those not handed out
-        #: wait in `pushed`.
-        self.subscribed = False
+        #: The kinds `subscribe` asked the daemon to push (set from before its request: a
+        #: notification may follow its answer at once). Pushed immediates not handed out
+        #: wait in `pushed`; pushed completions are filed under their connection.
+        self.pushes: set[str] = set()
         self.pushed: deque[Immediate] = deque()
         self.pushed_dropped = 0
 
@@ -185,6 +207,9 @@ class ClientCore:
             raise ClientError(BAD_ANSWER, f"write: expected {len(entries)} ids in the answer")
         for i in ids:
             conn.posted[i] = None
+            early = conn.early.pop(i, None) if conn.early else None
+            if early is not None:
+                conn.done[i] = early
         return ids
 
     def _record(self, result: Any) -> int:
@@ -196,15 +221,24 @@ class ClientCore:
             # Only ids this client posted: a stray one would sit in `done` forever.
             if conn is not None and c.id in conn.posted:
                 conn.done[c.id] = c
+            elif conn is not None and "completions" in self.pushes:
+                conn.early[c.id] = c
+                if len(conn.early) > MAX_EARLY:
+                    del conn.early[next(iter(conn.early))]
         return len(items)
 
-    def _fetch(self, cid: int, timeout: float) -> Op[int]:
-        result = yield Call(
-            "completions",
-            {"connection": cid, "timeout": timeout},
-            answer_within=timeout + ANSWER_GRACE,
-        )
-        return self._record(result)
+    def _fetch(self, cid: int | None, timeout: float) -> Op[None]:
+        """Completions of connection `cid` (None: all), waiting up to `timeout` for one: one
+        request, or, when they are pushed, a wait for the next push (none for 0 s)."""
+        if "completions" in self.pushes:
+            if timeout > 0:
+                yield Pushed(timeout)
+            return
+        params: dict[str, Any] = {"timeout": timeout}
+        if cid is not None:
+            params["connection"] = cid
+        result = yield Call("completions", params, answer_within=timeout + ANSWER_GRACE)
+        self._record(result)
 
     def outstanding(self, cid: int) -> int:
         conn = self._conn(cid)
@@ -261,9 +295,7 @@ class ClientCore:
             wait = _slice(deadline)
             if wait == 0 and fetched:
                 break
-            result = yield Call("completions", {"timeout": wait},
-                                answer_within=wait + ANSWER_GRACE)
-            self._record(result)
+            yield from self._fetch(None, wait)
             fetched = True
         out: list[Completion] = []
         for conn in self.conns.values():
@@ -295,29 +327,48 @@ class ClientCore:
         deadline = None if timeout is None else time.monotonic() + timeout
         fetched = False
         while True:
+            if "immediates" in self.pushes:
+                got = self.take_pushed(region, limit)
+                if got:
+                    return got
             wait = _slice(deadline)
             if wait == 0 and fetched:
                 return []
+            fetched = True
+            if "immediates" in self.pushes:
+                if wait > 0:
+                    yield Pushed(wait)
+                continue
             result = yield Call("immediates", dict(params, timeout=wait),
                                 answer_within=wait + ANSWER_GRACE)
-            fetched = True
             got = [Immediate.decode(item) for item in answer_list(result, "immediates")]
             if got:
                 return got
 
-    def subscribe_immediates(self) -> Op[None]:
-        """Have the daemon push this client's immediates as notifications (docs/DAEMON.md)."""
-        if self.subscribed:
-            raise ClientError(INVALID_PARAMS, "subscribe_immediates: already subscribed")
-        self.subscribed = True
+    def subscribe(self, kinds: Sequence[str]) -> Op[None]:
+        """Have the daemon push `kinds` of this client's items as notifications (docs/DAEMON.md):
+        the waits for them then ask nothing (`Pushed`)."""
+        new = set(kinds)
+        if not new or not new <= set(PUSHED):
+            raise ClientError(INVALID_PARAMS, f"subscribe: kinds must be among {PUSHED}")
+        if new & self.pushes:
+            raise ClientError(INVALID_PARAMS, f"subscribe: already subscribed to "
+                                              f"{', '.join(sorted(new & self.pushes))}")
+        self.pushes |= new
         try:
-            yield Call("subscribe", {"immediates": True})
+            yield Call("subscribe", dict.fromkeys(sorted(new), True))
         except BaseException:
-            self.subscribed = False
+            self.pushes -= new
             raise
 
-    def pushed_arrived(self, params: dict[str, Any]) -> list[Immediate]:
-        """The immediates of one `immediates` notification, kept in `pushed` too."""
+    def notified(self, method: str, params: dict[str, Any]) -> list[Immediate]:
+        """Take one notification: completions are filed, immediates kept in `pushed` (and
+        returned); a kind not subscribed to is ignored."""
+        if method not in self.pushes:
+            return []
+        if method == "completions":
+            self._record(params)
+            return []
         got = [Immediate.decode(item) for item in answer_list(params, "immediates")]
         self.pushed.extend(got)
         while len(self.pushed) > MAX_PUSHED:  # as the daemon keeps them unasked: the oldest go

@@ -20,8 +20,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from .memory import RegionBase, SharedMemory
-from .objects import Completion, Immediate, Message, RegionHandle, Write, check_timeout
-from .ops import Call, ClientCore, Op
+from .objects import Completion, Immediate, Message, RegionHandle, Write
+from .ops import Call, ClientCore, Op, Pushed, push_kinds
 from .rpc import (
     BAD_ANSWER,
     CLOSED,
@@ -190,6 +190,10 @@ class Client:
         try:
             call = next(op)
             while True:
+                if isinstance(call, Pushed):
+                    self._wait_push(call.seconds)
+                    call = op.send(None)
+                    continue
                 try:
                     result = self._call(call)
                 except ClientError as exc:
@@ -255,27 +259,23 @@ class Client:
         self._lines.extend(self._reader.feed(data))
 
     def _notified(self, msg: Notification) -> None:
-        """Pushed immediates wait in the core for `wait_immediates`; nothing else is pushed."""
-        if msg.method == "immediates" and self._core.subscribed:
-            self._core.pushed_arrived(msg.params)
+        self._core.notified(msg.method, msg.params)
 
-    def _wait_pushed(
-        self, region: Region | None, timeout: float | None, limit: int | None
-    ) -> list[Immediate]:
-        """`wait_immediates` of a subscribed client: from what was pushed, reading the socket
-        (no request) until some come or `timeout` passes."""
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _wait_push(self, seconds: float) -> None:
+        """Until the daemon pushed something (the lines read after an answer included) or
+        `seconds` passed: a subscribed client's wait, with no request."""
+        deadline = time.monotonic() + seconds
         with self._lock:
             while True:
+                pushed = False
                 while self._lines:  # read after an answer: pushes (or answers given up on)
                     msg = decode_message(self._lines.popleft())
                     if isinstance(msg, Notification):
                         self._notified(msg)
-                got = self._core.take_pushed(region, limit)
-                left = None if deadline is None else deadline - time.monotonic()
-                if got or (left is not None and left <= 0):
-                    return got
+                        pushed = True
+                left = deadline - time.monotonic()
+                if pushed or left <= 0:
+                    return
                 sock = self._sock
                 if sock is None:
                     raise ClientError(CLOSED, "the client is closed")
@@ -283,11 +283,11 @@ class Client:
                     sock.settimeout(left)
                     self._receive(sock)
                 except TimeoutError:
-                    continue
+                    return
                 except OSError as exc:
                     self._drop()
                     raise ClientError(
-                        CLOSED, f"wait_immediates: control connection failed: {exc.strerror or exc}"
+                        CLOSED, f"control connection failed: {exc.strerror or exc}"
                     ) from None
 
     def _drop(self) -> None:
@@ -341,15 +341,14 @@ class Client:
         """Immediates that landed in this client's regions (or in `region`), waiting up to
         `timeout` for the first; [] on timeout. Once subscribed, from those the daemon pushed,
         with no request."""
-        if self._core.subscribed:
-            return self._wait_pushed(region, timeout, max)
         return self._run(self._core.immediates(region, timeout, max))
 
-    def subscribe_immediates(self) -> None:
-        """Have the daemon push this client's immediates (docs/DAEMON.md, `subscribe`):
-        `wait_immediates` then waits on the socket instead of asking, which saves a request,
-        and a wake-up of the daemon, per arrival."""
-        self._run(self._core.subscribe_immediates())
+    def subscribe(self, *, immediates: bool = True, completions: bool = True) -> None:
+        """Have the daemon push this client's immediates and/or completions (docs/DAEMON.md,
+        `subscribe`): `wait_immediates`, and a connection's `wait` and `poll`, then wait on
+        the control socket instead of asking, which saves a request, and a wake-up of the
+        daemon, per arrival."""
+        self._run(self._core.subscribe(push_kinds(immediates, completions)))
 
     def bind(self, endpoint: str) -> None:
         self._run(self._core.bind(endpoint))

@@ -327,12 +327,13 @@ class MrcLink:
         self._changed.set()
 
     async def _immediates(self) -> None:
-        """The daemon pushes our immediates (one notification for those of one of its wake-ups,
-        no request per arrival: docs/COLLECTIVE.md §2); a daemon that does not know `subscribe`
-        is asked with one long-poll after another."""
+        """The daemon pushes our immediates and completions (one notification for those of one
+        of its wake-ups, no request per arrival: docs/COLLECTIVE.md §2); a daemon that does not
+        know `subscribe` is asked with one long-poll after another."""
         try:
             try:
-                await self.client.subscribe_immediates(self._absorb_immediates)
+                # Completions too: the waits for them (and a one-shot call's fetch) ask nothing.
+                await self.client.subscribe(on_immediates=self._absorb_immediates)
                 return
             except ClientError as exc:
                 if exc.code != rpc.METHOD_NOT_FOUND:

@@ -51,11 +51,11 @@ class ClientState:
         self.completions: dict[int, deque[Item]] = {}
         self.immediates: deque[Item] = deque()
         self.waiters: list[asyncio.Future[None]] = []
-        #: Set by `subscribe`: immediates go out as notifications (`push`), not into
-        #: `immediates` for a long-poll to fetch.
-        self.subscribed = False
+        #: The kinds `subscribe` asked for ("immediates", "completions"): those go out as
+        #: notifications (`push`), not into the queues for a long-poll to fetch.
+        self.pushes: set[str] = set()
         self._send = client.send
-        self._outbox: list[Item] = []
+        self._outbox: dict[str, list[Item]] = {}
 
     def wake(self) -> None:
         for fut in self.waiters:
@@ -63,25 +63,32 @@ class ClientState:
                 fut.set_result(None)
         self.waiters.clear()
 
-    def subscribe(self) -> None:
-        """From now on every immediate is pushed; those already waiting go first."""
-        self.subscribed = True
-        if self.immediates:
+    def subscribe(self, kinds: set[str]) -> None:
+        """From now on every item of `kinds` is pushed; those already waiting go first."""
+        new = kinds - self.pushes
+        self.pushes |= kinds
+        if "immediates" in new and self.immediates:
             waiting, self.immediates = self.immediates, deque()
             for item in waiting:
-                self.push(item)
+                self.push("immediates", item)
+        if "completions" in new:
+            for conn_id in sorted(self.completions):
+                queue = self.completions[conn_id]
+                while queue:
+                    self.push("completions", queue.popleft())
 
-    def push(self, item: Item) -> None:
-        """Send `item` in the next notification: one for all that land in one turn of the
-        event loop (a drain's worth), sent once the turn's answers went out."""
+    def push(self, kind: str, item: Item) -> None:
+        """Send `item` in the next notification of its kind: one for all that land in one turn
+        of the event loop (a drain's worth), sent once the turn's answers went out."""
         if not self._outbox:
             self.loop.call_soon(self._notify)
-        self._outbox.append(item)
+        self._outbox.setdefault(kind, []).append(item)
 
     def _notify(self) -> None:
-        items, self._outbox = self._outbox, []
-        for at in range(0, len(items), MAX_ITEMS):
-            self._send(notification("immediates", {"immediates": items[at : at + MAX_ITEMS]}))
+        outbox, self._outbox = self._outbox, {}
+        for kind, items in outbox.items():
+            for at in range(0, len(items), MAX_ITEMS):
+                self._send(notification(kind, {kind: items[at : at + MAX_ITEMS]}))
 
     def cancel(self) -> None:
         for fut in self.waiters:

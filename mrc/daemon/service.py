@@ -81,6 +81,16 @@ CONNECT_TIMEOUT = 30.0
 MAX_PENDING_MAILBOXES = 64
 
 
+#: What a client may have pushed to it (`subscribe`, docs/DAEMON.md).
+PUSHED = ("immediates", "completions")
+
+
+def _not_pushed(cs: ClientState, kind: str) -> None:
+    if kind in cs.pushes:
+        raise RpcError(INVALID_PARAMS, f"{kind}: this client subscribed to its {kind}: they "
+                                       "come as notifications")  # fmt: skip
+
+
 class Service:
     def __init__(self, config: DaemonConfig, open_node: Callable[[EventHandler], Node]) -> None:
         """`open_node` binds the daemon's node, its events going to the handler it is given
@@ -396,24 +406,30 @@ class Service:
 
     def completions(self, cs: ClientState, p: Params) -> Any:
         conn_id, limit, timeout = long_poll(p, "connection")
+        _not_pushed(cs, "completions")
         if conn_id is not None:
             self._own_conn(cs, conn_id, "completions")
         return cs.completions_when(conn_id, limit, timeout)
 
     def immediates(self, cs: ClientState, p: Params) -> Any:
         region_id, limit, timeout = long_poll(p, "region")
-        if cs.subscribed:
-            raise RpcError(INVALID_PARAMS, "immediates: this client subscribed to its immediates:"
-                                           " they come as notifications")  # fmt: skip
+        _not_pushed(cs, "immediates")
         if region_id is not None:
             self._own_region(cs, region_id, "immediates")
         return cs.immediates_when(region_id, limit, timeout)
 
     def subscribe(self, cs: ClientState, p: Params) -> Any:
-        if p.raw("immediates") is not True:
-            raise p.bad("immediates", "must be true (the one kind of notification there is)")
+        kinds = set()
+        for kind in PUSHED:
+            value = p.raw(kind)
+            if value is True:
+                kinds.add(kind)
+            elif value is not None:
+                raise p.bad(kind, "must be true when given")
         p.done()
-        cs.subscribe()
+        if not kinds:
+            raise RpcError(INVALID_PARAMS, "subscribe: name a kind (immediates, completions)")
+        cs.subscribe(kinds)
         return {}
 
     def bind(self, cs: ClientState, p: Params) -> Any:
@@ -616,14 +632,17 @@ class Service:
         cs = self.clients.get(conn.owner) if conn.owner is not None else None
         if cs is None:
             return
-        cs.completions.setdefault(conn.id, deque()).append(
-            {
-                "id": rec.id,
-                "connection": conn.id,
-                "status": status,
-                "bytes": rec.length if status == "ok" else 0,
-            }
-        )
+        item = {
+            "id": rec.id,
+            "connection": conn.id,
+            "status": status,
+            "bytes": rec.length if status == "ok" else 0,
+        }
+        if "completions" in cs.pushes:
+            self.counters["completions_pushed"] += 1
+            cs.push("completions", item)
+            return
+        cs.completions.setdefault(conn.id, deque()).append(item)
         self.wake(cs.id)
 
     def _immediate(self, conn: Connection, event: ImmediateReceived) -> None:
@@ -641,9 +660,9 @@ class Service:
             return
         region.immediates += 1
         item = {"region": region.id, "imm": event.imm, "peer": conn.peer, "connection": conn.id}
-        if cs.subscribed:
+        if "immediates" in cs.pushes:
             self.counters["immediates_pushed"] += 1
-            cs.push(item)
+            cs.push("immediates", item)
             return
         if len(cs.immediates) >= MAX_IMMEDIATES:
             cs.immediates.popleft()

@@ -78,7 +78,7 @@ def test_every_local_case_passes_against_the_daemon() -> None:
     assert cases["bad_memfds"]["errors_drawn"]["bad_memory"] == 9
     assert cases["slow_reader"]["counted"]["paused_clients"] >= 1
     assert cases["sparse_memfd"]["measured"]["daemon_growth_mib"] < 32
-    assert cases["subscriptions"]["errors_drawn"] == {"invalid_params": 7}
+    assert cases["subscriptions"]["errors_drawn"] == {"invalid_params": 8}
 
 
 def test_an_attacker_the_daemon_counts_as_admin_is_reported_as_a_leak() -> None:

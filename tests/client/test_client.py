@@ -381,11 +381,11 @@ def test_pushed_immediates_are_handed_out_by_region_and_max_and_dropped_with_the
 
     a, b = client.register_region(4096), client.register_region(4096)
     core = client._core
-    core.subscribed = True  # (as `subscribe_immediates` leaves it; the stand-in pushes nothing)
+    core.pushes.add("immediates")  # (as `subscribe` leaves it; the stand-in pushes nothing)
 
     def push(*pairs: tuple[int, int]) -> None:
-        core.pushed_arrived({"immediates": [{"region": r, "imm": i, "peer": "self",
-                                             "connection": 1} for r, i in pairs]})
+        core.notified("immediates", {"immediates": [{"region": r, "imm": i, "peer": "self",
+                                                     "connection": 1} for r, i in pairs]})
 
     push((a.id, 1), (b.id, 2), (a.id, 3), (a.id, 4))
     assert [i.imm for i in client.wait_immediates(a, timeout=0, max=2)] == [1, 3]

@@ -101,7 +101,7 @@ async def test_a_subscribed_client_gets_its_immediates_pushed(pair: TwoDaemons) 
                 if len(got) >= 4:
                     arrived.set()
 
-            await a.subscribe_immediates(on_immediates)
+            await a.subscribe(completions=False, on_immediates=on_immediates)
             ids = await conn.write_many([Write(src, 0, 8, dst.handle, 8 * k, imm=1 + k)
                                          for k in range(1, 4)])
             await conn.wait(ids, timeout=20)
@@ -114,7 +114,7 @@ async def test_a_subscribed_client_gets_its_immediates_pushed(pair: TwoDaemons) 
             await a.wait_immediates(dst, timeout=1)
         assert err.value.code == rpc.INVALID_PARAMS
         with pytest.raises(ClientError, match="already subscribed"):
-            await a.subscribe_immediates(on_immediates)
+            await a.subscribe(completions=False, on_immediates=on_immediates)
         assert (await a.status())["regions"] >= 1
 
 
@@ -131,7 +131,7 @@ def test_a_subscribed_blocking_client_waits_for_pushes_without_a_request(
         src = b.register_region(1 << 20)
         with b.connect("a") as conn:
             conn.wait(conn.write_many([Write(src, 0, 8, dst.handle, 0, imm=1)]), timeout=20)
-            a.subscribe_immediates()  # the immediate already waiting is pushed first
+            a.subscribe(completions=False)  # the immediate already waiting is pushed first
             before = _requests(a)
             conn.wait(conn.write_many([Write(src, 0, 8, dst.handle, 8 * k, imm=1 + k)
                                        for k in range(1, 4)]), timeout=20)
@@ -143,8 +143,8 @@ def test_a_subscribed_blocking_client_waits_for_pushes_without_a_request(
             assert got == [1, 2, 3, 4]
             assert a.wait_immediates(timeout=0.05) == []
             assert _requests(a) == before + 1  # the second status: no request to wait
-        with pytest.raises(ClientError, match="already subscribed"):
-            a.subscribe_immediates()
+        with pytest.raises(ClientError, match="already subscribed to immediates"):
+            a.subscribe()
 
 
 async def test_a_subscribed_async_client_without_a_handler_waits_for_pushes(
@@ -153,10 +153,48 @@ async def test_a_subscribed_async_client_without_a_handler_waits_for_pushes(
     async with AsyncClient(str(pair.a.sock)) as a, AsyncClient(str(pair.b.sock)) as b:
         dst = await a.register_region(1 << 20)
         src = await b.register_region(1 << 20)
-        await a.subscribe_immediates()
+        await a.subscribe(completions=False)
         waiting = asyncio.ensure_future(a.wait_immediates(dst, timeout=20))
         async with await b.connect("a") as conn:
             await conn.wait(await conn.write_many([Write(src, 0, 8, dst.handle, 0, imm=9)]),
                             timeout=20)
         assert [(i.imm, i.peer) for i in await waiting] == [(9, "b")]
         assert await a.wait_immediates(timeout=0.05) == []
+
+
+def test_pushed_completions_are_waited_for_without_a_request(pair: TwoDaemons) -> None:
+    with Client(str(pair.a.sock)) as a, Client(str(pair.b.sock)) as b:
+        dst = a.register_region(1 << 20)
+        src = b.register_region(1 << 20)
+        b.subscribe(immediates=False)
+        with b.connect("a") as conn:
+            before = _requests(b)
+            for k in range(20):  # each completion may well come before its write's answer
+                ids = conn.write_many([Write(src, 0, 4096, dst.handle, 4096 * k)])
+                (done,) = conn.wait(ids, timeout=20)
+                assert (done.id, done.status, done.bytes) == (ids[0], "ok", 4096)
+            assert conn.poll(timeout=0.05) == [] and conn.outstanding == 0
+            # 20 writes and the second status: no request to wait or poll.
+            assert _requests(b) == before + 21
+        with pytest.raises(ClientError, match="already subscribed to completions"):
+            b.subscribe(immediates=False)
+
+
+async def test_an_async_client_gets_its_completions_pushed_in_a_batch(pair: TwoDaemons) -> None:
+    async with AsyncClient(str(pair.a.sock)) as a, AsyncClient(str(pair.b.sock)) as b:
+        dst = await a.register_region(1 << 20)
+        src = await b.register_region(1 << 20)
+        await b.subscribe(immediates=False)
+        async with await b.connect("a") as conn:
+            posted: list[int] = []
+            got: list[int] = []
+            for k in range(10):
+                ids, done = await b.write_batch([(conn, [Write(src, 0, 64, dst.handle, 64 * k)])],
+                                                completions=True)  # fmt: skip
+                posted += ids[0]
+                got += [c.id for c in done]
+            while len(got) < 10:
+                more = await b.poll_completions(timeout=20)
+                assert more, got
+                got += [c.id for c in more]
+            assert got == posted  # each once, in posting order

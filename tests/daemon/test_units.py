@@ -342,15 +342,15 @@ def test_a_subscriber_gets_a_turns_immediates_in_one_notification_after_those_wa
         state = ClientState(owner, loop)  # type: ignore[arg-type]
         item = [{"region": 7, "imm": i, "peer": "b", "connection": 1} for i in range(5)]
         state.immediates.extend(item[:2])  # landed before the client subscribed
-        state.subscribe()
-        assert state.subscribed and not state.immediates and owner.sent == []
-        state.push(item[2])
-        state.push(item[3])  # the same turn of the loop
+        state.subscribe({"immediates"})
+        assert state.pushes == {"immediates"} and not state.immediates and owner.sent == []
+        state.push("immediates", item[2])
+        state.push("immediates", item[3])  # the same turn of the loop
         loop.run_until_complete(asyncio.sleep(0))
         assert owner.sent == [
             {"jsonrpc": "2.0", "method": "immediates", "params": {"immediates": item[:4]}}
         ]
-        state.push(item[4])  # a later turn: a notification of its own
+        state.push("immediates", item[4])  # a later turn: a notification of its own
         loop.run_until_complete(asyncio.sleep(0))
         assert owner.sent[1:] == [
             {"jsonrpc": "2.0", "method": "immediates", "params": {"immediates": item[4:]}}

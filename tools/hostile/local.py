@@ -761,17 +761,21 @@ def slow_reader(env: Env, c: Check) -> None:
 
 
 def subscriptions(env: Env, c: Check) -> None:
-    """`subscribe` with anything but `{"immediates": true}` is one invalid-params line; once
-    subscribed, a long-poll for immediates is refused the same way and the client is served
-    as before (its pushes go through the same bounded output as its answers: slow_reader)."""
+    """`subscribe` naming no kind, a kind not `true`, or an unknown key is one invalid-params
+    line; once subscribed, a long-poll for what is pushed is refused the same way and the
+    client is served as before (its pushes go through the same bounded output as its
+    answers: slow_reader)."""
     cl = env.connect(env.hostile, "hostile")
-    for params in ({}, {"immediates": False}, {"immediates": 1}, {"immediates": "yes"},
-                   {"immediates": True, "completions": True}, [True]):
+    for params in ({}, {"immediates": False}, {"completions": 1}, {"immediates": "yes"},
+                   {"immediates": True, "messages": True}, [True]):
         _exchange(c, cl, _req("subscribe", params), INVALID_PARAMS, f"subscribe {params}")
     c.ok(cl.request("subscribe", {"immediates": True}, timeout=3.0), "subscribe")
-    c.ok(cl.request("subscribe", {"immediates": True}, timeout=3.0), "subscribe again")
+    c.ok(cl.request("subscribe", {"immediates": True, "completions": True}, timeout=3.0),
+         "subscribe again, and to completions")
     _exchange(c, cl, _req("immediates", {"timeout": 1}), INVALID_PARAMS,
               "a subscriber's immediates long-poll")
+    _exchange(c, cl, _req("completions", {"timeout": 1}), INVALID_PARAMS,
+              "a subscriber's completions long-poll")
 
 
 CASES: dict[str, Callable[[Env, Check], None]] = {

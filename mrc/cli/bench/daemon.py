@@ -189,6 +189,13 @@ def run_writer(client: Client, peer: str, *, msg_size: int, total_bytes: int, du
     result.test_start = {"blksize": msg_size, "bytes": total_bytes, "duration": duration,
                          "verify": verify, "seed": seed, "peer": peer}
     client.bind(reply)
+    # The daemon pushes the completions: the waits for them ask nothing (docs/DAEMON.md,
+    # `subscribe`); a daemon without it is asked.
+    try:
+        client.subscribe(immediates=False)
+    except ClientError as exc:
+        if exc.code != METHOD_NOT_FOUND:
+            raise
     # Everything that costs time before data flows (the MRC handshake, mapping and filling
     # the source) happens before the request, so the server's clock starts with the data.
     conn = client.connect(peer)
@@ -531,7 +538,7 @@ def _run_server(client: Client, opts: BenchOptions, out: _Out) -> int:
     # The daemon pushes the immediates: a verified test's checks wait on the socket, not with
     # a request per arrival (docs/DAEMON.md, `subscribe`); a daemon without it is asked.
     try:
-        client.subscribe_immediates()
+        client.subscribe(completions=False)
     except ClientError as exc:
         if exc.code != METHOD_NOT_FOUND:
             raise
