@@ -367,17 +367,16 @@ def main(argv: list[str] | None = None) -> int:
         run(size, total, args.planes, args.imm, args.payload_mtu, args.flowcell, args.security)
         for _ in range(args.repeat)
     ]
-    best = min(runs, key=lambda r: r["sender_seconds"] + r["receiver_seconds"])
-    doc = {
-        "implementation": mrc.implementation(),
-        "msg_size": size,
-        "bytes": total,
-        "planes": args.planes,
-        "imm": args.imm,
-        "security": args.security,
-        "best": best,
-        "runs": runs,
-    }
+    fields = {"msg_size": size, "bytes": total, "planes": args.planes, "imm": args.imm}
+    return _print(fields, args.security, runs, ("sender_seconds", "receiver_seconds"))
+
+
+def _print(fields: dict[str, Any], security: str, runs: list[dict[str, Any]],
+           costs: tuple[str, str]) -> int:  # fmt: skip
+    """The JSON document: `fields`, every run and the best (the least of the two `costs`)."""
+    best = min(runs, key=lambda r: r[costs[0]] + r[costs[1]])
+    doc = {"implementation": mrc.implementation(), **fields, "security": security,
+           "best": best, "runs": runs}  # fmt: skip
     print(json.dumps(doc, indent=2))
     return 0
 
@@ -393,19 +392,10 @@ def _latency_main(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     runs = [pingpong(size, args.iterations, args.planes, args.security) for _ in range(args.repeat)]
-    best = min(runs, key=lambda r: r["client_us_per_round_trip"] + r["server_us_per_round_trip"])
-    doc = {
-        "implementation": mrc.implementation(),
-        "latency": True,
-        "msg_size": size,
-        "iterations": args.iterations,
-        "planes": args.planes,
-        "security": args.security,
-        "best": best,
-        "runs": runs,
-    }
-    print(json.dumps(doc, indent=2))
-    return 0
+    fields = {"latency": True, "msg_size": size, "iterations": args.iterations,
+              "planes": args.planes}  # fmt: skip
+    return _print(fields, args.security, runs,
+                  ("client_us_per_round_trip", "server_us_per_round_trip"))  # fmt: skip
 
 
 def _size(text: str) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from counting import CountingReads
 
 from mrc.core.config import SessionConfig
 from mrc.core.events import Event, PlaneUp
@@ -450,7 +451,7 @@ def test_a_wake_up_for_one_datagram_reads_once_and_the_next_pass_reads_the_rest(
         session = io.connect(SessionConfig(plane_mask=1), {0: peers[0].local_addr}, b"")
         io.flush(session)
         sock = io.planes[0]
-        counting = _CountingReads(sock.sock)
+        counting = CountingReads(sock.sock)
         sock.sock = counting  # type: ignore[assignment]
         peers[0].send(b"one", sock.local_addr)
         # (select, not `run`: the loop would read it with its own callback)
@@ -474,26 +475,6 @@ def test_a_wake_up_for_one_datagram_reads_once_and_the_next_pass_reads_the_rest(
         loop.close()
         for p in peers:
             p.close()
-
-
-class _CountingReads:
-    """A plane's socket that counts its reads and the reads that found it empty."""
-
-    def __init__(self, sock: object) -> None:
-        self.sock = sock
-        self.reads = 0
-        self.empty = 0
-
-    def recvmsg_into(self, buffers: list[memoryview], ancbufsize: int) -> object:
-        self.reads += 1
-        try:
-            return self.sock.recvmsg_into(buffers, ancbufsize)  # type: ignore[attr-defined]
-        except BlockingIOError:
-            self.empty += 1
-            raise
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.sock, name)
 
 
 def test_closed_session_is_discarded_and_close_cleans_up() -> None:

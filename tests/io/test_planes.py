@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from counting import CountingReads
 
 from mrc.io.planes import ECT0, PlaneSocket, resolve_addr
 
@@ -282,30 +283,10 @@ def test_icmp_port_unreachable_names_the_destination_for_io() -> None:
             live.close()
 
 
-class _CountingSocket:
-    """A plane's socket that counts its reads and the reads that found it empty."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.reads = 0
-        self.empty = 0
-
-    def recvmsg_into(self, buffers: list[memoryview], ancbufsize: int) -> tuple[object, ...]:
-        self.reads += 1
-        try:
-            return self.sock.recvmsg_into(buffers, ancbufsize)
-        except BlockingIOError:
-            self.empty += 1
-            raise
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.sock, name)
-
-
 def test_a_drain_once_reads_one_datagram_and_never_finds_the_socket_empty() -> None:
     a = PlaneSocket(0, "127.0.0.2", 0)
     b = PlaneSocket(0, "127.0.0.3", 0)
-    counting = _CountingSocket(b.sock)
+    counting = CountingReads(b.sock)
     real = b.sock
     b.sock = counting  # type: ignore[assignment]
     try:

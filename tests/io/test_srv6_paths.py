@@ -343,13 +343,19 @@ def test_reuseport_plane_socket_still_refuses_a_taken_port() -> None:
     again.close()
 
 
-def test_path_sockets_need_a_reuseport_plane_socket() -> None:
+def _without_reuseport() -> tuple[PlaneSocket, PathSockets]:
+    """A plane socket on ::1 opened without reuseport, and path sockets toward ::1 over it:
+    their opening fails."""
     try:
         plane = PlaneSocket(0, "::1", 0)
     except OSError:
         pytest.skip("no IPv6 loopback")
     lo = ipaddress.IPv6Address("::1")
-    ps = PathSockets(PathTable([PathEntry(lo, lo, 0, "a", "b", (_path("p0", 1),))]))
+    return plane, PathSockets(PathTable([PathEntry(lo, lo, 0, "a", "b", (_path("p0", 1),))]))
+
+
+def test_path_sockets_need_a_reuseport_plane_socket() -> None:
+    plane, ps = _without_reuseport()
     try:
         with pytest.raises(PathTableError, match="opened without reuseport"):
             ps.open(plane, ("::1", 9, 0, 0))
@@ -364,12 +370,7 @@ def test_path_sockets_need_a_reuseport_plane_socket() -> None:
 
 
 def test_io_reports_a_path_that_fails_to_open_on_first_use_once() -> None:
-    try:
-        plane = PlaneSocket(0, "::1", 0)
-    except OSError:
-        pytest.skip("no IPv6 loopback")
-    lo = ipaddress.IPv6Address("::1")
-    ps = PathSockets(PathTable([PathEntry(lo, lo, 0, "a", "b", (_path("p0", 1),))]))
+    plane, ps = _without_reuseport()
     errors: list[str] = []
     loop = asyncio.new_event_loop()
     core = Endpoint(rng=random.Random(1))
