@@ -346,16 +346,19 @@ class AsyncClient:
         return await self._step(op, call)
 
     async def _step(self, op: Op[T], call: Call | Pushed) -> T:
-        """Do `call` (a request, or a wait for pushes), then drive `op` on to its value."""
-        result: Any = None
+        """Do `call`, then drive `op` on to its value."""
         try:
-            if isinstance(call, Pushed):
-                await self._wait_push(call.seconds)
-            else:
-                result = await self._call(call)
+            result: Any = await self._do(call)
         except ClientError as exc:
             result = exc
         return await self._drive(op, result)
+
+    async def _do(self, call: Call | Pushed) -> Any:
+        """A request's answer, or None once a wait for pushes ended."""
+        if isinstance(call, Pushed):
+            await self._wait_push(call.seconds)
+            return None
+        return await self._call(call)
 
     async def _drive(self, op: Op[T], result: Any) -> T:
         """Run `op` on from the answer to its last request (`result`, or the ClientError it
@@ -364,11 +367,7 @@ class AsyncClient:
             call = op.throw(result) if isinstance(result, ClientError) else op.send(result)
             while True:
                 try:
-                    if isinstance(call, Pushed):
-                        await self._wait_push(call.seconds)
-                        result = None
-                    else:
-                        result = await self._call(call)
+                    result = await self._do(call)
                 except ClientError as exc:
                     call = op.throw(exc)
                 else:
