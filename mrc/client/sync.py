@@ -190,12 +190,8 @@ class Client:
         try:
             call = next(op)
             while True:
-                if isinstance(call, Pushed):
-                    self._wait_push(call.seconds)
-                    call = op.send(None)
-                    continue
                 try:
-                    result = self._call(call)
+                    result = self._do(call)
                 except ClientError as exc:
                     call = op.throw(exc)
                 else:
@@ -203,6 +199,13 @@ class Client:
         except StopIteration as stop:
             value: T = stop.value
             return value
+
+    def _do(self, call: Call | Pushed) -> Any:
+        """A request's answer, or None once a wait for pushes ended."""
+        if isinstance(call, Pushed):
+            self._wait_push(call.seconds)
+            return None
+        return self._call(call)
 
     def _call(self, call: Call) -> Any:
         with self._lock:
