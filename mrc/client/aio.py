@@ -114,6 +114,11 @@ class AsyncConnection:
         await self.close()
 
 
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class AsyncClient:
     """An asyncio client of the daemon at `path`; use `async with AsyncClient(path) as c` or
     `c = await AsyncClient.open(path)`."""
@@ -129,9 +134,9 @@ class AsyncClient:
         self._reader_task: asyncio.Task[None] | None = None
         self._failure: ClientError | None = None
         #: Takes the immediates the daemon pushes, if `subscribe` was given one; else they
-        #: wait in the core for `wait_immediates`. `_pushed` wakes the waits for pushes.
+        #: wait in the core for `wait_immediates`. A push resolves `_push_waiters`.
         self._on_immediates: Callable[[list[Immediate]], None] | None = None
-        self._pushed = asyncio.Event()
+        self._push_waiters: list[asyncio.Future[None]] = []
 
     @classmethod
     async def open(cls, path: str | None = None, *, connect_timeout: float = 5.0) -> AsyncClient:
@@ -208,7 +213,13 @@ class AsyncClient:
                                           f"{exc}") from None  # fmt: skip
             return
         self._core.notified(msg.method, msg.params)
-        self._pushed.set()
+        self._wake_push_waiters()
+
+    def _wake_push_waiters(self) -> None:
+        waiters, self._push_waiters = self._push_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     async def _wait_push(self, seconds: float) -> None:
         """Until the daemon pushes something or `seconds` pass (a subscribed client's wait,
@@ -216,15 +227,23 @@ class AsyncClient:
         what arrived just before, with no await between: no push is missed."""
         if self._sock is None:
             raise self._failure or ClientError(CLOSED, "the client is not open")
-        self._pushed.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._pushed.wait(), seconds)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._push_waiters.append(fut)
+        # (a timer handle, not asyncio.wait_for: that makes a task of each wait)
+        expiry = loop.call_later(seconds, _resolve, fut)
+        try:
+            await fut
+        finally:
+            expiry.cancel()
+            if fut in self._push_waiters:  # (timed out or cancelled: no push took it)
+                self._push_waiters.remove(fut)
         if self._sock is None:
             raise self._failure or ClientError(CLOSED, "the client is not open")
 
     def _fail(self, failure: ClientError) -> None:
         self._failure = failure
-        self._pushed.set()  # a wait for pushed immediates ends with the failure
+        self._wake_push_waiters()  # a wait for pushes ends with the failure
         if self._sock is not None:
             self._sock.close()
             self._sock = None
