@@ -44,6 +44,15 @@ class Transfer:
     def immediates(self) -> list[ImmediateReceived]:
         return self.b.events_of(ImmediateReceived)
 
+    def post_on_established(self, host: Host, session: Session, event: Event) -> None:
+        """The writer's connection handler: every message posted once the handshake is done."""
+        if isinstance(event, ConnectionEstablished):
+            va, rkey = REPLY.unpack(event.private_data)
+            for offset, length, imm in self.messages:
+                self.posted.append(
+                    session.post_write(self.src_region, offset, length, va + offset, rkey, imm)
+                )
+
     def done(self) -> bool:
         return len(self.completions) == len(self.messages)
 
@@ -74,17 +83,9 @@ def make_transfer(
     seed: int = 1,
     build: Callable[[Network, Host, Host], None] | None = None,
 ) -> Transfer:
-    def on_event(host: Host, session: Session, event: Event) -> None:
-        if isinstance(event, ConnectionEstablished):
-            va, rkey = REPLY.unpack(event.private_data)
-            for offset, length, imm in messages:
-                t.posted.append(
-                    session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
-                )
-
     net = Network(seed=seed)
     link = params or LinkParams(rate_bps=10e9, latency=20e-6, queue_bytes=8 << 20)
-    a, b = net.pair(planes, link, handlers={"a": on_event})
+    a, b = net.pair(planes, link)
     if build is not None:
         build(net, a, b)
     src = pattern(size)
@@ -94,7 +95,7 @@ def make_transfer(
     )
     cfg = config or SessionConfig(plane_mask=(1 << planes) - 1, flowcell=1)
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
-    t.session = a.connect(b, cfg)
+    t.session = a.connect(b, cfg, on_event=t.post_on_established)
     return t
 
 

@@ -16,8 +16,7 @@ import pytest
 from sim_story import REPLY, Transfer, chunks, pattern
 
 from mrc.core.config import SessionConfig
-from mrc.core.events import ConnectionEstablished, Event, PlaneDown
-from mrc.core.session import Session
+from mrc.core.events import PlaneDown
 from mrc.sim import TOS_ECT0, Clos, Host, LinkParams, Network, clos
 from mrc.switchq import DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP
 
@@ -392,16 +391,8 @@ def clos_transfer(
 ) -> tuple[Transfer, Clos]:
     """sim_story.make_transfer over `clos(...)`: h{writer} writes into h{responder}."""
 
-    def on_event(host: Host, session: Session, event: Event) -> None:
-        if isinstance(event, ConnectionEstablished):
-            va, rkey = REPLY.unpack(event.private_data)
-            for offset, length, imm in messages:
-                t.posted.append(
-                    session.post_write(t.src_region, offset, length, va + offset, rkey, imm)
-                )
-
     net = Network(seed=seed)
-    fab = clos(net, **fabric, handlers={f"h{writer}": on_event})
+    fab = clos(net, **fabric)
     a, b = fab.hosts[writer], fab.hosts[responder]
     src = pattern(size)
     dst = bytearray(size)
@@ -414,7 +405,7 @@ def clos_transfer(
         # Selectors spread over the fabric's paths (docs/DESIGN.md §4), once the core takes them.
         cfg = replace(cfg, plane_paths=fab.plane_paths)  # type: ignore[call-arg,unused-ignore]
     b.listen(cfg, accept=lambda _pd: REPLY.pack(t.dst_region.base_va, t.dst_region.rkey))
-    t.session = a.connect(b, cfg)
+    t.session = a.connect(b, cfg, on_event=t.post_on_established)
     return t, fab
 
 
