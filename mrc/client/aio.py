@@ -277,12 +277,16 @@ class AsyncClient:
                 TIMEOUT, f"{call.method}: no answer from the daemon within {call.answer_within:g} s"
             ) from None
         except OSError as exc:
-            self._fail(ClientError(CLOSED, f"control connection failed: {exc.strerror or exc}"))
-            raise ClientError(
-                CLOSED, f"{call.method}: control connection failed: {exc.strerror or exc}"
-            ) from None
+            raise self._broken(call.method, exc) from None
         finally:
             self._pending.pop(req_id, None)
+
+    def _broken(self, method: str, exc: OSError) -> ClientError:
+        """A send failed: the client fails (every waiting call gets the error), and `method`'s
+        caller gets it too, naming the method."""
+        why = f"control connection failed: {exc.strerror or exc}"
+        self._fail(ClientError(CLOSED, why))
+        return ClientError(CLOSED, f"{method}: {why}")
 
     async def _call_batch(self, calls: Sequence[Call]) -> list[Any]:
         """Send `calls` as one JSON-RPC batch (one line, one answer line); each call's result,
@@ -307,10 +311,7 @@ class AsyncClient:
                                            f"within {within:g} s")
             return [f.exception() or f.result() for f in futs]
         except OSError as exc:
-            self._fail(ClientError(CLOSED, f"control connection failed: {exc.strerror or exc}"))
-            raise ClientError(
-                CLOSED, f"{calls[0].method}: control connection failed: {exc.strerror or exc}"
-            ) from None
+            raise self._broken(calls[0].method, exc) from None
         finally:
             for i in range(len(calls)):
                 self._pending.pop(first + i, None)
