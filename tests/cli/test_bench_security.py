@@ -1,5 +1,5 @@
 """`mrc bench --security` between real processes on 4 loopback planes: keys from files and
-per-run keys, what -J reports, and the refusals (unlisted client, unexpected server key,
+per-run keys, what -J reports, the unsecured run's warning, and the refusals (unlisted client, unexpected server key,
 different levels, key flags without security, a key file others can read)."""
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ def test_per_run_keys_say_what_they_do_not_protect_against() -> None:
         assert line.endswith("no --peer-key: protects against tampering, not impersonation")
     assert "integrity: ok" in proc.stdout
     assert "drops:" not in proc.stdout  # the REPLY's copies from the other planes are no drop
+
+
+def test_an_unsecured_run_warns_that_anyone_can_write() -> None:
+    server = Server("-1")
+    try:
+        proc = client(server.port, "-n", "4M", "-i", "0")
+    finally:
+        rc, out, err = server.stop()
+    assert proc.returncode == 0 and rc == 0, proc.stderr + err
+    for text in (proc.stdout, out):
+        (line,) = {ln for ln in text.splitlines() if ln.startswith("Security:")}
+        assert line.startswith("Security: none: anyone who can send to this run's planes can write")
 
 
 def test_refusals_are_one_line(tmp_path: Path) -> None:

@@ -122,9 +122,7 @@ class BenchClient:
         self.out.line(
             f"Connecting to host {','.join(opts.server)}, port {opts.port} ({implementation()})"
         )
-        banner = security_line(opts, self.state)
-        if banner is not None:
-            self.out.line(banner)
+        self.out.line(security_line(opts, self.state))
         if opts.path_table is not None:
             self.out.line(f"SRv6 paths from {opts.paths} (testbed {opts.path_table.testbed}):")
             for line in self.path_lines:

@@ -157,11 +157,18 @@ def implementation() -> str:
     return f"mrc {mrc.__version__}, {impl}; `make install` compiles the core, several times faster"
 
 
-def security_line(opts: BenchOptions, state: RunState) -> str | None:
-    """The banner line of a secured run (None without security)."""
+def security_line(opts: BenchOptions, state: RunState) -> str:
+    """The banner's security line: the key a secured run uses, or an unsecured run's warning.
+
+    Without security nothing is authenticated (docs/DESIGN.md §8, the threat model), so the
+    banner says so at the server and the client alike."""
     identity = state.identity
     if identity is None:
-        return None
+        return (
+            "Security: none: anyone who can send to this run's planes can write into its "
+            "memory and forge its acknowledgements (--security auth|encrypt with --key and "
+            "--peer-key prevents it)"
+        )
     origin = f"key {opts.key}" if opts.key else "a key made for this run"
     public = encode_key(identity.public_key)
     line = f"Security: {opts.security} (AES-256-GCM), {origin}, public key {public}"

@@ -111,9 +111,7 @@ class BenchServer:
         )
         for line in self.path_lines:
             self.out.line(line)
-        banner = security_line(self.opts, self.state)
-        if banner is not None:
-            self.out.line(banner)
+        self.out.line(security_line(self.opts, self.state))
         self.out.line("-" * 59)
 
     def close(self) -> None:
