@@ -70,6 +70,9 @@ DATA_HEADER_IMM: Final = _HDR_TS_IMM
 #: label (docs/WIRE.md §3): values as above without EV, and BTH.EVX clear.
 DATA_HEADER_NOEVX: Final = _DATA_STRUCTS[2]
 DATA_HEADER_IMM_NOEVX: Final = _DATA_STRUCTS[6]
+#: A data packet's BTH fields a receiver sorts datagrams by, in one unpack: (OpCode, the word
+#: of BTH bytes 4-7: the flags byte with EVX above the 24-bit DestQP, BTH byte 8 with TS).
+BTH_PEEK: Final = struct.Struct(">B3xIB")
 _HEADERS_CACHE_MAX: Final = 256
 _headers_cache: dict[int, struct.Struct] = {}
 

@@ -1,6 +1,7 @@
 """`mrc bench --security` between real processes on 4 loopback planes: keys from files and
-per-run keys, what -J reports, the unsecured run's warning, and the refusals (unlisted client, unexpected server key,
-different levels, key flags without security, a key file others can read)."""
+per-run keys, what -J reports, the unsecured run's warning, and the refusals (unlisted client,
+unexpected server key, different levels, key flags without security, a key file others can
+read)."""
 
 from __future__ import annotations
 

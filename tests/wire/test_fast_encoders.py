@@ -208,3 +208,26 @@ def test_data_headers_keeps_a_bounded_number_of_layouts() -> None:
     for seg, count in ((43, 2), (4140, 0), (4140, 256)):
         with pytest.raises(ValueError, match="data_headers"):
             fast.data_headers(seg, count)
+
+
+@pytest.mark.parametrize("evx", [True, False])
+@pytest.mark.parametrize("ts", [True, False])
+def test_bth_peek_reads_opcode_evx_destqp_and_ts_as_the_decoder_does(evx: bool, ts: bool) -> None:
+    """A golden BTH (bytes written out by hand from docs/WIRE.md §2) and the strict decoder
+    agree with `BTH_PEEK` on what the secured gate sorts full packets by."""
+    from mrc.wire.bth import BTH
+    from mrc.wire.fast import BTH_PEEK
+
+    golden = bytes(
+        [
+            *(0xC7, 0x00, 0x7F, 0xFF),  # WRITE_MIDDLE, flags 0, P_Key 0x7FFF
+            *(0x01 if evx else 0x00, 0xAB, 0xCD, 0xEF),  # EVX (bit 24), DestQP 0xABCDEF
+            *(0x10 if ts else 0x00, 0x12, 0x34, 0x56),  # TS (bit 28), PSN 0x123456
+        ]
+    )
+    op, w4, b8 = BTH_PEEK.unpack_from(golden, 0)
+    bth = BTH.decode(golden)
+    assert op == bth.opcode == Opcode.WRITE_MIDDLE
+    assert w4 & 0xFFFFFF == bth.dest_qp == 0xABCDEF
+    assert bool(w4 & EVX_BIT) == bth.evx == evx
+    assert bool(b8 << 24 & TS_BIT) == bth.ts == ts

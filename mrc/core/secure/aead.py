@@ -74,6 +74,11 @@ _COUNTER: Final = struct.Struct(">Q")
 #: The trailer as read: the counter and the tag in one unpack.
 _COUNTER_TAG: Final = struct.Struct(">Q16s")
 _TAG: Final = struct.Struct("16s")
+# The receive path's struct calls as bound methods, looked up once here rather than on every
+# packet (a method call on a Struct is an attribute lookup each time, compiled or not).
+_read_trailer: Final = _COUNTER_TAG.unpack_from
+_write_counter: Final = _COUNTER.pack_into
+_write_tag: Final = _TAG.pack_into
 _EPOCH: Final = struct.Struct(">Q")
 
 
@@ -154,6 +159,8 @@ class PacketProtection:
         #: The epoch of the newest verified counter and its context (the common lookup).
         self._rx_epoch = 0
         self._rx_cur = self._rx_ctxs[0]
+        #: `_rx_cur.decrypt_into`, bound once per epoch (a method call looks its name up).
+        self._rx_decrypt = self._rx_cur.decrypt_into
         self._rx_nonce = bytearray(_NONCE.pack(self._rx_direction, 0))
         self.replay = ReplayWindow(replay_width)
         self.max_payload = max_payload
@@ -226,18 +233,21 @@ class PacketProtection:
         pack_trailer = _COUNTER_TAG.pack_into
         unpack_tag = _TAG.unpack_from
         encrypt = self.encrypt
+        # The cipher's methods bound once per epoch (a method call looks its name up each time).
+        encrypt_into, encrypt_tag = ctx.encrypt_into, ctx.encrypt
         for first, second, payload, end in packets:
             if counter >> shift != epoch:
                 epoch = self._tx_epoch = counter >> shift
                 ctx = self._tx_ctx = self._tx_epoch_ctx(epoch)
-            _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
+                encrypt_into, encrypt_tag = ctx.encrypt_into, ctx.encrypt
+            _write_counter(nonce, 4, counter)  # the direction half was written once
             if encrypt:
                 # encrypt_into writes ciphertext ‖ tag; the tag then moves past the counter.
-                ctx.encrypt_into(nonce, payload, first, second)
+                encrypt_into(nonce, payload, first, second)
                 pack_trailer(mv, end, counter, unpack_tag(mv, end)[0])
             else:
                 first[:] = payload
-                pack_trailer(mv, end, counter, ctx.encrypt(nonce, b"", second))
+                pack_trailer(mv, end, counter, encrypt_tag(nonce, b"", second))
             counter += 1
         self.tx_counter = counter
 
@@ -325,6 +335,7 @@ class PacketProtection:
         elif counter > top and epoch != top >> self.shift:
             # A new newest epoch: it is the current one from now on, and the secret moves.
             self._rx_ctxs[epoch] = self._rx_cur = ctx
+            self._rx_decrypt = ctx.decrypt_into
             self._rx_epoch = epoch
             replay.accept(counter)
             self._rx_advance(epoch)
@@ -360,23 +371,24 @@ class PacketProtection:
         if end < body:
             self.drops["auth"] += 1
             return False
-        counter, tag = _COUNTER_TAG.unpack_from(buf, end)
+        counter, tag = _read_trailer(buf, end)
         ctx = self._window(counter)
         if ctx is None:
             return False
         nonce = self._rx_nonce
-        _COUNTER.pack_into(nonce, 4, counter)  # the direction half was written once
+        _write_counter(nonce, 4, counter)  # the direction half was written once
+        decrypt_into = self._rx_decrypt if ctx is self._rx_cur else ctx.decrypt_into
         try:
             if not (header and self.encrypt):
-                ctx.decrypt_into(nonce, tag, buf[at:end], self._empty)
+                decrypt_into(nonce, tag, buf[at:end], self._empty)
             elif end - body > self.max_payload:
                 self.drops["bad_length"] += 1
                 return False
             elif not buf.readonly:
                 # The tag moves over the counter, read already, so ciphertext ‖ tag are one
                 # span; the payload is decrypted where it lies (no staging copy).
-                _TAG.pack_into(buf, end, tag)
-                ctx.decrypt_into(nonce, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
+                _write_tag(buf, end, tag)
+                decrypt_into(nonce, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
             else:
                 # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
                 # and decrypt behind a copy of the headers.
@@ -385,7 +397,7 @@ class PacketProtection:
                 sealed[:n] = buf[body:end]
                 sealed[n:] = tag
                 plain = self._plain
-                ctx.decrypt_into(nonce, sealed, buf[at:body], plain[header : header + n])
+                decrypt_into(nonce, sealed, buf[at:body], plain[header : header + n])
                 plain[:header] = buf[at:body]
         except InvalidTag:
             self.drops["auth"] += 1

@@ -36,7 +36,7 @@ from typing import Final
 
 from ...wire.bth import CM_OPCODES, DATA_OPCODES, EVX_BIT, IMM_OPCODES, TS_BIT, Opcode
 from ...wire.errors import DecodeError
-from ...wire.fast import DATA_HEADER_NOEVX
+from ...wire.fast import BTH_PEEK, DATA_HEADER_NOEVX
 from ...wire.packet import DATA_HEADER, CmPacket, DataPacket, decode_packet
 from ..cm import build_reply
 from ..config import SessionConfig
@@ -57,6 +57,8 @@ _CM: Final = frozenset(op.value for op in CM_OPCODES)
 _PLAIN_CM: Final = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REJECT.value})
 _UNSEALED: Final = frozenset({Opcode.CM_REQUEST.value, Opcode.CM_REPLY.value})
 _FULL: Final = frozenset({Opcode.WRITE_FIRST.value, Opcode.WRITE_MIDDLE.value})
+#: `full_at`'s one unpack of a datagram's BTH (bound once: no method lookup a packet).
+_PEEK_FULL: Final = BTH_PEEK.unpack_from
 _HDR: Final = DATA_HEADER.size
 _HDR_NOEVX: Final = DATA_HEADER_NOEVX.size
 
@@ -115,12 +117,14 @@ class SecureChannel:
         """Whether the datagram of `size` bytes at `at` in `buf` is a full-size FIRST or
         MIDDLE for QP `qpn` in the sender's layout (`open_full_at` takes it): the packets of a
         GRO read of data, but for its last."""
+        if size != self._full:
+            return False
+        op, w4, b8 = _PEEK_FULL(buf, at)
         return (
-            size == self._full
-            and buf[at] in _FULL
-            and buf[at + 4] & _EVX == self._evx
-            and buf[at + 8] & _TS != 0
-            and (buf[at + 5] << 16 | buf[at + 6] << 8 | buf[at + 7]) == qpn
+            op in _FULL
+            and w4 >> 24 & _EVX == self._evx
+            and b8 & _TS != 0
+            and w4 & 0xFFFFFF == qpn
         )
 
     def open_full_at(self, buf: memoryview, at: int) -> bool:
