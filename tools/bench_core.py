@@ -50,6 +50,7 @@ from mrc.io.loop import freeze_heap
 
 ROUND = 20e-6  # virtual seconds per round
 PULL = 64  # packets per pull and datagrams per receive call, as io's defaults
+RING = 64  # receive slots per plane, as io's ring (mrc/io/planes.py)
 MAX_ROUNDS = 10_000_000
 
 
@@ -63,35 +64,58 @@ class _Side:
         self.seconds = 0.0
         self.addr = {p: (name, p) for p in range(64)}
         self.transmits = 0
+        #: Per plane, io's ring of receive slots and the next one to read into.
+        self._rings: dict[int, list[memoryview]] = {}
+        self._next: dict[int, int] = {}
+
+    def slot(self, plane: int, data: bytes | memoryview) -> tuple[memoryview, int]:
+        """`data` read into this side's next receive slot of `plane`, as io's `recvmsg_into`
+        fills its ring (a slot grows if a batch does not fit): the slot and the length."""
+        ring = self._rings.setdefault(plane, [memoryview(bytearray(0)) for _ in range(RING)])
+        k = self._next.get(plane, 0)
+        self._next[plane] = (k + 1) % RING
+        n = len(data)
+        if len(ring[k]) < n:
+            ring[k] = memoryview(bytearray(n))
+        ring[k][:n] = data
+        return ring[k], n
 
     def deliver(self, txs: list[Transmit], to: _Side, now: float) -> int:
         """Hand `txs` to `to` as io reads them, one read per transmit (a GRO batch whole, with
         its segment size), reads of about `PULL` datagrams to a receive call (timed as
         `to`'s); returns how many were data packets."""
         self.transmits += len(txs)
-        batches: dict[int, list[list[tuple[memoryview, Any, int, int]]]] = {}
+        calls: dict[int, list[tuple[memoryview, Any, int, int, int]]] = {}
         counts: dict[int, int] = {}
         data_packets = 0
         for tx in txs:
-            # Into a buffer of the receiver's own, as io's `recvmsg_into` reads: writable, so an
-            # encrypted payload is decrypted where it lies (aead.py), not staged (not timed).
-            data = memoryview(bytearray(tx.data))
+            # Into a receive slot of the receiver's own, as io reads (not timed): writable, so
+            # an encrypted payload is decrypted where it lies (aead.py), not staged. A plane's
+            # call goes in before the ring comes round to its first read.
             seg = tx.segment_size or 0
-            held = -(-len(data) // seg) if seg else 1
-            calls = batches.setdefault(tx.plane, [[]])
-            if counts.get(tx.plane, 0) + held > PULL and calls[-1]:
-                calls.append([])
+            held = -(-len(tx.data) // seg) if seg else 1
+            reads = calls.setdefault(tx.plane, [])
+            if reads and (counts.get(tx.plane, 0) + held > PULL or len(reads) == RING):
+                to.receive(tx.plane, reads, now)
+                reads.clear()
                 counts[tx.plane] = 0
-            calls[-1].append((data, self.addr[tx.plane], 0, seg))
+            slot, n = to.slot(tx.plane, tx.data)
+            reads.append((slot, self.addr[tx.plane], 0, seg, n))
             counts[tx.plane] = counts.get(tx.plane, 0) + held
-            if data[0] < 0xD0:  # opcodes below ACKNOWLEDGE are data
+            if slot[0] < 0xD0:  # opcodes below ACKNOWLEDGE are data
                 data_packets += held
-        t = time.perf_counter()
-        for plane, calls in batches.items():
-            for reads in calls:
-                to.endpoint.receive_reads(plane, reads, now)
-        to.seconds += time.perf_counter() - t
+        for plane, reads in calls.items():
+            if reads:
+                to.receive(plane, reads, now)
         return data_packets
+
+    def receive(
+        self, plane: int, reads: list[tuple[memoryview, Any, int, int, int]], now: float
+    ) -> None:
+        """One receive call, timed as this side's."""
+        t = time.perf_counter()
+        self.endpoint.receive_reads(plane, reads, now)
+        self.seconds += time.perf_counter() - t
 
 
 #: The two sides' static keys under `--security` (fixed: the bench measures, it protects nothing).
@@ -277,12 +301,13 @@ def pingpong(size: int, iterations: int, planes: int, security: str = "none") ->
             peer_sink = sinks[peer.name]
             txs = peer_sink.queue + peer.endpoint.datagrams_to_send()
             peer_sink.queue = []
-            reads: dict[int, list[tuple[memoryview, Any, int, int]]] = {}
+            reads: dict[int, list[tuple[memoryview, Any, int, int, int]]] = {}
             for tx in txs:
-                # A buffer of the receiver's own, as io's `recvmsg_into` fills (not timed).
-                data = memoryview(bytearray(tx.data))
+                # Into a receive slot of the side's own, as io's `recvmsg_into` fills (not
+                # timed; a round trip's few reads never come round the ring).
+                slot, n = side.slot(tx.plane, tx.data)
                 reads.setdefault(tx.plane, []).append(
-                    (data, peer.addr[tx.plane], 0, tx.segment_size or 0)
+                    (slot, peer.addr[tx.plane], 0, tx.segment_size or 0, n)
                 )
             t = time.perf_counter()
             touched: dict[int, Session] = {}

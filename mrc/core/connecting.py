@@ -118,8 +118,9 @@ class Connecting(Phase):
     # -- inputs -------------------------------------------------------------------------------
 
     def receive_span(
-        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
-    ) -> int:
+        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float,
+        slot: bool = False,
+    ) -> int:  # fmt: skip
         """One read's datagrams up to the first for another QP, or up to the one that ended
         the handshake (the rest of the read goes to the next phase)."""
         life = self.life

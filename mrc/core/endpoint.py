@@ -218,17 +218,20 @@ class Endpoint:
         return out
 
     def receive_reads(
-        self, plane: int, reads: Sequence[tuple[memoryview, Addr, int, int]], now: float
+        self, plane: int, reads: Sequence[tuple[memoryview, Addr, int, int, int]], now: float
     ) -> list[Session]:
-        """One receive batch as io reads it: per read its bytes, source, TOS word and segment
-        size (a UDP GRO batch of datagrams `seg` bytes each but the last; 0 for one datagram).
-        Each run of a read's datagrams for one session goes to it whole
-        (`Session.receive_span`), not cut into a view per datagram; the listener's, endpoint
-        messages and anything unroutable take `receive_datagrams` one at a time. Returns the
-        sessions that got input, in first-seen order."""
+        """One receive batch as io reads it: per read the view it was read into, its source,
+        TOS word, segment size (a UDP GRO batch of datagrams `seg` bytes each but the last; 0
+        for one datagram) and length (its bytes are the view's first `nbytes`: io's ring slot,
+        the same view each time round, mrc/io/planes.py). Each run of a read's datagrams for
+        one session goes to it whole (`Session.receive_span`), not cut into a view per
+        datagram; the listener's, endpoint messages and anything unroutable take
+        `receive_datagrams` one at a time. Returns the sessions that got input, in first-seen
+        order."""
         touched: dict[int, Session] = {}
-        for buf, addr, tos, seg in reads:
-            end = len(buf)
+        for buf, addr, tos, seg, end in reads:
+            if not 0 <= end <= len(buf):
+                raise ValueError(f"a read of {end} bytes in a view of {len(buf)}")
             if not end:
                 self.drops["decode_length"] += 1  # an empty datagram: no BTH
                 continue
@@ -255,7 +258,7 @@ class Endpoint:
                     session.receive_from(plane, buf[at:stop], addr, tos, now)
                     at = stop
                     continue
-                at = session.receive_span(plane, buf, at, end, seg, tos, now)
+                at = session.receive_span(plane, buf, at, end, seg, tos, now, True)
         return list(touched.values())
 
     def _route_connectionless(

@@ -237,8 +237,9 @@ class Established(Phase):
     # -- inputs -------------------------------------------------------------------------------
 
     def receive_span(
-        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
-    ) -> int:
+        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float,
+        slot: bool = False,
+    ) -> int:  # fmt: skip
         """One read's datagrams (`buf[at:end]`, `seg` bytes each but the last) up to the first
         for another QP, whose offset it returns (`end` once all were taken). Data is placed
         from `buf`, SACKs read from it, the rest decoded."""
@@ -253,7 +254,7 @@ class Established(Phase):
                 if channel is None:
                     k = runs.on_data_span(buf, at, end, seg, self.qpn, plane, tos, ps, now)
                 elif not buf.readonly:
-                    k = self._secured_run(channel, buf, at, end, seg, plane, tos, ps, now)
+                    k = self._secured_run(channel, buf, at, end, seg, plane, tos, ps, now, slot)
                     if k < 0:
                         return end  # the session closed
                 else:
@@ -283,7 +284,7 @@ class Established(Phase):
 
     def _secured_run(
         self, channel: SecureChannel, buf: memoryview, at: int, end: int, seg: int,
-        plane: int, tos: int, ps: PlaneStats, now: float,
+        plane: int, tos: int, ps: PlaneStats, now: float, slot: bool,
     ) -> int:  # fmt: skip
         """`Receiver.on_data_span` for a secured connection: the read's full-size data
         packets for this QP are opened where they lie, one after the other (tag and window,
@@ -301,7 +302,7 @@ class Established(Phase):
                 size = min(seg, end - at)
                 if not channel.full_at(buf, at, size, qpn):
                     break
-                if not channel.open_full_at(buf, at):
+                if not channel.open_full_at(buf, at, slot):
                     failed = True
                     break
                 at += size

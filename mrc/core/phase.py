@@ -77,9 +77,12 @@ class Phase:
     # -- inputs -------------------------------------------------------------------------------
 
     def receive_span(
-        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
-    ) -> int:
-        """`Session.receive_span`: the offset of the first datagram not taken."""
+        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float,
+        slot: bool = False,
+    ) -> int:  # fmt: skip
+        """`Session.receive_span`: the offset of the first datagram not taken. `slot`: `buf` is
+        a receive slot of io's ring (the same view each time round), so views of it may be
+        kept from read to read (`PacketProtection.open_at`)."""
         raise NotImplementedError
 
     def on_timer(self, timer: Timer, plane: int | None, now: float) -> None:

@@ -390,19 +390,21 @@ class Session:
             self.receive_span(plane, memoryview(data), 0, len(data), len(data), tos, now)
 
     def receive_span(
-        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float
-    ) -> int:
+        self, plane: int, buf: memoryview, at: int, end: int, seg: int, tos: int, now: float,
+        slot: bool = False,
+    ) -> int:  # fmt: skip
         """One read's datagrams (`buf[at:end]`, `seg` bytes each but the last) up to the first
         for another QP, whose offset it returns (`end` once all were taken; the endpoint routed
-        the first here). Data is placed from `buf`, SACKs read from it, the rest decoded."""
+        the first here). Data is placed from `buf`, SACKs read from it, the rest decoded. `slot`:
+        `buf` is one of io's receive slots (`Endpoint.receive_reads`; mrc/core/phase.py)."""
         phase = self._phase
-        at = phase.receive_span(plane, buf, at, end, seg, tos, now)
+        at = phase.receive_span(plane, buf, at, end, seg, tos, now, slot)
         if at < end and self._phase is not phase:
             # The handshake ended inside this read: the rest that is ours goes to the
             # connection (connecting.py stops right after the REPLY).
             head = buf[at : min(at + seg, end)]
             if len(head) >= 12 and peek_dest_qp(head) == self.qpn:
-                at = self._phase.receive_span(plane, buf, at, end, seg, tos, now)
+                at = self._phase.receive_span(plane, buf, at, end, seg, tos, now, slot)
         return at
 
     def handle_timer(self, now: float) -> None:

@@ -60,7 +60,7 @@ class CoreEndpoint(Protocol[S]):
     """What io/ needs from a core `Endpoint`."""
 
     def receive_reads(
-        self, plane: int, reads: Sequence[tuple[memoryview, Hashable, int, int]], now: float
+        self, plane: int, reads: Sequence[tuple[memoryview, Hashable, int, int, int]], now: float
     ) -> list[S]: ...
 
     def datagrams_to_send(self) -> list[Transmit]: ...

@@ -217,11 +217,11 @@ class MmsgRing:
         start: int,
         count: int,
         views: Sequence[memoryview],
-        out: list[tuple[memoryview, tuple[Any, ...], int, int]],
+        out: list[tuple[memoryview, tuple[Any, ...], int, int, int]],
     ) -> tuple[int, int, int, int, int, int]:
         """One recvmmsg (MSG_DONTWAIT) into slots start…start+count-1 (`views[i]` views
-        slot i's buffer), then append each read to `out`: (view into the ring, source
-        address, TOS | flow label << 8, GRO segment size or 0 for one datagram). The slots
+        slot i's buffer), then append each read to `out`: (slot i's view, source address,
+        TOS | flow label << 8, GRO segment size or 0 for one datagram, length). The slots
         read are restored for the next call.
 
         Returns (slots read or -errno, reads kept, their bytes, datagrams dropped as
@@ -289,7 +289,7 @@ class MmsgRing:
             else:
                 seg = 0
                 datagrams += 1
-            out.append((views[i][:nbytes], addr, tos, seg))
+            out.append((views[i], addr, tos, seg, nbytes))
         if packets and not most:
             most = 1
         lo, hi = start * _HDR_SIZE, (start + got) * _HDR_SIZE

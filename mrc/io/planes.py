@@ -58,8 +58,11 @@ __all__ = [
 SockAddr = tuple[Any, ...]
 #: One received datagram: its bytes (a view into a ring buffer), the source, the TOS byte.
 DatagramView = tuple[memoryview, SockAddr, int]
-#: One read: its bytes, source, TOS word and GRO segment size (0: the read is one datagram).
-Read = tuple[memoryview, SockAddr, int, int]
+#: One read: the view of the ring slot it went into, its source, TOS word, GRO segment size (0:
+#: the read is one datagram) and length. The bytes are `view[:nbytes]`; the view is the slot's
+#: own (the same object each time the ring comes round), so the core may keep views of a slot
+#: from read to read (a secured session's in-place opening, docs/DESIGN.md §8).
+Read = tuple[memoryview, SockAddr, int, int, int]
 
 SOL_UDP = 17
 UDP_SEGMENT = 103
@@ -289,11 +292,11 @@ class PlaneSocket:
         that to the wake-up of this socket's own readiness.
         """
         out: list[DatagramView] = []
-        for view, addr, tos, seg in self.drain_reads(limit, errors):
+        for view, addr, tos, seg, nbytes in self.drain_reads(limit, errors):
             if seg:
-                split_datagrams(view, len(view), seg, addr, tos, out)
+                split_datagrams(view, nbytes, seg, addr, tos, out)
             else:
-                out.append((view, addr, tos))
+                out.append((view[:nbytes], addr, tos))
         return out
 
     def drain_reads(self, limit: int = 64, errors: bool = True, once: bool = False) -> list[Read]:
@@ -439,7 +442,7 @@ class PlaneSocket:
             self.bytes_received += nbytes
             if not 0 < seg < nbytes:
                 seg = 0
-            out.append((view[:nbytes], addr, tos, seg))
+            out.append((view, addr, tos, seg, nbytes))
             taken += -(-nbytes // seg) if seg else 1
             if taken >= limit:
                 break

@@ -63,7 +63,7 @@ def test_a_read_holding_two_qps_and_junk_places_each_run_for_its_own_session() -
     read = b"".join([*first[:3], *second, junk, *first[3:]]) + b"\x01\x02\x03"
     one, two = w.responders()
     before = {s: s.stats.plane(0).packets_received for s in (one, two)}  # their REQUESTs
-    reads = [(memoryview(read), ("a", 0), 0, SEG), (memoryview(b""), ("a", 0), 0, 0)]
+    reads = [(memoryview(read), ("a", 0), 0, SEG, len(read)), (memoryview(b""), ("a", 0), 0, 0, 0)]
     sessions = w.b.endpoint.receive_reads(0, reads, w.net.now)
     # t = +0: both sessions got their runs (in first-seen order), the junk, the 3-byte tail
     # and an empty datagram were counted, and every payload byte is in place.
@@ -88,7 +88,8 @@ def both_ways(edit: Callable[[list[bytes]], None]) -> tuple[Writers, list[tuple[
         segs = w.segments(0)
         edit(segs)
         if whole:
-            reads = [(memoryview(b"".join(segs)), ("a", 0), 0, SEG)]
+            whole = b"".join(segs)
+            reads = [(memoryview(whole), ("a", 0), 0, SEG, len(whole))]
             w.b.endpoint.receive_reads(0, reads, w.net.now)
         else:
             w.b.endpoint.receive_datagrams(0, [(s, ("a", 0), 0) for s in segs], w.net.now)

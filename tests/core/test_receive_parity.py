@@ -1,5 +1,6 @@
 """One receive path (docs/DESIGN.md §6): the same datagrams give the same outcome however they
-arrive — one at a time or as UDP GRO reads, on an unsecured or a secured connection.
+arrive — one at a time or as UDP GRO reads (each in a buffer of its own, or one after another
+in the same receive slot, as io's ring reuses them), on an unsecured or a secured connection.
 
 A writer on host a and a responder on host b are connected in the simulator (handshake done at
 t = 0.001); the story's datagrams are crafted by hand (as the writer's framer lays them out, and
@@ -67,7 +68,9 @@ class Story:
         self.writer.post_write(one, 0, 1, spare.base_va, spare.rkey)
         now = self.net.now
         data = [tx for tx in self.writer.datagrams_to_send(now) if tx.data[0] < 0xD0]
-        reads = [(memoryview(bytearray(tx.data)), ("a", 0), self.tos, 0) for tx in data]
+        reads = [
+            (memoryview(bytearray(tx.data)), ("a", 0), self.tos, 0, len(tx.data)) for tx in data
+        ]
         self.b.endpoint.receive_reads(0, reads, now)
         self.reader.datagrams_to_send(now)  # its answers (not delivered)
         assert spare.view[0] == ord("z") and not self.reader.half_open
@@ -138,16 +141,27 @@ class Story:
         truncated = [self.frame(p + 7, b"t" * 100, msn=4, at=9000)[:20]]
         return [first, imm, truncated]
 
-    def run(self, gro: bool) -> tuple[bytes, dict[str, int], list[tuple[object, ...]]]:
+    def run(self, how: str) -> tuple[bytes, dict[str, int], list[tuple[object, ...]]]:
+        """The story's datagrams handed over `how`: "single" (one datagram a read, bytes),
+        "gro" (a GRO read each run, a writable buffer of its own) or "slot" (the same GRO
+        reads, each into one receive slot io reuses, its own call, stale bytes after it)."""
         now = self.net.now
-        reads: list[tuple[memoryview, tuple[str, int], int, int]] = []
+        reads: list[tuple[memoryview, tuple[str, int], int, int, int]] = []
+        slot = memoryview(bytearray(b"\xee" * 16 * 1024))
         for run in self.datagrams():
-            if gro:
+            whole = b"".join(run)
+            if how == "gro":
                 # Writable, as io's receive buffer is: a secured read is opened in place.
-                read = memoryview(bytearray(b"".join(run)))
-                reads.append((read, ("a", 0), self.tos, len(run[0])))
+                read = memoryview(bytearray(whole))
+                reads.append((read, ("a", 0), self.tos, len(run[0]), len(read)))
+            elif how == "slot":
+                # One slot, read into again and again: the views kept of it (aead.py) must
+                # follow each read's own layout.
+                slot[: len(whole)] = whole
+                read5 = (slot, ("a", 0), self.tos, len(run[0]), len(whole))
+                self.b.endpoint.receive_reads(0, [read5], now)
             else:  # bytes, as the simulator hands datagrams: the gate opens a copy
-                reads += [(memoryview(d), ("a", 0), self.tos, 0) for d in run]
+                reads += [(memoryview(d), ("a", 0), self.tos, 0, len(d)) for d in run]
         self.b.endpoint.receive_reads(0, reads, now)
         answers = [self.summary(tx.data) for tx in self.reader.datagrams_to_send(now)]
         drops = {
@@ -171,17 +185,17 @@ class Story:
 
 def outcomes() -> Iterator[tuple[str, bool, str]]:
     for security in ("none", "auth", "encrypt"):
-        for gro in (False, True):
+        for how in ("single", "gro", "slot"):
             for ev_encoding in ("evxh", "flowlabel"):
-                yield security, gro, ev_encoding
+                yield security, how, ev_encoding
 
 
-@pytest.mark.parametrize(("security", "gro", "ev_encoding"), list(outcomes()))
+@pytest.mark.parametrize(("security", "how", "ev_encoding"), list(outcomes()))
 def test_one_story_singly_and_as_gro_reads_secured_and_not_ends_the_same(
-    security: str, gro: bool, ev_encoding: str
+    security: str, how: str, ev_encoding: str
 ) -> None:
     story = Story(security, ev_encoding=ev_encoding)
-    dst, drops, answers = story.run(gro)
+    dst, drops, answers = story.run(how)
     # Placed: the three-packet WRITE and the ImmDt one, nothing else.
     expected = bytearray(16 * 1024)
     expected[: 3 * MTU] = b"A" * MTU + b"B" * MTU + b"C" * MTU
@@ -231,7 +245,8 @@ def test_a_region_scoped_to_peers_takes_writes_only_from_their_connections(
     keys = {"writer": [Identity(A_KEY).public_key], "other": [bytes(range(32))], "nobody": []}
     story = Story(security, peers=keys[named])
     write = story.frame(5000, b"w" * 100, msn=0, at=512)
-    story.b.endpoint.receive_reads(0, [(memoryview(write), ("a", 0), 0, 0)], story.net.now)
+    read = (memoryview(write), ("a", 0), 0, 0, len(write))
+    story.b.endpoint.receive_reads(0, [read], story.net.now)
     answers = [story.summary(tx.data) for tx in story.reader.datagrams_to_send(story.net.now)]
     if placed:
         assert story.dst[512:612] == b"w" * 100
@@ -265,7 +280,8 @@ def test_a_packet_failing_its_tag_inside_a_gro_read_costs_only_itself(
     read[1] = bytes(forged)
     received = story.reader.stats.plane(0).packets_received
     buf = memoryview(bytearray(b"".join(read)))
-    story.b.endpoint.receive_reads(0, [(buf, ("a", 0), story.tos, len(read[0]))], story.net.now)
+    gro = (buf, ("a", 0), story.tos, len(read[0]), len(buf))
+    story.b.endpoint.receive_reads(0, [gro], story.net.now)
     assert bytes(story.dst[: 4 * MTU]) == b"A" * MTU + bytes(MTU) + b"C" * MTU + b"D" * MTU
     assert story.reader.stats.bytes_placed - story.placed_before == 3 * MTU
     assert story.reader.stats.plane(0).packets_received - received == 4
@@ -278,3 +294,40 @@ def test_a_packet_failing_its_tag_inside_a_gro_read_costs_only_itself(
     story.reader.datagrams_to_send(story.net.now)  # the pull moves cack_psn
     receiver = story.reader.receiver
     assert receiver is not None and receiver.cack == 5001  # 5001 missing, 5002-5003 held
+
+
+@pytest.mark.parametrize("security", ["auth", "encrypt"])
+def test_a_receive_slot_read_into_again_opens_each_reads_own_packets(security: str) -> None:
+    """aead.py keeps the views it opens a receive slot's packets through from read to read (io
+    reads into the same ring of slots again and again): a second read into the slot, new
+    packets at the same offsets and stale bytes after them, is opened and placed as its own,
+    and a replay of the first read's bytes into the slot places nothing."""
+    story = Story(security)
+    dma = 6 * MTU
+    slot = memoryview(bytearray(b"\xee" * 8 * 1024))
+
+    def read_into_slot(psn: int, letters: bytes, op: Opcode) -> bytes:
+        packets = [
+            story.frame(psn + i, bytes([c]) * MTU, op=op if i == 0 else Opcode.WRITE_MIDDLE,
+                        at=(psn - 5000 + i) * MTU, dma=dma)
+            for i, c in enumerate(letters)
+        ]  # fmt: skip
+        whole = b"".join(packets)
+        slot[: len(whole)] = whole
+        read = (slot, ("a", 0), story.tos, len(packets[0]), len(whole))
+        story.b.endpoint.receive_reads(0, [read], story.net.now)
+        return whole
+
+    first = read_into_slot(5000, b"ABC", Opcode.WRITE_FIRST)
+    read_into_slot(5003, b"DE", Opcode.WRITE_MIDDLE)  # offsets 0 and 1 again, stale 2 after
+    assert bytes(story.dst[: 5 * MTU]) == b"".join(bytes([c]) * MTU for c in b"ABCDE")
+    slot[: len(first)] = first  # the first read's bytes again, in the same slot
+    read = (slot, ("a", 0), story.tos, len(first) // 3, len(first))
+    story.b.endpoint.receive_reads(0, [read], story.net.now)
+    assert story.reader.stats.bytes_placed - story.placed_before == 5 * MTU
+    drops = {
+        k: n - story.before.get(k, 0)
+        for k, n in story.reader.stats.drops_by_reason.items()
+        if n != story.before.get(k, 0)
+    }
+    assert drops == {"replay": 3}

@@ -84,13 +84,15 @@ class FakeCore:
         return [self.session]
 
     def receive_reads(
-        self, plane: int, reads: Sequence[tuple[memoryview, Hashable, int, int]], now: float
+        self, plane: int, reads: Sequence[tuple[memoryview, Hashable, int, int, int]], now: float
     ) -> list[FakeSession]:
         """io hands over whole reads; this fake cuts them into datagrams as the core would."""
         datagrams = []
-        for buf, addr, tos, seg in reads:
-            step = seg or len(buf)
-            datagrams += [(buf[i : i + step], addr, tos) for i in range(0, len(buf), step)]
+        for buf, addr, tos, seg, nbytes in reads:
+            step = seg or nbytes
+            datagrams += [
+                (buf[i : min(i + step, nbytes)], addr, tos) for i in range(0, nbytes, step)
+            ]
         return self.receive_datagrams(plane, datagrams, now)
 
     def datagrams_to_send(self) -> list[Transmit]:

@@ -44,8 +44,10 @@ def main() -> None:
             verify_at = protection.open_at
 
             # Every packet opens through `open_at` (`open` calls it for a single datagram).
-            def recording_open_at(buf: memoryview, at: int, size: int, header: int) -> bool:
-                ok = verify_at(buf, at, size, header)
+            def recording_open_at(
+                buf: memoryview, at: int, size: int, header: int, slot: bool = False
+            ) -> bool:
+                ok = verify_at(buf, at, size, header, slot)
                 if ok and header:
                     opens.append((node.now(), protection.replay.top >> shift))
                 return ok

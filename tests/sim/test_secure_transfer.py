@@ -78,7 +78,8 @@ def test_encrypt_hides_the_payload_and_auth_does_not(level: str, visible: bool) 
 
 
 class _Recording:
-    """An AESGCM that notes the (key, nonce) of every seal."""
+    """An AESGCM that notes the (key, nonce) of every seal (`encrypt_into`, or `encrypt` for an
+    `auth` data packet's tag)."""
 
     used: ClassVar[list[tuple[bytes, bytes]]] = []
 
@@ -89,6 +90,10 @@ class _Recording:
     def encrypt_into(self, nonce: Any, data: Any, aad: Any, buf: Any) -> int:
         self.used.append((self.key, bytes(nonce)))
         return self.inner.encrypt_into(nonce, data, aad, buf)
+
+    def encrypt(self, nonce: Any, data: Any, aad: Any) -> bytes:
+        self.used.append((self.key, bytes(nonce)))
+        return self.inner.encrypt(nonce, data, aad)
 
     def decrypt_into(self, nonce: Any, data: Any, aad: Any, buf: Any) -> int:
         return self.inner.decrypt_into(nonce, data, aad, buf)

@@ -79,6 +79,10 @@ _TAG: Final = struct.Struct("16s")
 _read_trailer: Final = _COUNTER_TAG.unpack_from
 _write_counter: Final = _COUNTER.pack_into
 _write_tag: Final = _TAG.pack_into
+#: Receive slots whose views one connection keeps (io's rings: 64 a plane); past it, all go.
+MAX_SLOTS: Final = 1024
+#: A packet's place in a receive slot and the views it is opened through (`_slot_views`).
+SlotViews = tuple[int, int, memoryview, memoryview, memoryview]
 _EPOCH: Final = struct.Struct(">Q")
 
 
@@ -170,6 +174,13 @@ class PacketProtection:
         self._gather = memoryview(bytearray(max_payload + TAG_SIZE))
         self._plain = memoryview(bytearray(max_payload + 64))
         self._empty = bytearray(0)
+        #: The views `open_at` opens packets of io's receive slots through, per slot (its
+        #: view's id; the view is kept, so the id is not reused) and offset:
+        #: (body, end, first, second, third) as `_slot_views` makes them.
+        self._slots: dict[int, tuple[memoryview, dict[int, SlotViews]]] = {}
+        #: The slot of the last call and its views (a GRO read's packets share one slot).
+        self._slot: memoryview | None = None
+        self._slot_map: dict[int, SlotViews] = {}
         #: Keys derived so far (both directions), for tests and metrics.
         self.rekeys = 0
 
@@ -358,14 +369,18 @@ class PacketProtection:
             return self._plain[:end]
         return mv[:end]
 
-    def open_at(self, buf: memoryview, at: int, size: int, header: int) -> bool:
+    def open_at(
+        self, buf: memoryview, at: int, size: int, header: int, slot: bool = False
+    ) -> bool:
         """Whether the datagram of `size` bytes at `at` in `buf` opens: its counter is new to
         the window and its tag verifies (the window moves only then); False when not
         (counted). `header` as for `open`. An encrypted payload in a writable `buf` (io's
         receive buffer) is decrypted where it lies: nothing of `buf` changes but this
         datagram's payload and trailer, whether or not it verified, so a GRO read's packets
-        are opened where they lie, one after the other, no view each. In a read-only `buf`
-        it is decrypted into `_plain` (`open`)."""
+        are opened where they lie, one after the other. In a read-only `buf` it is decrypted
+        into `_plain` (`open`). `slot` says `buf` is a writable receive slot io reads into
+        again and again (mrc/io/planes.py): the views the cipher call takes are then made
+        once per slot and offset and kept (`_slot_views`), not sliced a packet at a time."""
         end = at + size - TRAILER
         body = at + header
         if end < body:
@@ -380,15 +395,20 @@ class PacketProtection:
         decrypt_into = self._rx_decrypt if ctx is self._rx_cur else ctx.decrypt_into
         try:
             if not (header and self.encrypt):
-                decrypt_into(nonce, tag, buf[at:end], self._empty)
+                ad = self._slot_views(buf, at, body, end)[2] if slot else buf[at:end]
+                decrypt_into(nonce, tag, ad, self._empty)
             elif end - body > self.max_payload:
                 self.drops["bad_length"] += 1
                 return False
-            elif not buf.readonly:
+            elif slot or not buf.readonly:
                 # The tag moves over the counter, read already, so ciphertext ‖ tag are one
                 # span; the payload is decrypted where it lies (no staging copy).
                 _write_tag(buf, end, tag)
-                decrypt_into(nonce, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
+                if slot:
+                    _, _, sealed, ad, out = self._slot_views(buf, at, body, end)
+                    decrypt_into(nonce, sealed, ad, out)
+                else:
+                    decrypt_into(nonce, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
             else:
                 # Ciphertext ‖ tag must be contiguous: gather them (the counter is between)
                 # and decrypt behind a copy of the headers.
@@ -404,6 +424,30 @@ class PacketProtection:
             return False
         self._verified(counter, ctx)
         return True
+
+    def _slot_views(self, buf: memoryview, at: int, body: int, end: int) -> SlotViews:
+        """The views of the packet at `buf[at:end + TRAILER]` (payload from `body`) that the
+        cipher call takes, for a receive slot `buf` (`open_at`): payload ‖ tag, headers,
+        payload in `encrypt` mode; headers ‖ payload (the associated data) in `auth`. Made
+        the first time this slot holds a packet at `at` with this layout, then kept."""
+        if buf is not self._slot:
+            slots = self._slots
+            entry = slots.get(id(buf))
+            if entry is None or entry[0] is not buf:
+                if len(slots) >= MAX_SLOTS:
+                    slots.clear()
+                entry = (buf, {})
+                slots[id(buf)] = entry
+            self._slot, self._slot_map = buf, entry[1]
+        views = self._slot_map.get(at)
+        if views is None or views[0] != body or views[1] != end:
+            if self.encrypt:
+                views = (body, end, buf[body : end + TAG_SIZE], buf[at:body], buf[body:end])
+            else:
+                whole = buf[at:end]
+                views = (body, end, whole, whole, whole)
+            self._slot_map[at] = views
+        return views
 
     def open_reply(self, data: bytes | memoryview, private_len: int) -> bytes | None:
         """The REPLY's private data in clear if its tag verifies under counter 0, else None

@@ -127,10 +127,11 @@ class SecureChannel:
             and w4 & 0xFFFFFF == qpn
         )
 
-    def open_full_at(self, buf: memoryview, at: int) -> bool:
+    def open_full_at(self, buf: memoryview, at: int, slot: bool = False) -> bool:
         """`open` in place for a datagram `full_at` accepted, in a writable `buf`: tag and
-        window, its payload in clear where it lies (encrypt); False when dropped (counted)."""
-        return self.protection.open_at(buf, at, self._full, self._hdr)
+        window, its payload in clear where it lies (encrypt); False when dropped (counted).
+        `slot`: `buf` is a receive slot of io's ring (`PacketProtection.open_at`)."""
+        return self.protection.open_at(buf, at, self._full, self._hdr, slot)
 
     def _open_data(
         self, data: bytes | memoryview, plane: int, tos: int, now: float
