@@ -70,7 +70,8 @@ class _Side:
 
     def slot(self, plane: int, data: bytes | memoryview) -> tuple[memoryview, int]:
         """`data` read into this side's next receive slot of `plane`, as io's `recvmsg_into`
-        fills its ring (a slot grows if a batch does not fit): the slot and the length."""
+        fills its ring, from the first slot at each receive call (a slot grows if a batch does
+        not fit): the slot and the length."""
         ring = self._rings.setdefault(plane, [memoryview(bytearray(0)) for _ in range(RING)])
         k = self._next.get(plane, 0)
         self._next[plane] = (k + 1) % RING
@@ -116,6 +117,7 @@ class _Side:
         t = time.perf_counter()
         self.endpoint.receive_reads(plane, reads, now)
         self.seconds += time.perf_counter() - t
+        self._next[plane] = 0
 
 
 #: The two sides' static keys under `--security` (fixed: the bench measures, it protects nothing).
@@ -304,7 +306,7 @@ def pingpong(size: int, iterations: int, planes: int, security: str = "none") ->
             reads: dict[int, list[tuple[memoryview, Any, int, int, int]]] = {}
             for tx in txs:
                 # Into a receive slot of the side's own, as io's `recvmsg_into` fills (not
-                # timed; a round trip's few reads never come round the ring).
+                # timed; a round trip's few reads never fill the ring).
                 slot, n = side.slot(tx.plane, tx.data)
                 reads.setdefault(tx.plane, []).append(
                     (slot, peer.addr[tx.plane], 0, tx.segment_size or 0, n)
@@ -314,6 +316,7 @@ def pingpong(size: int, iterations: int, planes: int, security: str = "none") ->
             for plane, batch in reads.items():
                 for s in side.endpoint.receive_reads(plane, batch, now[0]):
                     touched.setdefault(id(s), s)
+                side._next[plane] = 0  # the next call reads from the first slot, as io does
             for key, (s, deadline) in list(sink.deadlines.items()):
                 if deadline <= now[0]:
                     del sink.deadlines[key]

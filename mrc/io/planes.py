@@ -60,7 +60,7 @@ SockAddr = tuple[Any, ...]
 DatagramView = tuple[memoryview, SockAddr, int]
 #: One read: the view of the ring slot it went into, its source, TOS word, GRO segment size (0:
 #: the read is one datagram) and length. The bytes are `view[:nbytes]`; the view is the slot's
-#: own (the same object each time the ring comes round), so the core may keep views of a slot
+#: own (the same object at every drain that reads into it), so the core may keep views of a slot
 #: from read to read (a secured session's in-place opening, docs/DESIGN.md §8).
 Read = tuple[memoryview, SockAddr, int, int, int]
 
@@ -285,8 +285,9 @@ class PlaneSocket:
     def drain(self, limit: int = 64, errors: bool = True) -> list[DatagramView]:
         """Read until the socket is empty or `limit` datagrams were read (at most one ring).
 
-        The views point into the ring; they stay valid until the ring comes round again, so a
-        caller must consume (copy what it keeps) before the next-but-`ring_size` read. A GRO
+        The views point into the ring; they stay valid until the next drain, which reads into
+        the ring from its first slot again, so a caller must consume (copy what it keeps)
+        before it drains again. A GRO
         batch is returned whole, so a drain may pass `limit` by about one batch. With `errors`
         a drain that read nothing also empties the error queue (`check_errors`); io leaves
         that to the wake-up of this socket's own readiness.
@@ -307,6 +308,10 @@ class PlaneSocket:
         built): a wake-up for one datagram paid it every time (io asks for `once` when the last
         drain took one datagram and polls again before it would read more)."""
         self.drains += 1
+        # Each drain reads into the ring from its first slot: the slots a drain needs (a GRO
+        # read holds up to 64 KiB) stay in the CPU's caches from drain to drain, where going
+        # round all of them cycled through ring_size x 64 KiB (NOTES.md §11).
+        self._next = 0
         out: list[Read] = []
         if once and self._last_reads < self.mmsg_min_reads:
             self._last_reads = self._drain_recvmsg(1, out)
