@@ -310,7 +310,7 @@ class PlaneSocket:
         self.drains += 1
         # Each drain reads into the ring from its first slot: the slots a drain needs (a GRO
         # read holds up to 64 KiB) stay in the CPU's caches from drain to drain, where going
-        # round all of them cycled through ring_size x 64 KiB (NOTES.md §11).
+        # round all of them cycled through ring_size x 64 KiB (docs/NOTES.md §11).
         self._next = 0
         out: list[Read] = []
         if once and self._last_reads < self.mmsg_min_reads:
