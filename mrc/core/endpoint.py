@@ -223,11 +223,11 @@ class Endpoint:
         """One receive batch as io reads it: per read the view it was read into, its source,
         TOS word, segment size (a UDP GRO batch of datagrams `seg` bytes each but the last; 0
         for one datagram) and length (its bytes are the view's first `nbytes`: io's ring slot,
-        the same view each time round, mrc/io/planes.py). Each run of a read's datagrams for
-        one session goes to it whole (`Session.receive_span`), not cut into a view per
-        datagram; the listener's, endpoint messages and anything unroutable take
-        `receive_datagrams` one at a time. Returns the sessions that got input, in first-seen
-        order."""
+        the same view at every drain that reads into it, mrc/io/planes.py). Each run of a
+        read's datagrams for one session goes to it whole (`Session.receive_span`), not cut
+        into a view per datagram; the listener's, endpoint messages and anything unroutable
+        take `receive_datagrams` one at a time. Returns the sessions that got input, in
+        first-seen order."""
         touched: dict[int, Session] = {}
         for buf, addr, tos, seg, end in reads:
             if not 0 <= end <= len(buf):
@@ -258,7 +258,7 @@ class Endpoint:
                     session.receive_from(plane, buf[at:stop], addr, tos, now)
                     at = stop
                     continue
-                at = session.receive_span(plane, buf, at, end, seg, tos, now, True)
+                at = session.receive_span(plane, buf, at, end, seg, tos, now, slot=True)
         return list(touched.values())
 
     def _route_connectionless(

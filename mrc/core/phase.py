@@ -81,8 +81,8 @@ class Phase:
         slot: bool = False,
     ) -> int:  # fmt: skip
         """`Session.receive_span`: the offset of the first datagram not taken. `slot`: `buf` is
-        a receive slot of io's ring (the same view each time round), so views of it may be
-        kept from read to read (`PacketProtection.open_at`)."""
+        a receive slot of io's ring (the same view at every drain that reads into it), so
+        views of it may be kept from read to read (`PacketProtection.open_at`)."""
         raise NotImplementedError
 
     def on_timer(self, timer: Timer, plane: int | None, now: float) -> None:
